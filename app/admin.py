@@ -1,0 +1,130 @@
+"""AdminClient, shaped like confluent-kafka's: topic management answers with futures,
+inspection answers with plain objects. Everything is a call into the broker library."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from app.client.connection import client_broker
+from app.client.message import TopicPartition
+from app.config import ADMIN, parse_config
+from app.coordinator.inspect import TransactionDescription, list_transactions
+from app.errors import KafkaError, KafkaException, fail
+from app.groups.offsets import offset_fetch
+from app.log.inspect import (
+    HangingTransaction,
+    ProducerDescription,
+    abort_hanging,
+    describe_producers,
+    find_hanging,
+)
+from app.log.topics import TopicInfo, create_topic, delete_topic, list_topics
+from app.protocol import OffsetFetchRequest
+
+T = TypeVar("T")
+
+
+@dataclass
+class NewTopic:
+    topic: str
+    num_partitions: int = 1
+    replication_factor: int = -1  # accepted for compatibility; PostgreSQL does the durability
+    config: dict[str, Any] | None = None
+
+
+@dataclass
+class ClusterMetadata:
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+
+
+def _settled(fn: Callable[[], T]) -> Future[T]:
+    """Run now and hand back a completed future (the call is synchronous underneath)."""
+    fut: Future[T] = Future()
+    try:
+        fut.set_result(fn())
+    except KafkaException as exc:
+        fut.set_exception(exc)
+    return fut
+
+
+class AdminClient:
+    def __init__(self, config: dict[str, Any] | None = None) -> None:
+        self._config = parse_config(ADMIN, config or {})
+        self._broker = client_broker(
+            self._config.get_str("database.url"), self._config.get_str("client.id")
+        )
+
+    # ------------------------------------------------------------ topics
+    def create_topics(self, new_topics: Iterable[NewTopic], **_: Any) -> dict[str, Future[None]]:
+        out: dict[str, Future[None]] = {}
+        for nt in new_topics:
+            if not isinstance(nt, NewTopic):
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._INVALID_ARG, f"expected NewTopic, got {type(nt).__name__}"
+                    )
+                )
+            out[nt.topic] = _settled(lambda nt=nt: self._create(nt))  # type: ignore[misc]
+        return out
+
+    def _create(self, nt: NewTopic) -> None:
+        create_topic(self._broker, nt.topic, nt.num_partitions, nt.config)
+
+    def delete_topics(self, topics: Iterable[str], **_: Any) -> dict[str, Future[None]]:
+        return {t: _settled(lambda t=t: delete_topic(self._broker, t)) for t in topics}  # type: ignore[misc]
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        infos = list_topics(self._broker)
+        return ClusterMetadata({i.topic: i for i in infos if topic is None or i.topic == topic})
+
+    # ------------------------------------------------------------ transactions
+    def list_transactions(self, states: list[str] | None = None) -> list[TransactionDescription]:
+        return list_transactions(self._broker, states=states)
+
+    def describe_transactions(
+        self, transactional_ids: list[str]
+    ) -> dict[str, TransactionDescription]:
+        found = {
+            d.transactional_id: d
+            for d in list_transactions(self._broker, ids=list(transactional_ids))
+        }
+        missing = [t for t in transactional_ids if t not in found]
+        if missing:
+            raise fail(
+                KafkaError.TRANSACTIONAL_ID_NOT_FOUND, f"unknown transactional ids: {missing}"
+            )
+        return found
+
+    def describe_producers(
+        self, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, list[ProducerDescription]]:
+        return {tp: describe_producers(self._broker, tp.topic, tp.partition) for tp in partitions}
+
+    def find_hanging_transactions(
+        self, max_transaction_timeout_ms: int | None = None
+    ) -> list[HangingTransaction]:
+        return find_hanging(self._broker, max_transaction_timeout_ms)
+
+    def abort_transaction(self, topic: str, partition: int, start_offset: int) -> bool:
+        return abort_hanging(self._broker, topic, partition, start_offset)
+
+    # ------------------------------------------------------------ groups
+    def list_consumer_group_offsets(self, group_id: str) -> list[TopicPartition]:
+        r = offset_fetch(self._broker, OffsetFetchRequest(group_id))
+        if r.error_code:
+            raise fail(r.error_code, r.error_message)
+        return [
+            TopicPartition(t, p, om.offset, om.metadata) for (t, p), om in sorted(r.offsets.items())
+        ]
+
+    def close(self) -> None:
+        self._broker.engine.dispose()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

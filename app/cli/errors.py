@@ -1,0 +1,66 @@
+"""Turn any failure into the one-line ``error: …`` the CLI contract promises.
+
+Users of a command line want the cause, not a Python traceback; ``KIP98_DEBUG=1`` lets
+the original exception through for whoever needs the stack.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO, Any
+
+import click
+import psycopg
+from alembic.util.exc import CommandError
+from sqlalchemy.exc import ArgumentError, DBAPIError
+
+from app.errors import KafkaException
+from app.storage.embedded import EmbeddedError
+
+
+class CliError(click.ClickException):
+    """A failure already phrased for the user; click turns it into exit status 1."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+def one_line(text: object) -> str:
+    """Collapse whitespace: driver messages span lines, the contract says one line."""
+    return " ".join(str(text).split()) or "unknown error"
+
+
+def describe(exc: BaseException) -> str | None:
+    """The message for errors we expect users to meet; None for anything else (a bug)."""
+    if isinstance(exc, KafkaException):
+        return f"{exc.error.name()}: {one_line(exc.error.str())}"
+    if isinstance(exc, EmbeddedError):
+        return one_line(exc)
+    if isinstance(exc, DBAPIError):
+        # str(DBAPIError) adds the SQL and a documentation link; the driver's text is the cause.
+        return f"database: {one_line(exc.orig if exc.orig is not None else exc)}"
+    if isinstance(exc, ArgumentError):  # a malformed URL or an unknown driver
+        return f"database URL: {one_line(exc)}"
+    if isinstance(exc, psycopg.Error):
+        return f"database: {one_line(exc)}"
+    if isinstance(exc, CommandError):
+        return f"migrations: {one_line(exc)}"
+    return None
+
+
+def to_cli_error(exc: Exception) -> CliError:
+    message = describe(exc)
+    if message is None:
+        message = f"unexpected {type(exc).__name__}: {one_line(exc)} (KIP98_DEBUG=1 shows where)"
+    return CliError(message)
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("KIP98_DEBUG", "") not in ("", "0")
+
+
+def report_and_exit(exc: Exception) -> None:
+    """Last resort for failures outside command invocation (e.g. loading a command)."""
+    to_cli_error(exc).show()
+    sys.exit(1)

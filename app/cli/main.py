@@ -1,0 +1,62 @@
+"""The root ``kip98`` group.
+
+Command groups live in their own modules and are imported only when used, so
+``kip98 db url`` does not pay for importing PySpark. Adding a group is one line in
+``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import click
+
+from app.cli.errors import debug_enabled, report_and_exit, to_cli_error
+
+# command name -> "module:attribute" of its click command or group
+COMMANDS: dict[str, str] = {
+    "db": "app.cli.db:db",
+    "demo": "app.cli.demo:demo",
+}
+
+
+class RootGroup(click.Group):
+    """Loads subcommands lazily and reports their failures as one line."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module_name, _, attribute = COMMANDS[cmd_name].partition(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{COMMANDS[cmd_name]} is not a click command")
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:
+            if debug_enabled():
+                raise
+            raise to_cli_error(exc) from exc
+
+
+@click.group(cls=RootGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kip98", prog_name="kip98")
+def cli() -> None:
+    """Kafka's exactly-once transactional messaging (KIP-98) on PostgreSQL."""
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="kip98")
+    except Exception as exc:  # raised while parsing or loading commands, outside invoke
+        if debug_enabled():
+            raise
+        report_and_exit(exc)

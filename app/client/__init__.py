@@ -1,0 +1,39 @@
+"""The client API, importable the way confluent-kafka's is: ``from app.client import ...``."""
+
+from app.client.message import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    Message,
+    TopicPartition,
+)
+from app.client.partitioner import KeylessPartitioner, murmur2, murmur2_partition
+from app.errors import KafkaError, KafkaException
+
+# --- clients ---------------------------------------------------------------------------
+# Producer and Consumer are exported here from app.client.producer / app.client.consumer:
+# from app.client.producer import Producer
+# from app.client.consumer import Consumer
+# (and add "Producer", "Consumer" to __all__)
+# ---------------------------------------------------------------------------------------
+
+__all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_NOT_AVAILABLE",
+    "KafkaError",
+    "KafkaException",
+    "KeylessPartitioner",
+    "Message",
+    "TopicPartition",
+    "murmur2",
+    "murmur2_partition",
+]

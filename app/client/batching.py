@@ -1,0 +1,236 @@
+"""Records waiting to be sent, grouped per partition, and the batches formed from them.
+
+A batch is formed only when its partition has nothing in flight, and its sequence numbers
+are fixed at that moment and kept across every retry. Both rules together are what make
+retries safe under KIP-98: the broker sees each partition's batches in sequence order,
+so a resent batch is either recognised as a duplicate or is the next one expected.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.client.message import Header
+from app.errors import KafkaError
+from app.log.producer_state import increment_sequence
+from app.protocol import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ProduceRequest, RecordIn
+
+# Per-record overhead counted against batch and queue sizes (as the broker estimates it).
+RECORD_OVERHEAD_BYTES = 24
+
+DeliveryCallback = Callable[[KafkaError | None, Any], Any]
+
+
+@dataclass(slots=True)
+class PendingRecord:
+    """One produced record from ``produce()`` until its delivery report is queued."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: list[Header]
+    stored_headers: list[dict[str, Any]] | None
+    on_delivery: DeliveryCallback | None
+    enqueued: float
+    size: int
+
+    def record_in(self) -> RecordIn:
+        return RecordIn(self.key, self.value, self.timestamp, self.stored_headers)
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdentity:
+    """The (producer_id, producer_epoch) batches are stamped with; -1/-1 when not idempotent."""
+
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+    @property
+    def idempotent(self) -> bool:
+        return self.producer_id != NO_PRODUCER_ID
+
+
+@dataclass(slots=True)
+class Batch:
+    topic: str
+    partition: int
+    records: list[PendingRecord]
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    transactional_id: str | None = None
+    is_transactional: bool = False
+    attempts: int = 0
+    next_attempt: float = 0.0
+    # Set after a lost connection: the batch may already be in the log.
+    ambiguous: bool = False
+    last_error: KafkaError | None = None
+
+    @property
+    def first_enqueued(self) -> float:
+        return self.records[0].enqueued
+
+    def request(self) -> ProduceRequest:
+        return ProduceRequest(
+            topic=self.topic,
+            partition=self.partition,
+            records=[r.record_in() for r in self.records],
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+            transactional_id=self.transactional_id,
+            is_transactional=self.is_transactional,
+        )
+
+
+@dataclass(slots=True)
+class PartitionQueue:
+    records: deque[PendingRecord] = field(default_factory=deque)
+    size: int = 0
+    in_flight: Batch | None = None
+    # Sequence numbers belong to one producer identity; a new identity starts at 0.
+    sequence_owner: ProducerIdentity = field(default_factory=ProducerIdentity)
+    next_sequence: int = 0
+
+    def take_sequence(self, identity: ProducerIdentity, count: int) -> int:
+        if not identity.idempotent:
+            return NO_SEQUENCE
+        if self.sequence_owner != identity:
+            self.sequence_owner = identity
+            self.next_sequence = 0
+        base = self.next_sequence
+        self.next_sequence = increment_sequence(base, count)
+        return base
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLimits:
+    max_records: int
+    max_bytes: int
+    linger_s: float
+
+
+class RecordAccumulator:
+    """The queues shared by ``produce()`` callers and the sender thread, under one lock.
+
+    ``cond`` is public so the sender can wait on it for new work.
+    """
+
+    def __init__(self, limits: BatchLimits) -> None:
+        self.limits = limits
+        self.cond = threading.Condition()
+        self._queues: dict[tuple[str, int], PartitionQueue] = {}
+        self._queued_records = 0
+        self._queued_bytes = 0
+        # While positive, batches are sent without waiting for linger.ms (flush, close).
+        self.flushing = 0
+
+    # --- caller side (holding cond) ------------------------------------------------------
+
+    def queued(self) -> tuple[int, int]:
+        """(records, bytes) not yet formed into a batch."""
+        return self._queued_records, self._queued_bytes
+
+    def append(self, topic: str, partition: int, record: PendingRecord) -> None:
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._queues[(topic, partition)] = PartitionQueue()
+        queue.records.append(record)
+        queue.size += record.size
+        self._queued_records += 1
+        self._queued_bytes += record.size
+        # Wake the sender when its deadline changes (first record) or a batch is full.
+        if len(queue.records) == 1 or self._full(queue) or self.limits.linger_s <= 0:
+            self.cond.notify_all()
+
+    # --- sender side (holding cond) ------------------------------------------------------
+
+    def _full(self, queue: PartitionQueue) -> bool:
+        return len(queue.records) >= self.limits.max_records or queue.size >= self.limits.max_bytes
+
+    def drain(
+        self,
+        now: float,
+        identity: ProducerIdentity,
+        transactional_id: str | None = None,
+        is_transactional: bool = False,
+    ) -> tuple[list[Batch], float | None]:
+        """Form a batch for every idle partition that is ready; also return when the next
+        partition becomes ready by linger.ms (None if nothing is waiting)."""
+        batches: list[Batch] = []
+        next_ready: float | None = None
+        for (topic, partition), queue in self._queues.items():
+            if queue.in_flight is not None or not queue.records:
+                continue
+            ready_at = queue.records[0].enqueued + self.limits.linger_s
+            if not (self.flushing or ready_at <= now or self._full(queue)):
+                next_ready = ready_at if next_ready is None else min(next_ready, ready_at)
+                continue
+            records = self._take(queue)
+            batch = Batch(
+                topic,
+                partition,
+                records,
+                identity.producer_id,
+                identity.producer_epoch,
+                queue.take_sequence(identity, len(records)),
+                transactional_id,
+                is_transactional,
+            )
+            queue.in_flight = batch
+            batches.append(batch)
+        return batches, next_ready
+
+    def _take(self, queue: PartitionQueue) -> list[PendingRecord]:
+        records: list[PendingRecord] = []
+        size = 0
+        while queue.records and len(records) < self.limits.max_records:
+            nxt = queue.records[0]
+            if records and size + nxt.size > self.limits.max_bytes:
+                break
+            records.append(queue.records.popleft())
+            size += nxt.size
+        queue.size -= size
+        self._queued_records -= len(records)
+        self._queued_bytes -= size
+        return records
+
+    def complete(self, batch: Batch) -> None:
+        """The batch is finished (delivered or failed): its partition may send again."""
+        queue = self._queues[(batch.topic, batch.partition)]
+        if queue.in_flight is batch:
+            queue.in_flight = None
+        self.cond.notify_all()
+
+    def in_flight(self) -> list[Batch]:
+        return [q.in_flight for q in self._queues.values() if q.in_flight is not None]
+
+    def expire(self, now: float, timeout_s: float) -> list[tuple[str, int, PendingRecord]]:
+        """Remove records that waited longer than message.timeout.ms without being sent.
+
+        Only records not yet in a batch: they have no sequence number, so dropping them
+        leaves no gap for the broker to see.
+        """
+        expired: list[tuple[str, int, PendingRecord]] = []
+        for (topic, partition), queue in self._queues.items():
+            while queue.records and now - queue.records[0].enqueued >= timeout_s:
+                record = queue.records.popleft()
+                queue.size -= record.size
+                self._queued_records -= 1
+                self._queued_bytes -= record.size
+                expired.append((topic, partition, record))
+        return expired
+
+    def oldest_enqueued(self) -> float | None:
+        oldest = [q.records[0].enqueued for q in self._queues.values() if q.records]
+        return min(oldest) if oldest else None
+
+    def reset_sequences(self) -> None:
+        """Forget sequence numbering (after a new producer identity, numbering restarts)."""
+        for queue in self._queues.values():
+            queue.sequence_owner = ProducerIdentity()
+            queue.next_sequence = 0

@@ -1,0 +1,58 @@
+"""How a client reaches the broker library, and which database failures it may retry.
+
+Each client owns its engine, tagged with ``client.id`` as PostgreSQL's
+``application_name``: an admin can then tell clients apart in ``pg_stat_activity`` (and
+fault-injection tests can terminate exactly one client's backends), and closing a client
+releases its connections without touching anyone else's pool.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from app.broker import Broker
+from app.settings import BrokerSettings
+from app.storage.engine import resolve_url
+
+# PostgreSQL truncates application_name to NAMEDATALEN - 1 bytes.
+_APPLICATION_NAME_MAX = 63
+
+
+def client_engine(url: str | None, client_id: str | None) -> Engine:
+    """A small pool: a producer needs one connection for its sender, a consumer one per
+    fetch, plus the occasional control request from the caller's thread."""
+    connect_args = {}
+    if client_id:
+        connect_args["application_name"] = client_id.encode()[:_APPLICATION_NAME_MAX].decode(
+            errors="ignore"
+        )
+    return create_engine(
+        resolve_url(url),
+        pool_size=2,
+        max_overflow=8,
+        # A backend may be gone (terminated, server restarted) while pooled; ping first so a
+        # stale connection costs a reconnect rather than a failed request.
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        connect_args=connect_args,
+    )
+
+
+def client_broker(url: str | None, client_id: str | None) -> Broker:
+    return Broker(engine=client_engine(url, client_id), settings=BrokerSettings.from_env())
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether a failed request may simply be sent again.
+
+    A lost connection leaves the outcome unknown (the COMMIT may or may not have happened),
+    which is safe to retry only because requests are idempotent: an idempotent produce is
+    deduplicated by sequence number, and reads change nothing.
+    """
+    if isinstance(exc, DBAPIError):
+        return bool(exc.connection_invalidated) or isinstance(
+            exc, OperationalError | InterfaceError
+        )
+    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)

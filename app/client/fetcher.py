@@ -1,0 +1,275 @@
+"""The consumer's read path: one cursor per assigned partition, prefetched in bulk.
+
+A cursor's ``fetch_offset`` is where its next Fetch starts; it moves to the response's
+``next_offset``, which already steps over control records and aborted transactions, so
+the consumer's position never stops on an offset the application cannot be given.
+Records wait in the cursor's buffer and are handed out one partition at a time in turn,
+so a busy partition cannot starve a quiet one. Positions (what commits will store) are
+derived from the cursors, nowhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.broker import Broker
+from app.client.connection import is_connection_error
+from app.client.message import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    Message,
+    decode_headers,
+)
+from app.errors import KafkaError
+from app.log.fetch import fetch, list_offsets
+from app.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    FetchRequest,
+    ListOffsetsRequest,
+    RecordOut,
+)
+
+log = logging.getLogger(__name__)
+
+RESET_EARLIEST = "earliest"
+RESET_LATEST = "latest"
+RESET_ERROR = "error"
+
+# A cursor whose offset is one of these has yet to learn where to start.
+LOGICAL_OFFSETS = frozenset({OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSET_STORED})
+
+# Given (topic, partition), the committed offset to start from, if any (consumer groups).
+StoredOffsetLookup = Callable[[str, int], int | None]
+
+
+@dataclass(slots=True)
+class PartitionCursor:
+    topic: str
+    partition: int
+    fetch_offset: int
+    buffer: deque[RecordOut] = field(default_factory=deque)
+    low_watermark: int = OFFSET_INVALID
+    high_watermark: int = OFFSET_INVALID
+    last_stable_offset: int = OFFSET_INVALID
+    # The bound the last fetch read up to (LSO or high watermark): the partition's end.
+    end_offset: int | None = None
+    eof_reported: bool = False
+    # An error event waiting to be returned, and whether fetching is stopped until a seek.
+    event: Message | None = None
+    stalled: bool = False
+    reported_error: int | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return self.fetch_offset not in LOGICAL_OFFSETS
+
+    @property
+    def position(self) -> int:
+        """The offset of the next record the application will get."""
+        if self.buffer:
+            return self.buffer[0].offset
+        return self.fetch_offset if self.resolved else OFFSET_INVALID
+
+    def reset(self, offset: int) -> None:
+        self.fetch_offset = offset
+        self.buffer.clear()
+        self.end_offset = None
+        self.eof_reported = False
+        self.event = None
+        self.stalled = False
+        self.reported_error = None
+
+    def error_event(self, error: KafkaError, stall: bool = False) -> None:
+        """Queue an error for the application, once per kind until the partition recovers."""
+        self.stalled = self.stalled or stall
+        if self.reported_error == error.code():
+            return
+        self.reported_error = error.code()
+        self.event = Message(
+            topic=self.topic, partition=self.partition, offset=self.position, error=error
+        )
+
+
+def to_message(topic: str, partition: int, record: RecordOut) -> Message:
+    return Message(
+        topic=topic,
+        partition=partition,
+        offset=record.offset,
+        key=record.key,
+        value=record.value,
+        headers=decode_headers(record.headers) or None,
+        timestamp=record.timestamp,
+        timestamp_type=TIMESTAMP_CREATE_TIME,
+    )
+
+
+class Fetcher:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        isolation_level: int,
+        max_partition_bytes: int,
+        auto_offset_reset: str,
+        partition_eof: bool,
+        stored_offset: StoredOffsetLookup | None = None,
+    ) -> None:
+        self.broker = broker
+        self.isolation_level = isolation_level
+        self.max_partition_bytes = max_partition_bytes
+        self.auto_offset_reset = auto_offset_reset
+        self.partition_eof = partition_eof
+        self.stored_offset = stored_offset
+        self.cursors: dict[tuple[str, int], PartitionCursor] = {}
+        self._turn = 0
+
+    # --- assignment ----------------------------------------------------------------------
+
+    def assign(self, partitions: list[tuple[str, int, int]]) -> None:
+        """Replace the assignment; each entry is (topic, partition, starting offset)."""
+        self.cursors = {(t, p): PartitionCursor(t, p, offset) for t, p, offset in partitions}
+        self._turn = 0
+
+    # --- handing out ---------------------------------------------------------------------
+
+    def next_message(self) -> Message | None:
+        """The next buffered record or event, taking partitions in turn."""
+        cursors = list(self.cursors.values())
+        n = len(cursors)
+        for i in range(n):
+            cursor = cursors[(self._turn + i) % n]
+            message = self._take(cursor)
+            if message is not None:
+                self._turn = (self._turn + i + 1) % n
+                return message
+        return None
+
+    def _take(self, cursor: PartitionCursor) -> Message | None:
+        if cursor.buffer:
+            return to_message(cursor.topic, cursor.partition, cursor.buffer.popleft())
+        if cursor.event is not None:
+            event, cursor.event = cursor.event, None
+            return event
+        if (
+            self.partition_eof
+            and not cursor.eof_reported
+            and cursor.end_offset is not None
+            and cursor.resolved
+            and cursor.fetch_offset >= cursor.end_offset
+        ):
+            cursor.eof_reported = True
+            return Message(
+                topic=cursor.topic,
+                partition=cursor.partition,
+                offset=cursor.fetch_offset,
+                error=KafkaError(
+                    KafkaError._PARTITION_EOF,
+                    f"Fetch from broker reached end of partition at offset {cursor.fetch_offset}",
+                ),
+            )
+        return None
+
+    # --- fetching ------------------------------------------------------------------------
+
+    def fill(self) -> None:
+        """One Fetch per partition whose buffer ran dry; a lost connection is only logged
+        (the next round tries again)."""
+        for cursor in list(self.cursors.values()):
+            if cursor.buffer or cursor.event is not None or cursor.stalled:
+                continue
+            try:
+                if not cursor.resolved and not self._resolve(cursor):
+                    continue
+                self._fetch(cursor)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                log.info("fetch %s [%d]: connection lost, will retry: %s", cursor.topic, cursor.partition, exc)
+
+    def _fetch(self, cursor: PartitionCursor) -> None:
+        response = fetch(
+            self.broker,
+            FetchRequest(
+                cursor.topic,
+                cursor.partition,
+                cursor.fetch_offset,
+                max_bytes=self.max_partition_bytes,
+                isolation_level=self.isolation_level,
+            ),
+        )
+        if response.error_code == KafkaError.OFFSET_OUT_OF_RANGE:
+            self._out_of_range(cursor, KafkaError(response.error_code, response.error_message))
+            return
+        if response.error_code != KafkaError.NO_ERROR:
+            cursor.error_event(KafkaError(response.error_code, response.error_message))
+            return
+        cursor.reported_error = None
+        cursor.low_watermark = response.log_start_offset
+        cursor.high_watermark = response.high_watermark
+        cursor.last_stable_offset = response.last_stable_offset
+        cursor.end_offset = (
+            response.last_stable_offset
+            if self.isolation_level == READ_COMMITTED
+            else response.high_watermark
+        )
+        if response.records:
+            cursor.buffer.extend(response.records)
+            cursor.eof_reported = False
+        cursor.fetch_offset = max(cursor.fetch_offset, response.next_offset)
+
+    def _out_of_range(self, cursor: PartitionCursor, error: KafkaError) -> None:
+        if self.auto_offset_reset == RESET_ERROR:
+            cursor.error_event(error, stall=True)
+            return
+        log.info("%s [%d]: %s; resetting to %s", cursor.topic, cursor.partition, error.str(), self.auto_offset_reset)
+        cursor.reset(OFFSET_BEGINNING if self.auto_offset_reset == RESET_EARLIEST else OFFSET_END)
+
+    def _resolve(self, cursor: PartitionCursor) -> bool:
+        """Turn a logical starting offset into an absolute one; False if it cannot be."""
+        offset = cursor.fetch_offset
+        if offset in (OFFSET_INVALID, OFFSET_STORED):
+            stored = self.stored_offset(cursor.topic, cursor.partition) if self.stored_offset else None
+            if stored is not None and stored >= 0:
+                cursor.fetch_offset = stored
+                return True
+            if self.auto_offset_reset == RESET_ERROR:
+                cursor.error_event(
+                    KafkaError(
+                        KafkaError.OFFSET_OUT_OF_RANGE,
+                        f"{cursor.topic} [{cursor.partition}]: no committed offset to start "
+                        "from and auto.offset.reset=error",
+                    ),
+                    stall=True,
+                )
+                return False
+            offset = OFFSET_BEGINNING if self.auto_offset_reset == RESET_EARLIEST else OFFSET_END
+        resolved = self.list_offset(cursor.topic, cursor.partition, offset)
+        if isinstance(resolved, KafkaError):
+            cursor.error_event(resolved)
+            return False
+        cursor.fetch_offset = resolved
+        return True
+
+    def list_offset(self, topic: str, partition: int, logical: int) -> int | KafkaError:
+        """OFFSET_BEGINNING: the log start; OFFSET_END: the end a reader at this isolation
+        level sees (the LSO in read_committed)."""
+        response = list_offsets(
+            self.broker,
+            ListOffsetsRequest(
+                topic,
+                partition,
+                EARLIEST_TIMESTAMP if logical == OFFSET_BEGINNING else LATEST_TIMESTAMP,
+                isolation_level=self.isolation_level,
+            ),
+        )
+        if response.error_code != KafkaError.NO_ERROR:
+            return KafkaError(response.error_code, response.error_message)
+        return response.offset

@@ -1,0 +1,308 @@
+"""The Producer: confluent-kafka's API over the in-process broker.
+
+``produce()`` only validates, picks a partition and queues the record; the sender thread
+(``app.client.sender``) batches and sends, and delivery reports come back through
+``poll()``/``flush()`` on the caller's thread. Idempotence is on by default: the producer
+asks for a producer_id at construction and every batch carries sequence numbers, so the
+retries that a lost connection forces never duplicate a record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from app.broker import Broker
+from app.client.batching import (
+    RECORD_OVERHEAD_BYTES,
+    Batch,
+    BatchLimits,
+    DeliveryCallback,
+    PendingRecord,
+    ProducerIdentity,
+    RecordAccumulator,
+)
+from app.client.closing import ClientClosedError
+from app.client.connection import client_broker, is_connection_error
+from app.client.delivery import DeliveryReport, DeliveryReports
+from app.client.message import (
+    TIMESTAMP_CREATE_TIME,
+    HeadersIn,
+    Message,
+    encode_headers,
+    normalize_headers,
+    to_bytes,
+)
+from app.client.partitioner import KeylessPartitioner, choose_partition
+from app.config import PRODUCER, ClientConfig, parse_config
+from app.coordinator.producer_id import init_producer_id
+from app.errors import KafkaError, KafkaException, fail
+from app.log.topics import partition_count
+from app.protocol import InitProducerIdRequest
+from app.client.sender import Sender
+
+
+class Producer:
+    """An asynchronous, by default idempotent, producer.
+
+    Partition choice follows confluent-kafka: an explicit ``partition`` must exist
+    (``KafkaException(_UNKNOWN_PARTITION)`` from ``produce()`` otherwise); keyed records
+    go to Kafka's murmur2 partition of the key; keyless records stick to one partition
+    until its batch is sent (KIP-480). Producing to a topic that does not exist is not
+    an exception: the record is accepted and its delivery report carries
+    ``UNKNOWN_TOPIC_OR_PARTITION``, as a librdkafka application sees when the broker does
+    not auto-create topics, so code that handles delivery errors in one place keeps working.
+
+    ``client.id`` becomes the PostgreSQL ``application_name`` of the producer's own
+    connections. The keyword-only ``broker`` replaces those connections with a given
+    broker context (tests, embedding with a manual clock).
+    """
+
+    def __init__(self, config: Mapping[str, Any] | None = None, *, broker: Broker | None = None) -> None:
+        self._config: ClientConfig = parse_config(PRODUCER, config)
+        cfg = self._config
+        self._owns_broker = broker is None
+        self._broker = broker or client_broker(cfg.get_str("database.url"), cfg.get_str("client.id"))
+        self.transactional_id: str | None = cfg.get_str("transactional.id")
+        self._idempotent = cfg.get_bool("enable.idempotence")
+        self._default_callback: DeliveryCallback | None = cfg.get_callable("on_delivery")
+        self._partitioner_name = str(cfg["partitioner"])
+        self._max_message_bytes = cfg.get_int("message.max.bytes")
+        self._queue_max_messages = cfg.get_int("queue.buffering.max.messages")
+        self._queue_max_bytes = cfg.get_int("queue.buffering.max.kbytes") * 1024
+        self._request_timeout_s = cfg.get_int("request.timeout.ms") / 1000.0
+        self._retry_backoff_s = cfg.get_int("retry.backoff.ms") / 1000.0
+        self._transaction_timeout_ms = cfg.get_int("transaction.timeout.ms")
+        timeout_ms = cfg.get_int("message.timeout.ms")
+
+        self._keyless = KeylessPartitioner()
+        self._partitions: dict[str, int] = {}
+        self._metadata_lock = threading.Lock()
+        self._closed = False
+
+        batch_bytes = min(cfg.get_int("batch.size"), self._broker.settings.message_max_bytes)
+        self._accumulator = RecordAccumulator(
+            BatchLimits(
+                max_records=cfg.get_int("batch.num.messages"),
+                max_bytes=batch_bytes,
+                linger_s=cfg.get_int("linger.ms") / 1000.0,
+            )
+        )
+        self._reports = DeliveryReports()
+        identity = ProducerIdentity()
+        if self._idempotent and self.transactional_id is None:
+            identity = self._new_identity()
+        self._sender = Sender(
+            self._broker,
+            self._accumulator,
+            self._reports,
+            identity=identity,
+            require_identity=self._idempotent,
+            retry_backoff_s=self._retry_backoff_s,
+            message_timeout_s=timeout_ms / 1000.0 if timeout_ms else None,
+            max_retries=cfg.get_int("retries"),
+            identity_provider=self._new_identity if self.transactional_id is None else None,
+            on_batch_formed=self._batch_formed,
+        )
+        self._sender.start()
+
+    # --- identity and metadata -----------------------------------------------------------
+
+    def _new_identity(self) -> ProducerIdentity:
+        """InitProducerId without a transactional id: a fresh producer_id at epoch 0."""
+        request = InitProducerIdRequest(None, self._transaction_timeout_ms)
+        response = self._call_with_retries(lambda: init_producer_id(self._broker, request))
+        if response.error_code != KafkaError.NO_ERROR:
+            raise KafkaException(KafkaError(response.error_code, response.error_message))
+        return ProducerIdentity(response.producer_id, response.producer_epoch)
+
+    def _call_with_retries(self, call: Any) -> Any:
+        """Retry a request across lost connections until request.timeout.ms."""
+        deadline = time.monotonic() + self._request_timeout_s
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                if time.monotonic() + self._retry_backoff_s >= deadline:
+                    raise fail(KafkaError._TRANSPORT, f"database unreachable: {exc}") from exc
+                time.sleep(self._retry_backoff_s)
+
+    def _partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic``, cached once known; None if the topic does not exist."""
+        with self._metadata_lock:
+            known = self._partitions.get(topic)
+        if known is not None:
+            return known
+        try:
+            count: int = self._call_with_retries(lambda: partition_count(self._broker, topic))
+        except KafkaException as exc:
+            if exc.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
+                return None
+            raise
+        with self._metadata_lock:
+            self._partitions[topic] = count
+        return count
+
+    def _batch_formed(self, batch: Batch) -> None:
+        count = self._partitions.get(batch.topic)
+        if count is not None:
+            self._keyless.batch_sent(batch.topic, batch.partition, count)
+
+    # --- producing -----------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: HeadersIn = None,
+        *,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Queue one record; raises BufferError when the local queue is full (serve
+        delivery reports with ``poll()`` and try again), KafkaException for a bad argument,
+        an unknown partition or a record above ``message.max.bytes``."""
+        if self._closed:
+            raise ClientClosedError("Producer")
+        if not isinstance(topic, str) or not topic:
+            raise fail(KafkaError._INVALID_ARG, "topic must be a non-empty str")
+        key_bytes = to_bytes("key", key)
+        value_bytes = to_bytes("value", value)
+        header_list = normalize_headers(headers)
+        stored = encode_headers(header_list) if header_list else None
+        size = RECORD_OVERHEAD_BYTES + len(key_bytes or b"") + len(value_bytes or b"")
+        size += sum(len(k) + len(v or b"") for k, v in header_list)
+        if size > self._max_message_bytes:
+            raise fail(
+                KafkaError.MSG_SIZE_TOO_LARGE,
+                f"record of {size} bytes exceeds message.max.bytes={self._max_message_bytes}",
+            )
+        if timestamp < 0:
+            raise fail(KafkaError._INVALID_ARG, f"invalid timestamp {timestamp}")
+        record = PendingRecord(
+            key=key_bytes,
+            value=value_bytes,
+            timestamp=timestamp or self._broker.clock.now_ms(),
+            headers=header_list,
+            stored_headers=stored,
+            on_delivery=on_delivery or callback,
+            enqueued=time.monotonic(),
+            size=size,
+        )
+        count = self._partition_count(topic)
+        if count is None:
+            self._reject_unknown_topic(topic, partition, record)
+            return
+        if partition is None or partition < 0:
+            partition = choose_partition(self._partitioner_name, key_bytes, topic, count, self._keyless)
+        elif partition >= count:
+            raise fail(
+                KafkaError._UNKNOWN_PARTITION,
+                f"partition {partition} does not exist: {topic!r} has {count} partitions",
+            )
+        with self._accumulator.cond:
+            queued = len(self._reports)
+            if queued >= self._queue_max_messages or (
+                queued and self._accumulator.queued()[1] + size > self._queue_max_bytes
+            ):
+                raise BufferError("Local: Queue full")
+            self._reports.accepted()
+            self._accumulator.append(topic, partition, record)
+
+    def _reject_unknown_topic(self, topic: str, partition: int, record: PendingRecord) -> None:
+        error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
+        message = Message(
+            topic=topic,
+            partition=partition,
+            offset=-1,
+            key=record.key,
+            value=record.value,
+            headers=record.headers or None,
+            timestamp=record.timestamp,
+            timestamp_type=TIMESTAMP_CREATE_TIME,
+            error=error,
+            latency=0.0,
+        )
+        self._reports.accepted()
+        self._reports.push([DeliveryReport(record.on_delivery, error, message)])
+
+    # --- serving delivery reports ---------------------------------------------------------
+
+    def poll(self, timeout: float | None = 0) -> int:
+        """Serve ready delivery reports, waiting up to ``timeout`` seconds for the first
+        (None or negative: without limit). Returns how many callbacks were served."""
+        if timeout is not None and timeout < 0:
+            timeout = None
+        return self._reports.serve(timeout, self._default_callback)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Send everything now (ignoring linger.ms) and serve reports until none is
+        outstanding or ``timeout`` passes. Returns the messages still outstanding."""
+        if timeout is not None and timeout < 0:
+            timeout = None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._accumulator.cond:
+            self._accumulator.flushing += 1
+            self._accumulator.cond.notify_all()
+        try:
+            while len(self._reports):
+                remaining = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+                if remaining <= 0:
+                    break
+                self._reports.serve(remaining, self._default_callback)
+        finally:
+            with self._accumulator.cond:
+                self._accumulator.flushing -= 1
+        return len(self._reports)
+
+    def __len__(self) -> int:
+        """Messages produced whose delivery report has not been served yet."""
+        return len(self._reports)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> int:
+        """Flush, then stop the sender and release the connections. Returns the messages
+        that could not be delivered in time (their reports say _DESTROY)."""
+        if self._closed:
+            return 0
+        remaining = self.flush(timeout)
+        self._closed = True
+        self._sender.stop()
+        self._reports.serve(0, self._default_callback)
+        if self._owns_broker:
+            self._broker.engine.dispose()
+        return remaining
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- for the transaction manager -----------------------------------------------------
+
+    @property
+    def sender(self) -> Sender:
+        return self._sender
+
+    @property
+    def broker(self) -> Broker:
+        return self._broker
+
+    @property
+    def config(self) -> ClientConfig:
+        return self._config

@@ -1,0 +1,286 @@
+"""The producer's background sender: batches out, delivery reports back.
+
+All calls to the Produce handler happen here, one batch per partition in flight, in one
+thread. A batch that fails retriably (including a lost database connection, whose outcome
+is unknown) is resent unchanged, with the same producer_id, producer_epoch and
+base_sequence, so the broker either appends it or recognises it and answers with the
+offsets it was first given. A batch fails for good on a non-retriable error, after
+``retries`` attempts, or once its oldest record is older than ``message.timeout.ms``.
+
+Transactions plug in through three seams, so the transaction manager never has to form or
+send batches itself: ``transactional_id``/``is_transactional`` stamp the batches formed
+while a transaction is open, ``before_send`` runs just before batches go out (to register
+their partitions with AddPartitionsToTxn), and ``on_batch_failed`` hears of batches that
+failed for good (to move the transaction to an abortable state).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from app.broker import Broker
+from app.client.batching import (
+    Batch,
+    PendingRecord,
+    ProducerIdentity,
+    RecordAccumulator,
+)
+from app.client.connection import is_connection_error
+from app.client.delivery import DeliveryReport, DeliveryReports
+from app.client.message import TIMESTAMP_CREATE_TIME, Message
+from app.errors import KafkaError
+from app.log.append import produce as produce_handler
+from app.protocol import ProduceRequest, ProduceResponse
+
+log = logging.getLogger(__name__)
+
+ProduceHandler = Callable[[Broker, ProduceRequest], ProduceResponse]
+# Returns, per (topic, partition) that could not be prepared, the error to retry or fail with.
+BeforeSend = Callable[[list[Batch]], dict[tuple[str, int], KafkaError]]
+BatchFailed = Callable[[Batch, KafkaError], None]
+
+
+def report_for(
+    topic: str,
+    partition: int,
+    record: PendingRecord,
+    offset: int,
+    error: KafkaError | None,
+    now: float,
+) -> DeliveryReport:
+    message = Message(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=record.key,
+        value=record.value,
+        headers=record.headers or None,
+        timestamp=record.timestamp,
+        timestamp_type=TIMESTAMP_CREATE_TIME,
+        error=error,
+        latency=now - record.enqueued,
+    )
+    return DeliveryReport(record.on_delivery, error, message)
+
+
+class Sender:
+    def __init__(
+        self,
+        broker: Broker,
+        accumulator: RecordAccumulator,
+        reports: DeliveryReports,
+        *,
+        identity: ProducerIdentity,
+        require_identity: bool,
+        retry_backoff_s: float,
+        message_timeout_s: float | None,
+        max_retries: int,
+        identity_provider: Callable[[], ProducerIdentity] | None = None,
+        on_batch_formed: Callable[[Batch], None] | None = None,
+        handler: ProduceHandler = produce_handler,
+        name: str = "kip98-producer-sender",
+    ) -> None:
+        self.broker = broker
+        self.accumulator = accumulator
+        self.reports = reports
+        # Guarded by accumulator.cond; batches copy it when they are formed.
+        self.identity = identity
+        # An idempotent producer must not send before it has an identity.
+        self.require_identity = require_identity
+        self.retry_backoff_s = retry_backoff_s
+        self.message_timeout_s = message_timeout_s
+        self.max_retries = max_retries
+        # Called on this thread for a fresh identity after a batch failed for good, since its
+        # sequence numbers may or may not be in the log and later batches would not line up.
+        self.identity_provider = identity_provider
+        self.on_batch_formed = on_batch_formed
+        self.handler = handler
+        # --- transaction seams (see module docstring) ---
+        self.transactional_id: str | None = None
+        self.is_transactional = False
+        self.before_send: BeforeSend | None = None
+        self.on_batch_failed: BatchFailed | None = None
+
+        self._needs_identity = False
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the thread; whatever is still queued or in flight is reported as _DESTROY."""
+        with self.accumulator.cond:
+            self._stopping = True
+            self.accumulator.cond.notify_all()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def wake(self) -> None:
+        with self.accumulator.cond:
+            self.accumulator.cond.notify_all()
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                if not self._step():
+                    return
+            except Exception:
+                # The thread must outlive any surprise, or flush() would wait forever.
+                log.exception("producer sender: unexpected error; continuing")
+                time.sleep(self.retry_backoff_s)
+
+    def _step(self) -> bool:
+        """Wait for work, then send it. False once stopped."""
+        acc = self.accumulator
+        with acc.cond:
+            while True:
+                now = time.monotonic()
+                if self._stopping:
+                    self._purge(now)
+                    return False
+                expired = (
+                    acc.expire(now, self.message_timeout_s) if self.message_timeout_s else []
+                )
+                if self._needs_identity:
+                    break
+                retries = [b for b in acc.in_flight() if b.attempts and b.next_attempt <= now]
+                fresh: list[Batch] = []
+                next_ready = None
+                if self.identity.idempotent or not self.require_identity:
+                    fresh, next_ready = acc.drain(
+                        now, self.identity, self.transactional_id, self.is_transactional
+                    )
+                if expired or retries or fresh:
+                    break
+                acc.cond.wait(self._wait_time(now, next_ready))
+        if expired:
+            timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
+            self.reports.push(
+                [report_for(t, p, r, -1, timed_out, now) for t, p, r in expired]
+            )
+        if self._needs_identity:
+            self._renew_identity()
+            return True
+        if self.on_batch_formed is not None:
+            for batch in fresh:
+                self.on_batch_formed(batch)
+        self.send(retries + fresh)
+        return True
+
+    def _wait_time(self, now: float, next_ready: float | None) -> float | None:
+        deadlines = [b.next_attempt for b in self.accumulator.in_flight() if b.attempts]
+        if next_ready is not None:
+            deadlines.append(next_ready)
+        oldest = self.accumulator.oldest_enqueued()
+        if self.message_timeout_s and oldest is not None:
+            deadlines.append(oldest + self.message_timeout_s)
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - now)
+
+    # --- sending -----------------------------------------------------------------------
+
+    def send(self, batches: list[Batch]) -> None:
+        """One attempt for each batch; the single place the Produce handler is called."""
+        if not batches:
+            return
+        refused: dict[tuple[str, int], KafkaError] = {}
+        if self.before_send is not None:
+            refused = self.before_send(batches)
+        for batch in batches:
+            error = refused.get((batch.topic, batch.partition))
+            if error is not None:
+                batch.attempts += 1
+                self._retry_or_fail(batch, error)
+                continue
+            self._attempt(batch)
+
+    def _attempt(self, batch: Batch) -> None:
+        batch.attempts += 1
+        try:
+            response = self.handler(self.broker, batch.request())
+        except Exception as exc:
+            if is_connection_error(exc):
+                batch.ambiguous = True
+                log.info("produce to %s [%d]: connection lost, will retry: %s", batch.topic, batch.partition, exc)
+                self._retry_or_fail(batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}"))
+            else:
+                log.exception("produce to %s [%d] failed", batch.topic, batch.partition)
+                self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
+            return
+        if response.error_code == KafkaError.NO_ERROR:
+            self._succeed(batch, response.base_offset)
+            return
+        error = KafkaError(response.error_code, response.error_message)
+        if error.retriable():
+            self._retry_or_fail(batch, error)
+        else:
+            self._fail(batch, error)
+
+    def _retry_or_fail(self, batch: Batch, error: KafkaError) -> None:
+        now = time.monotonic()
+        retry_at = now + self.retry_backoff_s
+        if batch.attempts > self.max_retries:
+            self._fail(batch, error)
+            return
+        if self.message_timeout_s and retry_at - batch.first_enqueued >= self.message_timeout_s:
+            self._fail(
+                batch,
+                KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out (last error: {error.str()})"),
+            )
+            return
+        with self.accumulator.cond:
+            batch.last_error = error
+            batch.next_attempt = retry_at
+
+    def _succeed(self, batch: Batch, base_offset: int) -> None:
+        now = time.monotonic()
+        reports = [
+            report_for(batch.topic, batch.partition, r, base_offset + i, None, now)
+            for i, r in enumerate(batch.records)
+        ]
+        with self.accumulator.cond:
+            self.accumulator.complete(batch)
+        self.reports.push(reports)
+
+    def _fail(self, batch: Batch, error: KafkaError) -> None:
+        now = time.monotonic()
+        reports = [report_for(batch.topic, batch.partition, r, -1, error, now) for r in batch.records]
+        if self.on_batch_failed is not None:
+            self.on_batch_failed(batch, error)
+        with self.accumulator.cond:
+            if batch.producer_id >= 0 and self.identity_provider is not None:
+                self._needs_identity = True
+            self.accumulator.complete(batch)
+        self.reports.push(reports)
+
+    def _renew_identity(self) -> None:
+        assert self.identity_provider is not None
+        try:
+            identity = self.identity_provider()
+        except Exception as exc:
+            log.warning("producer sender: could not renew the producer id, retrying: %s", exc)
+            time.sleep(self.retry_backoff_s)
+            return
+        with self.accumulator.cond:
+            self.identity = identity
+            self.accumulator.reset_sequences()
+            self._needs_identity = False
+
+    def _purge(self, now: float) -> None:
+        """Called holding the lock when stopping: report everything unsent as _DESTROY."""
+        acc = self.accumulator
+        destroyed = KafkaError(KafkaError._DESTROY, "Local: Producer closed before delivery")
+        reports = [report_for(t, p, r, -1, destroyed, now) for t, p, r in acc.expire(now, float("-inf"))]
+        for batch in acc.in_flight():
+            reports.extend(report_for(batch.topic, batch.partition, r, -1, destroyed, now) for r in batch.records)
+            acc.complete(batch)
+        self.reports.push(reports)

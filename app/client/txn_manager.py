@@ -1,0 +1,135 @@
+"""The client's transaction manager: librdkafka's transactional producer states, as a table.
+
+The producer asks this machine before every transactional call, so an API misuse is a
+typed error (_STATE) rather than a protocol violation at the coordinator, and a failure
+is classified the way librdkafka does: fenced or fatal errors end the producer; abortable
+ones require ``abort_transaction()`` before anything else.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from transitions import Machine, MachineError
+
+from app.errors import KafkaError, KafkaException
+
+UNINITIALIZED = "uninitialized"
+READY = "ready"
+IN_TRANSACTION = "in_transaction"
+COMMITTING = "committing"
+ABORTING = "aborting"
+ABORTABLE_ERROR = "abortable_error"
+FATAL_ERROR = "fatal_error"
+
+STATES = [UNINITIALIZED, READY, IN_TRANSACTION, COMMITTING, ABORTING, ABORTABLE_ERROR, FATAL_ERROR]
+
+# trigger               from                                              to
+TRANSITIONS: list[list[Any]] = [
+    ["initialized",        UNINITIALIZED,                                   READY],
+    ["begin",              READY,                                           IN_TRANSACTION],
+    ["start_commit",       IN_TRANSACTION,                                  COMMITTING],
+    ["start_abort",        [IN_TRANSACTION, ABORTABLE_ERROR, COMMITTING],   ABORTING],
+    ["completed",          [COMMITTING, ABORTING],                          READY],
+    ["abortable_failure",  [IN_TRANSACTION, COMMITTING],                    ABORTABLE_ERROR],
+    ["fatal_failure",      [s for s in STATES if s != FATAL_ERROR],         FATAL_ERROR],
+]  # fmt: skip
+
+# Errors after which this producer instance can never continue (librdkafka: fatal).
+FATAL_CODES = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.INVALID_PRODUCER_ID_MAPPING,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.TRANSACTION_COORDINATOR_FENCED,
+        KafkaError._FENCED,
+        KafkaError._FATAL,
+    }
+)
+
+
+class _Model:
+    def __init__(self) -> None:
+        self.state = UNINITIALIZED
+
+
+class TransactionManager:
+    """One per transactional Producer; thread-safe. ``fatal_error`` once set is sticky."""
+
+    _machine = Machine(
+        model=None,
+        states=STATES,
+        transitions=TRANSITIONS,
+        initial=UNINITIALIZED,
+        auto_transitions=False,
+    )
+    _machine_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._model = _Model()
+        self._lock = threading.RLock()
+        self.fatal_error: KafkaError | None = None
+        self.abortable_error: KafkaError | None = None
+
+    @property
+    def state(self) -> str:
+        return str(self._model.state)
+
+    def fire(self, trigger: str, action: str) -> None:
+        """Move the machine, or raise the typed error librdkafka gives for ``action``."""
+        with self._lock:
+            if self.fatal_error is not None and trigger != "fatal_failure":
+                raise KafkaException(
+                    KafkaError(self.fatal_error.code(), self.fatal_error.str(), fatal=True)
+                )
+            with self._machine_lock:
+                self._machine.add_model(self._model, initial=self._model.state)
+                try:
+                    getattr(self._model, trigger)()
+                except (MachineError, AttributeError) as exc:
+                    raise self._state_error(action) from exc
+                finally:
+                    self._machine.remove_model(self._model)
+
+    def _state_error(self, action: str) -> KafkaException:
+        if self.state == ABORTABLE_ERROR and self.abortable_error is not None:
+            err = self.abortable_error
+            return KafkaException(
+                KafkaError(
+                    err.code(),
+                    f"{action}: transaction must be aborted first: {err.str()}",
+                    txn_requires_abort=True,
+                )
+            )
+        return KafkaException(
+            KafkaError(KafkaError._STATE, f"{action} is not allowed in state {self.state}")
+        )
+
+    def fail(self, error: KafkaError) -> KafkaError:
+        """Record a failure and return it with librdkafka's flags set."""
+        with self._lock:
+            if error.code() in FATAL_CODES or error.fatal():
+                code = (
+                    KafkaError._FENCED
+                    if error.code()
+                    in (KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+                    else error.code()
+                )
+                flagged = KafkaError(code, error.str(), fatal=True)
+                self.fatal_error = flagged
+                self.fire("fatal_failure", "fail")
+                return flagged
+            flagged = KafkaError(
+                error.code(), error.str(), retriable=False, txn_requires_abort=True
+            )
+            if self.state in (IN_TRANSACTION, COMMITTING):
+                self.abortable_error = flagged
+                self.fire("abortable_failure", "fail")
+            return flagged
+
+    def reset_abortable(self) -> None:
+        with self._lock:
+            self.abortable_error = None

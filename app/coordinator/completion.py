@@ -1,0 +1,54 @@
+"""Completing a prepared transaction: markers on every partition, the pending offsets,
+then COMPLETE_* — one DB transaction, partitions locked in sorted order.
+
+Used by EndTxn right after PREPARE, and as roll-forward by whoever next finds the
+transaction PREPARE_* (InitProducerId, the coordinator loop): PREPARE durable means the
+transaction completes that way, whoever finishes it (DESIGN §6 rule 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy import Connection
+
+from app.coordinator import machines as m
+from app.coordinator.metadata import TxnMetadata, plan_complete
+from app.coordinator.txn_log import persist
+from app.errors import KafkaError, KafkaException
+from app.faults import crash_point
+from app.groups.txn_offsets import complete_pending_offsets
+from app.log.markers import write_txn_marker
+from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
+
+
+def complete_transaction(
+    conn: Connection, meta: TxnMetadata, coordinator_epoch: int, now_ms: int
+) -> TxnMetadata:
+    if meta.state not in m.PREPARE:
+        raise AssertionError(f"complete_transaction on {meta.state}")
+    commit = meta.state == m.PREPARE_COMMIT
+    producer_id, producer_epoch = meta.marker_identity
+    control = CONTROL_COMMIT if commit else CONTROL_ABORT
+    for topic, partition in sorted(meta.partitions):
+        try:
+            write_txn_marker(
+                conn,
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                control,
+                now_ms,
+            )
+        except KafkaException as exc:
+            # A deleted topic has nothing left to mark; anything else must stop completion.
+            if exc.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
+                raise
+        crash_point("complete.after_marker")
+    if meta.has_offsets:
+        complete_pending_offsets(conn, producer_id, commit, now_ms)
+    crash_point("complete.before_complete")
+    done = plan_complete(meta, now_ms)
+    return persist(conn, replace(done, coordinator_epoch=coordinator_epoch), "markers written")

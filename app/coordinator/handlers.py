@@ -1,0 +1,327 @@
+"""The transaction coordinator's request handlers: InitProducerId (with a transactional id),
+AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, FindCoordinator, WriteTxnMarkers.
+
+Each request is one DB transaction serialised on the transactional id's row (EndTxn is
+two: PREPARE, then completion, so PREPARE is durable on its own as the point of no return).
+Refusals come back as Kafka error codes in the response, never as exceptions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
+
+from app.broker import Broker
+from app.coordinator import machines as m
+from app.coordinator import sql
+from app.coordinator.completion import complete_transaction
+from app.coordinator.metadata import (
+    NO_PRODUCER_ID,
+    TxnMetadata,
+    bumped_identity,
+    check_producer,
+    end_retry_outcome,
+    plan_add,
+    plan_end,
+    plan_fence_abort,
+    txn_partition_for,
+    validate_timeout,
+)
+from app.coordinator.txn_log import load_for_update, persist
+from app.errors import KafkaError, KafkaException, fail
+from app.faults import crash_point
+from app.log.markers import write_txn_marker
+from app.log.producer_ids import allocate_producer_id
+from app.protocol import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from app.storage.engine import retry_conflicts
+
+
+def coordinator_epoch(conn: Connection, txn_partition: int) -> int:
+    """The current coordinator epoch of a transaction-log partition (0 before any lease).
+
+    Taken FOR SHARE so a lease takeover cannot interleave with markers written under it.
+    """
+    row = conn.execute(sql.LEASE_EPOCH_FOR_SHARE, {"txn_partition": txn_partition}).first()
+    return 0 if row is None else int(row.coordinator_epoch)
+
+
+def _new_identity(conn: Connection, meta: TxnMetadata, now_ms: int) -> tuple[int, int]:
+    ident = bumped_identity(meta.producer_id, meta.producer_epoch)
+    if ident.needs_new_id:
+        return allocate_producer_id(conn, meta.transactional_id, now_ms), 0
+    return ident.producer_id, ident.producer_epoch
+
+
+def fence_and_abort(
+    conn: Connection, meta: TxnMetadata, epoch: int, now_ms: int, reason: str
+) -> TxnMetadata:
+    """BEGIN → PREPARE_ABORT with a bumped epoch (fencing the current holder) → completed."""
+    producer_id, producer_epoch = _new_identity(conn, meta, now_ms)
+    prepared = plan_fence_abort(meta, producer_id, producer_epoch, now_ms)
+    prepared = persist(conn, replace(prepared, coordinator_epoch=epoch), reason)
+    crash_point("fence.after_prepare")
+    return complete_transaction(conn, prepared, epoch, now_ms)
+
+
+# ---------------------------------------------------------------- InitProducerId
+
+
+def init_transactional_producer_id(
+    broker: Broker, req: InitProducerIdRequest
+) -> InitProducerIdResponse:
+    try:
+        validate_timeout(req.transaction_timeout_ms, broker.settings.max_transaction_timeout_ms)
+        for attempt in range(3):
+            try:
+                return _init(broker, req)
+            except IntegrityError:
+                # Two first-ever InitProducerId calls raced to create the id; the loser retries.
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+    except KafkaException as exc:
+        return InitProducerIdResponse(exc.error.code(), error_message=exc.error.str())
+
+
+@retry_conflicts
+def _init(broker: Broker, req: InitProducerIdRequest) -> InitProducerIdResponse:
+    assert req.transactional_id is not None
+    tid = req.transactional_id
+    now = broker.clock.now_ms()
+    txn_partition = txn_partition_for(tid, broker.settings.transaction_log_partitions)
+    with broker.engine.begin() as conn:
+        epoch = coordinator_epoch(conn, txn_partition)
+        meta = load_for_update(conn, tid)
+        if meta is None:
+            producer_id = allocate_producer_id(conn, tid, now)
+            meta = TxnMetadata(
+                tid, producer_id, 0, NO_PRODUCER_ID, -1, m.EMPTY, (), False,
+                req.transaction_timeout_ms, now, now, epoch, txn_partition,
+            )  # fmt: skip
+            persist(conn, meta, "InitProducerId: new transactional id")
+            return InitProducerIdResponse(KafkaError.NO_ERROR, producer_id, 0)
+
+        if req.producer_id != NO_PRODUCER_ID:
+            # KIP-360: the caller names the identity it holds. A retry of an InitProducerId
+            # that already bumped it is answered with the current identity, not bumped again.
+            retry = (req.producer_id, req.producer_epoch) == (
+                meta.last_producer_id,
+                meta.last_producer_epoch,
+            )
+            if retry and meta.state == m.EMPTY:
+                return InitProducerIdResponse(
+                    KafkaError.NO_ERROR, meta.producer_id, meta.producer_epoch
+                )
+            if (req.producer_id, req.producer_epoch) != (meta.producer_id, meta.producer_epoch):
+                raise fail(
+                    KafkaError.PRODUCER_FENCED, "a newer instance holds this transactional id"
+                )
+
+        if meta.state in m.PREPARE:
+            meta = complete_transaction(conn, meta, epoch, now)
+        elif meta.state == m.BEGIN:
+            meta = fence_and_abort(
+                conn, meta, epoch, now, "InitProducerId: fenced the previous instance"
+            )
+        producer_id, producer_epoch = _new_identity(conn, meta, now)
+        meta = meta.transition(
+            "init_producer_id",
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            last_producer_id=meta.producer_id,
+            last_producer_epoch=meta.producer_epoch,
+            partitions=(),
+            has_offsets=False,
+            timeout_ms=req.transaction_timeout_ms,
+            updated_ms=now,
+            coordinator_epoch=epoch,
+        )
+        persist(conn, meta, "InitProducerId")
+        return InitProducerIdResponse(KafkaError.NO_ERROR, producer_id, producer_epoch)
+
+
+# ---------------------------------------------------------------- AddPartitions / AddOffsets
+
+_EXISTING = text(
+    "SELECT topic, partition FROM partitions WHERE (topic, partition) IN "
+    "(SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))"
+)
+
+
+@retry_conflicts
+def add_partitions_to_txn(
+    broker: Broker, req: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnResponse:
+    wanted = sorted(set(req.partitions))
+    try:
+        if not wanted:
+            raise fail(KafkaError.INVALID_REQUEST, "no partitions to add")
+        with broker.engine.begin() as conn:
+            existing = {
+                (r.topic, r.partition)
+                for r in conn.execute(
+                    _EXISTING,
+                    {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
+                )
+            }
+            missing = [tp for tp in wanted if tp not in existing]
+            if missing:
+                results = {
+                    tp: (
+                        KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                        if tp in missing
+                        else KafkaError.OPERATION_NOT_ATTEMPTED
+                    )
+                    for tp in wanted
+                }
+                return AddPartitionsToTxnResponse(
+                    KafkaError.UNKNOWN_TOPIC_OR_PARTITION, results, f"unknown partitions: {missing}"
+                )
+            meta = check_producer(
+                load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
+            )
+            if meta.state == m.BEGIN and set(wanted) <= set(meta.partitions):
+                return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
+            now = broker.clock.now_ms()
+            persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
+        return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
+    except KafkaException as exc:
+        code = exc.error.code()
+        return AddPartitionsToTxnResponse(code, dict.fromkeys(wanted, code), exc.error.str())
+
+
+@retry_conflicts
+def add_offsets_to_txn(broker: Broker, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+    try:
+        if not isinstance(req.group_id, str) or not req.group_id:
+            raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
+        with broker.engine.begin() as conn:
+            meta = check_producer(
+                load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
+            )
+            if meta.state == m.BEGIN and meta.has_offsets:
+                return AddOffsetsToTxnResponse(KafkaError.NO_ERROR)
+            persist(
+                conn,
+                plan_add(meta, [], True, broker.clock.now_ms()),
+                f"AddOffsetsToTxn: group {req.group_id}",
+            )
+        return AddOffsetsToTxnResponse(KafkaError.NO_ERROR)
+    except KafkaException as exc:
+        return AddOffsetsToTxnResponse(exc.error.code(), exc.error.str())
+
+
+# ---------------------------------------------------------------- EndTxn
+
+
+def end_txn(broker: Broker, req: EndTxnRequest) -> EndTxnResponse:
+    try:
+        meta = prepare_end_txn(broker, req)
+        crash_point("end_txn.after_prepare")
+        if meta.state in m.PREPARE:
+            meta = roll_forward(broker, req.transactional_id) or meta
+        return EndTxnResponse(KafkaError.NO_ERROR, meta.producer_id, meta.producer_epoch)
+    except KafkaException as exc:
+        return EndTxnResponse(exc.error.code(), error_message=exc.error.str())
+
+
+@retry_conflicts
+def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
+    with broker.engine.begin() as conn:
+        meta = load_for_update(conn, req.transactional_id)
+        if meta is not None and end_retry_outcome(
+            meta, req.producer_id, req.producer_epoch, req.committed
+        ):
+            return meta
+        meta = check_producer(meta, req.producer_id, req.producer_epoch)
+        if meta.state in m.PREPARE:
+            raise fail(
+                KafkaError.CONCURRENT_TRANSACTIONS, f"transaction is completing ({meta.state})"
+            )
+        if meta.state != m.BEGIN:
+            raise fail(
+                KafkaError.INVALID_TXN_STATE, f"no ongoing transaction to end (state {meta.state})"
+            )
+        now = broker.clock.now_ms()
+        epoch = coordinator_epoch(conn, meta.txn_partition)
+        producer_id, producer_epoch = _new_identity(conn, meta, now)
+        prepared = plan_end(meta, req.committed, producer_id, producer_epoch, now)
+        return persist(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
+
+
+@retry_conflicts
+def roll_forward(
+    broker: Broker, transactional_id: str, expected_epoch: int | None = None
+) -> TxnMetadata | None:
+    """Complete a PREPARE_* transaction if it still is one (EndTxn, the loop, recovery).
+
+    ``expected_epoch``: a coordinator loop's lease epoch; if the lease moved on, the loop is
+    a zombie and must not write markers (TRANSACTION_COORDINATOR_FENCED).
+    """
+    with broker.engine.begin() as conn:
+        meta = load_for_update(conn, transactional_id)
+        if meta is None or meta.state not in m.PREPARE:
+            return meta
+        epoch = coordinator_epoch(conn, meta.txn_partition)
+        if expected_epoch is not None and epoch != expected_epoch:
+            raise fail(
+                KafkaError.TRANSACTION_COORDINATOR_FENCED,
+                f"lease epoch is {epoch}, not {expected_epoch}",
+            )
+        return complete_transaction(
+            conn,
+            meta,
+            expected_epoch if expected_epoch is not None else epoch,
+            broker.clock.now_ms(),
+        )
+
+
+# ---------------------------------------------------------------- FindCoordinator, WriteTxnMarkers
+
+
+def find_coordinator(broker: Broker, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
+    """Every key is coordinated by this database: answer with its address."""
+    if not req.key:
+        return FindCoordinatorResponse(
+            KafkaError.INVALID_REQUEST, error_message="empty coordinator key"
+        )
+    url = make_url(broker.engine.url)
+    return FindCoordinatorResponse(
+        KafkaError.NO_ERROR, 0, url.host or "localhost", url.port or 5432
+    )
+
+
+def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    """The coordinator-to-partition RPC: one DB transaction per partition, as separate
+    partition leaders would each answer on their own."""
+    results: dict[tuple[str, int], int] = {}
+    control = CONTROL_COMMIT if req.committed else CONTROL_ABORT
+    for topic, partition in sorted(set(req.partitions)):
+        try:
+            with broker.engine.begin() as conn:
+                write_txn_marker(
+                    conn, topic, partition, req.producer_id, req.producer_epoch,
+                    req.coordinator_epoch, control, broker.clock.now_ms(),
+                )  # fmt: skip
+            results[(topic, partition)] = KafkaError.NO_ERROR
+        except KafkaException as exc:
+            results[(topic, partition)] = exc.error.code()
+    return WriteTxnMarkersResponse(results)

@@ -1,0 +1,176 @@
+"""The coordinator loop: what Kafka's transaction coordinator does on its own schedule.
+
+Work is split by transaction-log partition; a process works a partition only while it
+holds that partition's lease, and every takeover bumps the partition's coordinator epoch
+(which markers carry). Per pass, for the partitions it holds:
+
+- roll forward transactions left PREPARE_* by a process that died mid-EndTxn;
+- time out BEGIN transactions past transaction.timeout.ms: fence (bump epoch), then abort,
+  so no LSO stays pinned by a stalled producer (DESIGN §6 rule 10);
+- expire transactional ids idle for transactional.id.expiration.ms (EMPTY/COMPLETE only);
+- expire idle producer state (whoever holds partition 0).
+
+Runs as ``kip98 coordinator run`` and as a daemon thread in client processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from sqlalchemy import Connection, TextClause
+
+from app.broker import Broker
+from app.coordinator import sql
+from app.coordinator.handlers import coordinator_epoch, fence_and_abort, roll_forward
+from app.coordinator.metadata import is_expirable, is_timed_out
+from app.coordinator.txn_log import load_for_update, persist
+from app.errors import KafkaError, KafkaException, fail
+from app.log.expiry import expire_producer_states
+from app.storage.engine import retry_conflicts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PassStats:
+    leases: dict[int, int] = field(default_factory=dict)
+    rolled_forward: int = 0
+    timed_out: int = 0
+    expired_ids: int = 0
+    expired_producers: int = 0
+    fenced: int = 0
+
+    def add(self, other: PassStats) -> None:
+        self.rolled_forward += other.rolled_forward
+        self.timed_out += other.timed_out
+        self.expired_ids += other.expired_ids
+        self.expired_producers += other.expired_producers
+        self.fenced += other.fenced
+
+
+class CoordinatorLoop:
+    def __init__(self, broker: Broker, owner: str | None = None) -> None:
+        self.broker = broker
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.totals = PassStats()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ leases
+    @retry_conflicts
+    def acquire_leases(self) -> dict[int, int]:
+        """Take or renew every lease that is free or ours: {txn_partition: coordinator_epoch}."""
+        s = self.broker.settings
+        now = self.broker.clock.now_ms()
+        with self.broker.engine.begin() as conn:
+            conn.execute(sql.ENSURE_LEASES, {"n": s.transaction_log_partitions})
+            rows = conn.execute(
+                sql.ACQUIRE_LEASES,
+                {"owner": self.owner, "expires_ms": now + s.coordinator_lease_ms, "now": now},
+            ).all()
+        return {int(r.txn_partition): int(r.coordinator_epoch) for r in rows}
+
+    def release_leases(self) -> None:
+        with self.broker.engine.begin() as conn:
+            conn.execute(sql.RELEASE_LEASES, {"owner": self.owner})
+
+    # ------------------------------------------------------------ one pass
+    def run_once(self) -> PassStats:
+        stats = PassStats(leases=self.acquire_leases())
+        now = self.broker.clock.now_ms()
+        for txn_partition, epoch in sorted(stats.leases.items()):
+            try:
+                self._work_partition(txn_partition, epoch, now, stats)
+            except KafkaException as exc:
+                if exc.error.code() != KafkaError.TRANSACTION_COORDINATOR_FENCED:
+                    raise
+                stats.fenced += 1
+                log.warning(
+                    "lost the lease of transaction-log partition %d: %s", txn_partition, exc
+                )
+        if 0 in stats.leases:
+            stats.expired_producers = expire_producer_states(self.broker, now)
+        self.totals.add(stats)
+        return stats
+
+    def _ids(self, statement: TextClause, params: Mapping[str, object]) -> list[str]:
+        with self.broker.engine.connect() as conn:
+            return [r[0] for r in conn.execute(statement, dict(params))]
+
+    def _work_partition(self, txn_partition: int, epoch: int, now: int, stats: PassStats) -> None:
+        base = {"txn_partition": txn_partition, "now": now}
+        for tid in self._ids(sql.PREPARED, base):
+            roll_forward(self.broker, tid, expected_epoch=epoch)
+            stats.rolled_forward += 1
+        for tid in self._ids(sql.TIMED_OUT, base):
+            stats.timed_out += self._time_out(tid, epoch)
+        params = {**base, "expiration_ms": self.broker.settings.transactional_id_expiration_ms}
+        for tid in self._ids(sql.EXPIRABLE, params):
+            stats.expired_ids += self._expire(tid, epoch)
+
+    def _check_lease(self, conn: Connection, txn_partition: int, epoch: int) -> None:
+        current = coordinator_epoch(conn, txn_partition)
+        if current != epoch:
+            raise fail(
+                KafkaError.TRANSACTION_COORDINATOR_FENCED, f"lease epoch is {current}, not {epoch}"
+            )
+
+    @retry_conflicts
+    def _time_out(self, transactional_id: str, epoch: int) -> int:
+        with self.broker.engine.begin() as conn:
+            meta = load_for_update(conn, transactional_id)
+            now = self.broker.clock.now_ms()
+            if meta is None or not is_timed_out(meta, now):
+                return 0
+            self._check_lease(conn, meta.txn_partition, epoch)
+            fence_and_abort(conn, meta, epoch, now, "transaction timed out")
+            return 1
+
+    @retry_conflicts
+    def _expire(self, transactional_id: str, epoch: int) -> int:
+        with self.broker.engine.begin() as conn:
+            meta = load_for_update(conn, transactional_id)
+            now = self.broker.clock.now_ms()
+            if meta is None or not is_expirable(
+                meta, now, self.broker.settings.transactional_id_expiration_ms
+            ):
+                return 0
+            self._check_lease(conn, meta.txn_partition, epoch)
+            dead = meta.transition("expire", updated_ms=now)
+            persist(conn, replace(dead, coordinator_epoch=epoch), "transactional id expired")
+            return 1
+
+    # ------------------------------------------------------------ thread
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self.run_forever, name="kip98-coordinator", daemon=True
+        )
+        self._thread.start()
+
+    def run_forever(self) -> None:
+        interval = self.broker.settings.coordinator_interval_ms / 1000.0
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # a database outage must not kill the loop; it retries next pass
+                log.exception("coordinator pass failed")
+            self._stop.wait(interval)
+
+    def stop(self, release: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        if release:
+            try:
+                self.release_leases()
+            except Exception:
+                log.exception("could not release coordinator leases")

@@ -1,0 +1,110 @@
+"""Every SQL statement of the transaction-coordinator family (transaction_log, the
+transactions projection, coordinator leases), in one place.
+
+Locking: a coordinator request serialises on its transactional id's row (FOR UPDATE);
+a produce into the transaction takes the same row FOR SHARE (DESIGN §3.4). Whoever holds
+the row may then lock data partitions (sorted), never the other way round.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+TXN_COLUMNS = (
+    "transactional_id, producer_id, producer_epoch, last_producer_id, last_producer_epoch, "
+    "state, partitions, has_offsets, timeout_ms, txn_start_ms, updated_ms, coordinator_epoch"
+)
+
+LOAD_FOR_UPDATE = text(
+    f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR UPDATE"
+)
+LOAD_FOR_SHARE = text(
+    f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR SHARE"
+)
+
+APPEND_EVENT = text(
+    f"""
+    INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
+    VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+            :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
+            :txn_start_ms, :updated_ms, :coordinator_epoch, :reason)
+    RETURNING event_id
+    """
+)
+
+UPSERT_PROJECTION = text(
+    f"""
+    INSERT INTO transactions ({TXN_COLUMNS}, txn_partition, last_event_id)
+    VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+            :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
+            :txn_start_ms, :updated_ms, :coordinator_epoch, :txn_partition, :event_id)
+    ON CONFLICT (transactional_id) DO UPDATE SET
+        producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch,
+        last_producer_id = EXCLUDED.last_producer_id,
+        last_producer_epoch = EXCLUDED.last_producer_epoch, state = EXCLUDED.state,
+        partitions = EXCLUDED.partitions, has_offsets = EXCLUDED.has_offsets,
+        timeout_ms = EXCLUDED.timeout_ms, txn_start_ms = EXCLUDED.txn_start_ms,
+        updated_ms = EXCLUDED.updated_ms, coordinator_epoch = EXCLUDED.coordinator_epoch,
+        txn_partition = EXCLUDED.txn_partition, last_event_id = EXCLUDED.last_event_id
+    """
+)
+
+DELETE_PROJECTION = text("DELETE FROM transactions WHERE transactional_id = :tid")
+
+# Rebuild: the fold of the log is its last event per id, minus the DEAD ones.
+LAST_EVENTS = text(
+    f"""
+    SELECT DISTINCT ON (transactional_id) {TXN_COLUMNS}, event_id
+    FROM transaction_log ORDER BY transactional_id, event_id DESC
+    """
+)
+ALL_EVENTS = text(
+    f"SELECT {TXN_COLUMNS}, event_id FROM transaction_log ORDER BY transactional_id, event_id"
+)
+LIVE_PROJECTION = text(f"SELECT {TXN_COLUMNS}, txn_partition, last_event_id FROM transactions")
+
+# ---------------------------------------------------------------- leases
+
+ENSURE_LEASES = text(
+    "INSERT INTO coordinator_leases (txn_partition) SELECT g FROM generate_series(0, :n - 1) g "
+    "ON CONFLICT DO NOTHING"
+)
+# Take or renew every lease that is free or ours; a takeover (new owner) bumps the
+# coordinator epoch. Rows are visited in order so two loops never deadlock.
+ACQUIRE_LEASES = text(
+    """
+    WITH candidates AS (
+        SELECT txn_partition FROM coordinator_leases
+        WHERE owner = :owner OR expires_ms < :now
+        ORDER BY txn_partition FOR UPDATE SKIP LOCKED
+    )
+    UPDATE coordinator_leases l SET
+        coordinator_epoch = l.coordinator_epoch + CASE WHEN l.owner IS DISTINCT FROM :owner THEN 1 ELSE 0 END,
+        owner = :owner, expires_ms = :expires_ms
+    FROM candidates c WHERE l.txn_partition = c.txn_partition
+    RETURNING l.txn_partition, l.coordinator_epoch
+    """
+)
+RELEASE_LEASES = text("UPDATE coordinator_leases SET expires_ms = 0 WHERE owner = :owner")
+LEASE_EPOCH = text(
+    "SELECT coordinator_epoch, owner FROM coordinator_leases WHERE txn_partition = :txn_partition"
+)
+LEASE_EPOCH_FOR_SHARE = text(
+    "SELECT coordinator_epoch, owner FROM coordinator_leases WHERE txn_partition = :txn_partition FOR SHARE"
+)
+
+# ---------------------------------------------------------------- loop scans
+
+TIMED_OUT = text(
+    "SELECT transactional_id FROM transactions WHERE txn_partition = :txn_partition AND state = 'BEGIN' "
+    "AND txn_start_ms + timeout_ms < :now ORDER BY transactional_id"
+)
+PREPARED = text(
+    "SELECT transactional_id FROM transactions WHERE txn_partition = :txn_partition "
+    "AND state IN ('PREPARE_COMMIT', 'PREPARE_ABORT') ORDER BY transactional_id"
+)
+EXPIRABLE = text(
+    "SELECT transactional_id FROM transactions WHERE txn_partition = :txn_partition "
+    "AND state IN ('EMPTY', 'COMPLETE_COMMIT', 'COMPLETE_ABORT') AND updated_ms + :expiration_ms < :now "
+    "ORDER BY transactional_id"
+)

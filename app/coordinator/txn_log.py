@@ -1,0 +1,68 @@
+"""Load transaction metadata under its row lock, and persist transitions as events.
+
+Persist, then publish (DESIGN §6.1): a transition exists once its event row and the
+projection update commit together; nothing in memory is trusted across requests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.coordinator import sql
+from app.coordinator.machines import DEAD
+from app.coordinator.metadata import TxnMetadata
+
+
+def metadata_from_row(row: Any, txn_partition: int | None = None) -> TxnMetadata:
+    return TxnMetadata(
+        transactional_id=row.transactional_id,
+        producer_id=row.producer_id,
+        producer_epoch=row.producer_epoch,
+        last_producer_id=row.last_producer_id,
+        last_producer_epoch=row.last_producer_epoch,
+        state=row.state,
+        partitions=tuple((t, p) for t, p in row.partitions),
+        has_offsets=row.has_offsets,
+        timeout_ms=row.timeout_ms,
+        txn_start_ms=row.txn_start_ms,
+        updated_ms=row.updated_ms,
+        coordinator_epoch=row.coordinator_epoch,
+        txn_partition=row.txn_partition if txn_partition is None else txn_partition,
+    )
+
+
+def load_for_update(conn: Connection, transactional_id: str) -> TxnMetadata | None:
+    row = conn.execute(sql.LOAD_FOR_UPDATE, {"tid": transactional_id}).first()
+    return None if row is None else metadata_from_row(row)
+
+
+def _params(meta: TxnMetadata) -> dict[str, Any]:
+    return {
+        "transactional_id": meta.transactional_id,
+        "producer_id": meta.producer_id,
+        "producer_epoch": meta.producer_epoch,
+        "last_producer_id": meta.last_producer_id,
+        "last_producer_epoch": meta.last_producer_epoch,
+        "state": meta.state,
+        "partitions": json.dumps([list(tp) for tp in meta.partitions]),
+        "has_offsets": meta.has_offsets,
+        "timeout_ms": meta.timeout_ms,
+        "txn_start_ms": meta.txn_start_ms,
+        "updated_ms": meta.updated_ms,
+        "coordinator_epoch": meta.coordinator_epoch,
+        "txn_partition": meta.txn_partition,
+    }
+
+
+def persist(conn: Connection, meta: TxnMetadata, reason: str) -> TxnMetadata:
+    """Append one event for this transition and bring the projection to it."""
+    params = _params(meta)
+    event_id = conn.execute(sql.APPEND_EVENT, {**params, "reason": reason}).scalar_one()
+    if meta.state == DEAD:
+        conn.execute(sql.DELETE_PROJECTION, {"tid": meta.transactional_id})
+    else:
+        conn.execute(sql.UPSERT_PROJECTION, {**params, "event_id": event_id})
+    return meta

@@ -1,0 +1,157 @@
+"""The group coordinator's offset handlers: OffsetCommit, TxnOffsetCommit, OffsetFetch.
+
+Plain commits land in ``group_offsets`` at once. Transactional ones (KIP-98 §4.4) stay in
+``pending_txn_offsets`` per producer until the COMMIT marker applies them or ABORT drops
+them (``txn_offsets``); OffsetFetch with require_stable refuses to answer while any are
+pending (KIP-447), so a new consumer never starts from an offset that may yet roll back.
+Every commit is also an ``offset_commit_log`` event, from which the projection rebuilds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.broker import Broker
+from app.coordinator import machines as m
+from app.coordinator import sql as txn_sql
+from app.coordinator.metadata import check_producer
+from app.coordinator.txn_log import metadata_from_row
+from app.errors import KafkaError, KafkaException, fail
+from app.groups import sql
+from app.groups.membership import check_generation
+from app.protocol import (
+    OffsetAndMetadata,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    TopicPartitionKey,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
+)
+from app.storage.engine import retry_conflicts
+
+
+def validate_offsets(group_id: object, offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> None:
+    """Pure request checks: a group id, and offsets that are positions (>= 0)."""
+    if not isinstance(group_id, str) or not group_id:
+        raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
+    for (topic, partition), om in offsets.items():
+        if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
+            raise fail(
+                KafkaError.INVALID_REQUEST,
+                f"offset {om.offset!r} for {topic} [{partition}] must be >= 0",
+            )
+        if om.metadata is not None and len(om.metadata) > 4096:
+            raise fail(
+                KafkaError.OFFSET_METADATA_TOO_LARGE,
+                f"metadata for {topic} [{partition}] exceeds 4096 characters",
+            )
+
+
+def _columns(offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> dict[str, list[Any]]:
+    keys = sorted(offsets)
+    return {
+        "topics": [t for t, _ in keys],
+        "partitions": [p for _, p in keys],
+        "offsets": [offsets[k].offset for k in keys],
+        "metadata": [offsets[k].metadata for k in keys],
+    }
+
+
+def _check_partitions_exist(conn: Connection, cols: dict[str, list[Any]]) -> None:
+    found = {(r.topic, r.partition) for r in conn.execute(sql.EXISTING_PARTITIONS, cols)}
+    missing = [tp for tp in zip(cols["topics"], cols["partitions"], strict=True) if tp not in found]
+    if missing:
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partitions: {missing}")
+
+
+@retry_conflicts
+def offset_commit(broker: Broker, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    try:
+        validate_offsets(req.group_id, req.offsets)
+        if not req.offsets:
+            return OffsetCommitResponse(KafkaError.NO_ERROR)
+        cols = _columns(req.offsets)
+        with broker.engine.begin() as conn:
+            _check_partitions_exist(conn, cols)
+            check_generation(
+                conn, req.group_id, req.member_id, req.generation_id, broker.clock.now_ms()
+            )
+            params = {**cols, "group_id": req.group_id, "now": broker.clock.now_ms()}
+            conn.execute(
+                sql.LOG_COMMITS,
+                {**params, "kind": "commit", "producer_id": None, "producer_epoch": None},
+            )
+            conn.execute(sql.UPSERT_COMMITTED, params)
+        return OffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
+    except KafkaException as exc:
+        code = exc.error.code()
+        return OffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
+
+
+@retry_conflicts
+def txn_offset_commit(broker: Broker, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+    try:
+        validate_offsets(req.group_id, req.offsets)
+        if not req.offsets:
+            return TxnOffsetCommitResponse(KafkaError.NO_ERROR)
+        cols = _columns(req.offsets)
+        with broker.engine.begin() as conn:
+            # Ordered against EndTxn like a transactional produce (FOR SHARE on the id).
+            row = conn.execute(txn_sql.LOAD_FOR_SHARE, {"tid": req.transactional_id}).first()
+            meta = check_producer(
+                None if row is None else metadata_from_row(row), req.producer_id, req.producer_epoch
+            )
+            if meta.state != m.BEGIN or not meta.has_offsets:
+                raise fail(
+                    KafkaError.INVALID_TXN_STATE,
+                    "offsets were not added to an ongoing transaction (AddOffsetsToTxn)",
+                )
+            _check_partitions_exist(conn, cols)
+            check_generation(
+                conn, req.group_id, req.member_id, req.generation_id, broker.clock.now_ms()
+            )
+            params = {
+                **cols, "group_id": req.group_id, "now": broker.clock.now_ms(),
+                "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
+            }  # fmt: skip
+            conn.execute(sql.LOG_COMMITS, {**params, "kind": "txn_pending"})
+            conn.execute(sql.UPSERT_PENDING, params)
+        return TxnOffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
+    except KafkaException as exc:
+        code = exc.error.code()
+        return TxnOffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
+
+
+def offset_fetch(broker: Broker, req: OffsetFetchRequest) -> OffsetFetchResponse:
+    try:
+        if not isinstance(req.group_id, str) or not req.group_id:
+            raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
+        wanted = None if req.partitions is None else set(req.partitions)
+        with broker.engine.connect() as conn:
+            if req.require_stable:
+                pending = {
+                    (r.topic, r.partition)
+                    for r in conn.execute(sql.PENDING_FOR_GROUP, {"group_id": req.group_id})
+                }
+                unstable = pending if wanted is None else pending & wanted
+                if unstable:
+                    raise fail(
+                        KafkaError.UNSTABLE_OFFSET_COMMIT,
+                        f"transactional offsets pending for {sorted(unstable)}",
+                    )
+            rows = conn.execute(sql.FETCH_COMMITTED, {"group_id": req.group_id}).all()
+        found = {
+            (r.topic, r.partition): OffsetAndMetadata(r.committed_offset, r.metadata)
+            for r in rows
+            if wanted is None or (r.topic, r.partition) in wanted
+        }
+        if wanted is not None:
+            for tp in wanted:
+                found.setdefault(tp, OffsetAndMetadata(-1, None))
+        return OffsetFetchResponse(KafkaError.NO_ERROR, found)
+    except KafkaException as exc:
+        return OffsetFetchResponse(exc.error.code(), error_message=exc.error.str())

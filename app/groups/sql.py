@@ -1,0 +1,124 @@
+"""Every SQL statement of the group family (offset_commit_log, group_offsets,
+pending_txn_offsets), in one place."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+# The COMMIT marker's effect on a producer's pending offsets: log it, then make them
+# the group's committed offsets.
+LOG_PENDING_OUTCOME = text(
+    """
+    INSERT INTO offset_commit_log (group_id, topic, partition, kind, committed_offset, metadata,
+                                   producer_id, producer_epoch, commit_ms)
+    SELECT group_id, topic, partition, :kind, committed_offset, metadata, producer_id,
+           producer_epoch, :now
+    FROM pending_txn_offsets WHERE producer_id = :producer_id
+    ORDER BY group_id, topic, partition
+    """
+)
+APPLY_PENDING = text(
+    """
+    INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms)
+    SELECT group_id, topic, partition, committed_offset, metadata, :now
+    FROM pending_txn_offsets WHERE producer_id = :producer_id
+    ORDER BY group_id, topic, partition
+    ON CONFLICT (group_id, topic, partition) DO UPDATE SET
+        committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata,
+        commit_ms = EXCLUDED.commit_ms
+    """
+)
+DROP_PENDING = text("DELETE FROM pending_txn_offsets WHERE producer_id = :producer_id")
+
+# ---------------------------------------------------------------- offsets
+
+EXISTING_PARTITIONS = text(
+    "SELECT topic, partition FROM partitions WHERE (topic, partition) IN "
+    "(SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))"
+)
+LOG_COMMITS = text(
+    """
+    INSERT INTO offset_commit_log (group_id, topic, partition, kind, committed_offset, metadata,
+                                   producer_id, producer_epoch, commit_ms)
+    SELECT :group_id, t, p, :kind, o, m, :producer_id, :producer_epoch, :now
+    FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
+                CAST(:metadata AS text[])) AS u(t, p, o, m)
+    """
+)
+UPSERT_COMMITTED = text(
+    """
+    INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms)
+    SELECT :group_id, t, p, o, m, :now
+    FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
+                CAST(:metadata AS text[])) AS u(t, p, o, m)
+    ORDER BY t, p
+    ON CONFLICT (group_id, topic, partition) DO UPDATE SET
+        committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata,
+        commit_ms = EXCLUDED.commit_ms
+    """
+)
+UPSERT_PENDING = text(
+    """
+    INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch,
+                                     committed_offset, metadata, commit_ms)
+    SELECT :group_id, t, p, :producer_id, :producer_epoch, o, m, :now
+    FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
+                CAST(:metadata AS text[])) AS u(t, p, o, m)
+    ORDER BY t, p
+    ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET
+        producer_epoch = EXCLUDED.producer_epoch, committed_offset = EXCLUDED.committed_offset,
+        metadata = EXCLUDED.metadata, commit_ms = EXCLUDED.commit_ms
+    """
+)
+FETCH_COMMITTED = text(
+    "SELECT topic, partition, committed_offset, metadata FROM group_offsets WHERE group_id = :group_id"
+)
+PENDING_FOR_GROUP = text(
+    "SELECT DISTINCT topic, partition FROM pending_txn_offsets WHERE group_id = :group_id"
+)
+
+# ---------------------------------------------------------------- membership
+
+ENSURE_GROUP = text(
+    "INSERT INTO consumer_groups (group_id) VALUES (:group_id) ON CONFLICT DO NOTHING"
+)
+LOCK_GROUP = text(
+    "SELECT group_id, generation_id, state FROM consumer_groups WHERE group_id = :group_id FOR UPDATE"
+)
+SHARE_GROUP = text(
+    "SELECT group_id, generation_id, state FROM consumer_groups WHERE group_id = :group_id FOR SHARE"
+)
+MEMBERS = text(
+    "SELECT member_id, generation_id, topics, assignment, session_timeout_ms, last_heartbeat_ms "
+    "FROM group_members WHERE group_id = :group_id ORDER BY member_id"
+)
+EXPIRE_MEMBERS = text(
+    "DELETE FROM group_members WHERE group_id = :group_id "
+    "AND last_heartbeat_ms + session_timeout_ms < :now RETURNING member_id"
+)
+UPSERT_MEMBER = text(
+    """
+    INSERT INTO group_members (group_id, member_id, client_id, generation_id, topics,
+                               session_timeout_ms, last_heartbeat_ms, joined_ms)
+    VALUES (:group_id, :member_id, :client_id, :generation_id, CAST(:topics AS jsonb),
+            :session_timeout_ms, :now, :now)
+    ON CONFLICT (group_id, member_id) DO UPDATE SET
+        generation_id = EXCLUDED.generation_id, topics = EXCLUDED.topics,
+        session_timeout_ms = EXCLUDED.session_timeout_ms, last_heartbeat_ms = EXCLUDED.last_heartbeat_ms
+    """
+)
+HEARTBEAT = text(
+    "UPDATE group_members SET last_heartbeat_ms = :now WHERE group_id = :group_id AND member_id = :member_id"
+)
+DELETE_MEMBER = text(
+    "DELETE FROM group_members WHERE group_id = :group_id AND member_id = :member_id"
+)
+SET_GROUP = text(
+    "UPDATE consumer_groups SET generation_id = :generation_id, state = :state, "
+    "rebalance_started_ms = :now WHERE group_id = :group_id"
+)
+SET_ASSIGNMENT = text(
+    "UPDATE group_members SET assignment = CAST(:assignment AS jsonb) "
+    "WHERE group_id = :group_id AND member_id = :member_id"
+)
+TOPIC_PARTITIONS = text("SELECT topic, num_partitions FROM topics WHERE topic = ANY(:topics)")

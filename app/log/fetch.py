@@ -1,0 +1,138 @@
+"""Fetch and ListOffsets: reading a partition at either isolation level.
+
+A read needs no lock. Offsets below the high watermark are all committed and visible
+(appends hold the partition lock to COMMIT), so reading the partition row first and then
+the records below the bound it gave returns a gapless prefix. read_committed is bounded by
+the LSO and filtered in SQL (markers and aborted transactions never leave the database).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.broker import Broker
+from app.errors import KafkaError, KafkaException, fail
+from app.log import sql
+from app.protocol import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    AbortedTransaction,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    RecordOut,
+)
+
+RECORD_OVERHEAD_BYTES = 24
+
+
+def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
+    row = conn.execute(sql.PARTITION_OFFSETS, {"topic": topic, "partition": partition}).first()
+    if row is None:
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
+    return row
+
+
+def trim_to_bytes(records: list[RecordOut], max_bytes: int) -> list[RecordOut]:
+    """Keep records within max_bytes, but always at least one (as Kafka returns a batch
+    larger than the limit rather than stalling the consumer)."""
+    total = 0
+    for i, r in enumerate(records):
+        total += RECORD_OVERHEAD_BYTES + len(r.key or b"") + len(r.value or b"")
+        if total > max_bytes and i > 0:
+            return records[:i]
+    return records
+
+
+def fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
+    try:
+        return _fetch(broker, req)
+    except KafkaException as exc:
+        return FetchResponse(exc.error.code(), error_message=exc.error.str())
+
+
+def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
+    if req.isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
+        raise fail(KafkaError.INVALID_REQUEST, f"unknown isolation level {req.isolation_level}")
+    if req.max_bytes <= 0:
+        raise fail(
+            KafkaError.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}"
+        )
+    limit = min(
+        req.max_records or broker.settings.fetch_max_records, broker.settings.fetch_max_records
+    )
+    with broker.engine.connect() as conn:
+        part = _partition_offsets(conn, req.topic, req.partition)
+        hw, log_start, lso = part.next_offset, part.log_start_offset, part.last_stable_offset
+        if req.fetch_offset < log_start or req.fetch_offset > hw:
+            raise fail(
+                KafkaError.OFFSET_OUT_OF_RANGE,
+                f"offset {req.fetch_offset} is outside [{log_start}, {hw}] of {req.topic} [{req.partition}]",
+            )
+        upper = lso if req.isolation_level == READ_COMMITTED else hw
+        aborted: list[AbortedTransaction] = []
+        if req.fetch_offset >= upper:
+            return FetchResponse(
+                KafkaError.NO_ERROR, hw, lso, log_start, [], req.fetch_offset, aborted
+            )
+        params = {
+            "topic": req.topic,
+            "partition": req.partition,
+            "from_offset": req.fetch_offset,
+            "to_offset": upper,
+            "max_records": limit,
+        }
+        statement = (
+            sql.FETCH_COMMITTED if req.isolation_level == READ_COMMITTED else sql.FETCH_UNCOMMITTED
+        )
+        records = [RecordOut(*row) for row in conn.execute(statement, params)]
+        if req.isolation_level == READ_COMMITTED:
+            aborted = [
+                AbortedTransaction(r.producer_id, r.first_offset)
+                for r in conn.execute(sql.ABORTED_IN_RANGE, params)
+            ]
+    kept = trim_to_bytes(records, req.max_bytes)
+    # Everything up to the bound was examined unless a limit cut the result short.
+    next_offset = (
+        kept[-1].offset + 1 if (len(kept) < len(records) or len(records) == limit) else upper
+    )
+    return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, kept, next_offset, aborted)
+
+
+def list_offsets(broker: Broker, req: ListOffsetsRequest) -> ListOffsetsResponse:
+    """Earliest (-2), latest (-1; the LSO in read_committed), or the first offset whose
+    timestamp is at or after the given one (markers are not indexed by time)."""
+    try:
+        with broker.engine.connect() as conn:
+            part = _partition_offsets(conn, req.topic, req.partition)
+            upper = (
+                part.last_stable_offset
+                if req.isolation_level == READ_COMMITTED
+                else part.next_offset
+            )
+            if req.timestamp == EARLIEST_TIMESTAMP:
+                return ListOffsetsResponse(KafkaError.NO_ERROR, part.log_start_offset)
+            if req.timestamp == LATEST_TIMESTAMP:
+                return ListOffsetsResponse(KafkaError.NO_ERROR, upper)
+            if req.timestamp < 0:
+                raise fail(KafkaError.INVALID_REQUEST, f"invalid timestamp {req.timestamp}")
+            row = conn.execute(
+                sql.OFFSET_FOR_TIMESTAMP,
+                {
+                    "topic": req.topic,
+                    "partition": req.partition,
+                    "timestamp": req.timestamp,
+                    "log_start": part.log_start_offset,
+                    "upper": upper,
+                },
+            ).first()
+            if row is None:
+                return ListOffsetsResponse(KafkaError.NO_ERROR, -1, -1)
+            return ListOffsetsResponse(KafkaError.NO_ERROR, row.offset, row.timestamp)
+    except KafkaException as exc:
+        return ListOffsetsResponse(exc.error.code(), error_message=exc.error.str())

@@ -1,0 +1,98 @@
+"""What kafka-transactions.sh shows about partitions: producers, hanging transactions,
+and the admin's last resort, aborting one (DESIGN §6 rule 10: ship tools to find and abort
+hanging transactions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.broker import Broker
+from app.errors import KafkaError, fail
+from app.log import sql
+from app.log.markers import write_txn_marker
+from app.protocol import CONTROL_ABORT
+from app.storage.engine import retry_conflicts
+
+
+@dataclass(frozen=True)
+class ProducerDescription:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int
+
+
+@dataclass(frozen=True)
+class HangingTransaction:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    started_at: datetime | None
+
+
+def describe_producers(broker: Broker, topic: str, partition: int) -> list[ProducerDescription]:
+    with broker.engine.connect() as conn:
+        exists = conn.execute(
+            sql.PARTITION_OFFSETS, {"topic": topic, "partition": partition}
+        ).first()
+        if exists is None:
+            raise fail(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist"
+            )
+        rows = conn.execute(sql.DESCRIBE_PRODUCERS, {"topic": topic, "partition": partition}).all()
+    return [
+        ProducerDescription(
+            r.producer_id,
+            r.producer_epoch,
+            r.last_sequence,
+            r.last_timestamp,
+            r.coordinator_epoch,
+            -1 if r.txn_first_offset is None else r.txn_first_offset,
+        )
+        for r in rows
+    ]
+
+
+def find_hanging(
+    broker: Broker, max_transaction_timeout_ms: int | None = None
+) -> list[HangingTransaction]:
+    """Open on a partition with no live coordinator transaction, or older than its timeout
+    (or than ``max_transaction_timeout_ms`` when given, as kafka-transactions.sh does)."""
+    with broker.engine.connect() as conn:
+        rows = [HangingTransaction(*r) for r in conn.execute(sql.HANGING)]
+        if max_transaction_timeout_ms is not None:
+            now = broker.clock.now_ms()
+            all_open = conn.execute(sql.OPEN_ON_PARTITIONS).all()
+            seen = {(h.topic, h.partition, h.start_offset) for h in rows}
+            for r in all_open:
+                if (
+                    r.topic,
+                    r.partition,
+                    r.start_offset,
+                ) not in seen and now - r.started_ms > max_transaction_timeout_ms:
+                    rows.append(HangingTransaction(*r[:6]))
+    return sorted(rows, key=lambda h: (h.topic, h.partition, h.start_offset))
+
+
+@retry_conflicts
+def abort_hanging(broker: Broker, topic: str, partition: int, start_offset: int) -> bool:
+    """Write an ABORT marker for the transaction open at ``start_offset`` on the partition,
+    with the producer's own epochs (kafka-transactions.sh abort). Unblocks the LSO."""
+    with broker.engine.begin() as conn:
+        row = conn.execute(
+            sql.OPEN_TXN_AT, {"topic": topic, "partition": partition, "start_offset": start_offset}
+        ).first()
+        if row is None:
+            raise fail(
+                KafkaError.INVALID_TXN_STATE,
+                f"no open transaction starts at offset {start_offset} of {topic} [{partition}]",
+            )
+        return write_txn_marker(
+            conn, topic, partition, row.producer_id, row.producer_epoch, max(row.coordinator_epoch, 0),
+            CONTROL_ABORT, broker.clock.now_ms(),
+        )  # fmt: skip

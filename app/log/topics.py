@@ -1,0 +1,118 @@
+"""Topic administration: create, list, describe, delete (the data plane's metadata)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
+from app.broker import Broker
+from app.errors import KafkaError, fail
+from app.log.naming import validate_num_partitions, validate_topic_name
+from app.storage.engine import retry_conflicts
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    topic: str
+    num_partitions: int
+    config: dict[str, Any]
+    partitions: tuple[PartitionInfo, ...] = ()
+
+
+@retry_conflicts
+def create_topic(
+    broker: Broker, name: str, num_partitions: int = 1, config: dict[str, Any] | None = None
+) -> TopicInfo:
+    validate_topic_name(name)
+    validate_num_partitions(num_partitions)
+    cfg = dict(config or {})
+    try:
+        with broker.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO topics (topic, num_partitions, config, created_ms) "
+                    "VALUES (:topic, :n, CAST(:config AS jsonb), :now)"
+                ),
+                {
+                    "topic": name,
+                    "n": num_partitions,
+                    "config": json.dumps(cfg),
+                    "now": broker.clock.now_ms(),
+                },
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO partitions (topic, partition) "
+                    "SELECT :topic, g FROM generate_series(0, :n - 1) g"
+                ),
+                {"topic": name, "n": num_partitions},
+            )
+    except IntegrityError as exc:
+        raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists") from exc
+    return TopicInfo(name, num_partitions, cfg)
+
+
+@retry_conflicts
+def delete_topic(broker: Broker, name: str) -> None:
+    """Delete a topic and its data; its partition locks are taken first (in order)."""
+    with broker.engine.begin() as conn:
+        locked = conn.execute(
+            text("SELECT partition FROM partitions WHERE topic = :t ORDER BY partition FOR UPDATE"),
+            {"t": name},
+        ).all()
+        if not locked:
+            raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        for table in ("records", "producer_states", "aborted_txns"):
+            conn.execute(text(f"DELETE FROM {table} WHERE topic = :t"), {"t": name})
+        conn.execute(text("DELETE FROM topics WHERE topic = :t"), {"t": name})
+
+
+def list_topics(broker: Broker) -> list[TopicInfo]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT t.topic, t.num_partitions, t.config, p.partition, p.log_start_offset, "
+                "p.next_offset, p.last_stable_offset FROM topics t "
+                "JOIN partitions p ON p.topic = t.topic ORDER BY t.topic, p.partition"
+            )
+        ).all()
+    topics: dict[str, TopicInfo] = {}
+    parts: dict[str, list[PartitionInfo]] = {}
+    for r in rows:
+        topics.setdefault(r.topic, TopicInfo(r.topic, r.num_partitions, r.config))
+        parts.setdefault(r.topic, []).append(
+            PartitionInfo(r.partition, r.log_start_offset, r.next_offset, r.last_stable_offset)
+        )
+    return [
+        TopicInfo(t.topic, t.num_partitions, t.config, tuple(parts[t.topic]))
+        for t in topics.values()
+    ]
+
+
+def describe_topic(broker: Broker, name: str) -> TopicInfo:
+    for info in list_topics(broker):
+        if info.topic == name:
+            return info
+    raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+
+
+def partition_count(broker: Broker, name: str) -> int:
+    with broker.engine.connect() as conn:
+        n = conn.execute(
+            text("SELECT num_partitions FROM topics WHERE topic = :t"), {"t": name}
+        ).scalar()
+    if n is None:
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    return int(n)

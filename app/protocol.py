@@ -1,0 +1,326 @@
+"""Typed requests and responses, one pair per RPC of KIP-98's "RPC Protocol Summary".
+
+Handlers take a request and return a response carrying a Kafka error code, never raising
+for a protocol-level refusal: that keeps them callable unchanged from a wire-protocol front
+end later. Field names are the KIP's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+# ListOffsets sentinel timestamps (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+# Kafka's ControlRecordType.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+
+
+class RecordIn(NamedTuple):
+    """One record of a produce batch; headers already encoded for storage."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: list[dict[str, Any]] | None = None
+
+
+class RecordOut(NamedTuple):
+    """One record as a fetch returns it (data records only: markers never reach clients)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[dict[str, Any]] | None
+    producer_id: int
+
+
+@dataclass(frozen=True)
+class ProduceRequest:
+    topic: str
+    partition: int
+    records: list[RecordIn]
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    transactional_id: str | None = None
+    is_transactional: bool = False
+
+
+@dataclass(frozen=True)
+class ProduceResponse:
+    error_code: int
+    base_offset: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    # True when the batch was a retry of one already in the log (nothing was written).
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    topic: str
+    partition: int
+    fetch_offset: int
+    max_bytes: int = 1_048_576
+    isolation_level: int = READ_COMMITTED
+    max_records: int | None = None
+
+
+@dataclass(frozen=True)
+class AbortedTransaction:
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True)
+class FetchResponse:
+    error_code: int
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: list[RecordOut] = field(default_factory=list)
+    # Where the next fetch starts: past the last record returned, and past any markers or
+    # aborted records the fetch stepped over.
+    next_offset: int = -1
+    aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ListOffsetsRequest:
+    topic: str
+    partition: int
+    timestamp: int
+    isolation_level: int = READ_UNCOMMITTED
+
+
+@dataclass(frozen=True)
+class ListOffsetsResponse:
+    error_code: int
+    offset: int = -1
+    timestamp: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class InitProducerIdRequest:
+    transactional_id: str | None
+    transaction_timeout_ms: int
+    # KIP-360: a producer that already has an id may ask to bump its epoch.
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True)
+class InitProducerIdResponse:
+    error_code: int
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class AddPartitionsToTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class AddPartitionsToTxnResponse:
+    error_code: int
+    # Per-partition results, as Kafka's response carries them.
+    results: dict[tuple[str, int], int] = field(default_factory=dict)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class AddOffsetsToTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+
+
+@dataclass(frozen=True)
+class AddOffsetsToTxnResponse:
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class EndTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+
+@dataclass(frozen=True)
+class EndTxnResponse:
+    error_code: int
+    # KIP-890: the identity to use for the next transaction.
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class WriteTxnMarkersRequest:
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    committed: bool
+    partitions: list[tuple[str, int]]
+
+
+@dataclass(frozen=True)
+class WriteTxnMarkersResponse:
+    results: dict[tuple[str, int], int]
+
+
+COORDINATOR_GROUP = 0
+COORDINATOR_TRANSACTION = 1
+
+
+@dataclass(frozen=True)
+class FindCoordinatorRequest:
+    key: str
+    key_type: int = COORDINATOR_TRANSACTION
+
+
+@dataclass(frozen=True)
+class FindCoordinatorResponse:
+    error_code: int
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    error_message: str | None = None
+
+
+# ---------------------------------------------------------------- group coordinator
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class OffsetAndMetadata:
+    offset: int
+    metadata: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetCommitRequest:
+    group_id: str
+    offsets: dict[TopicPartitionKey, OffsetAndMetadata]
+    generation_id: int = -1
+    member_id: str = ""
+
+
+@dataclass(frozen=True)
+class OffsetCommitResponse:
+    error_code: int
+    results: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class TxnOffsetCommitRequest:
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    offsets: dict[TopicPartitionKey, OffsetAndMetadata]
+    # KIP-447: the consumer's group metadata, so a zombie of an old generation is fenced.
+    generation_id: int = -1
+    member_id: str = ""
+
+
+@dataclass(frozen=True)
+class TxnOffsetCommitResponse:
+    error_code: int
+    results: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetFetchRequest:
+    group_id: str
+    partitions: list[TopicPartitionKey] | None = None
+    require_stable: bool = False
+
+
+@dataclass(frozen=True)
+class OffsetFetchResponse:
+    error_code: int
+    offsets: dict[TopicPartitionKey, OffsetAndMetadata] = field(default_factory=dict)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class JoinGroupRequest:
+    group_id: str
+    member_id: str
+    topics: list[str]
+    session_timeout_ms: int
+    client_id: str = ""
+
+
+@dataclass(frozen=True)
+class JoinGroupResponse:
+    error_code: int
+    member_id: str = ""
+    generation_id: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    generation_id: int
+
+
+@dataclass(frozen=True)
+class HeartbeatResponse:
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class SyncGroupRequest:
+    group_id: str
+    member_id: str
+    generation_id: int
+
+
+@dataclass(frozen=True)
+class SyncGroupResponse:
+    error_code: int
+    assignment: list[TopicPartitionKey] = field(default_factory=list)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaveGroupRequest:
+    group_id: str
+    member_id: str
+
+
+@dataclass(frozen=True)
+class LeaveGroupResponse:
+    error_code: int
+    error_message: str | None = None

@@ -1,0 +1,39 @@
+"""Broker-side settings (Kafka's broker configs that apply to this library-broker).
+
+Read once from ``KIP98_*`` environment variables so every process sharing a database can be
+configured alike; tests construct them directly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    # Idle producer state is forgotten after this long (Kafka: producer.id.expiration.ms).
+    producer_id_expiration_ms: int = 86_400_000
+    # Upper bound for a client's transaction.timeout.ms (Kafka: transaction.max.timeout.ms).
+    max_transaction_timeout_ms: int = 900_000
+    # Idle transactional ids expire after this long (Kafka: transactional.id.expiration.ms).
+    transactional_id_expiration_ms: int = 604_800_000
+    # Transaction-log partitions: the unit of coordinator leases (Kafka: 50).
+    transaction_log_partitions: int = 16
+    # How long a coordinator lease lasts without renewal.
+    coordinator_lease_ms: int = 10_000
+    # How often a coordinator loop looks for timed-out transactions and expired ids.
+    coordinator_interval_ms: int = 1_000
+    # Largest record batch a partition accepts (Kafka: message.max.bytes, broker side).
+    message_max_bytes: int = 1_048_588
+    # Rows one fetch reads at most per partition (bounds memory; fetch.max.bytes bounds bytes).
+    fetch_max_records: int = 2_000
+
+    @classmethod
+    def from_env(cls) -> BrokerSettings:
+        values: dict[str, int] = {}
+        for field in fields(cls):
+            raw = os.environ.get(f"KIP98_{field.name.upper()}")
+            if raw is not None:
+                values[field.name] = int(raw)
+        return cls(**values)

@@ -1,0 +1,376 @@
+"""The embedded PostgreSQL: a private cluster under ``KIP98_HOME``, started on demand.
+
+Why it looks the way it does:
+
+- PostgreSQL refuses to run as root, so when we are root the server (initdb, pg_ctl, the
+  postmaster) runs as an unprivileged system user; everything else stays root's.
+- Spark's JDBC driver needs TCP, so the server listens on 127.0.0.1 on a free port; a
+  private socket directory keeps it off the system's ``/var/run/postgresql``.
+- Several processes may call ``start()`` at once (tests, CLI, clients); an exclusive
+  ``flock`` on ``KIP98_HOME/lock`` makes exactly one of them start the server.
+- A crash leaves ``postmaster.pid`` behind; its pid may since belong to another process.
+  We treat the file as stale unless that pid is a live postmaster for *our* data directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+SUPERUSER = "kip98"
+DATABASE = "kip98"
+_SERVER_USER_CANDIDATES = ("postgres", "kip98")
+_START_TIMEOUT_S = 60
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded server could not be set up, started or stopped (message says why)."""
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    running: bool
+    pid: int | None
+    port: int | None
+    data_dir: Path
+    url: str | None
+
+
+def kip98_home() -> Path:
+    return Path(os.environ.get("KIP98_HOME", "./.kip98")).resolve()
+
+
+def _pg_bindir() -> Path:
+    """Find initdb/pg_ctl: PATH first, then Debian's versioned directories (newest first)."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).resolve().parent
+    root = Path("/usr/lib/postgresql")
+    if root.is_dir():
+        versions = sorted(
+            (p for p in root.iterdir() if (p / "bin" / "pg_ctl").exists()),
+            key=lambda p: int(p.name) if p.name.isdigit() else 0,
+            reverse=True,
+        )
+        if versions:
+            return versions[0] / "bin"
+    raise EmbeddedError(
+        "PostgreSQL server binaries (pg_ctl, initdb) not found; run scripts/setup "
+        "or set KIP98_DATABASE_URL to an existing server"
+    )
+
+
+class EmbeddedPostgres:
+    """One cluster per ``home``; all methods are safe to call from concurrent processes."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = (home or kip98_home()).resolve()
+        self.data_dir = self.home / "pgdata"
+        self.lock_path = self.home / "lock"
+
+    # ----------------------------------------------------------------- identity
+    def _server_user(self) -> pwd.struct_passwd | None:
+        """None when we are not root (the server then runs as ourselves)."""
+        if os.geteuid() != 0:
+            return None
+        for name in _SERVER_USER_CANDIDATES:
+            with contextlib.suppress(KeyError):
+                return pwd.getpwnam(name)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "kip98"],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam("kip98")
+
+    def _run(self, args: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+        user = self._server_user()
+        kwargs: dict[str, object] = {}
+        if user is not None:
+            kwargs = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+        env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+        if user is not None:
+            env["HOME"] = user.pw_dir
+        proc = subprocess.run(
+            args,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd="/",
+            **kwargs,  # type: ignore[call-overload]
+        )
+        if check and proc.returncode != 0:
+            raise EmbeddedError(
+                f"{Path(args[0]).name} failed: {(proc.stderr or proc.stdout).strip()}"
+            )
+        return proc
+
+    def _chown(self, path: Path) -> None:
+        user = self._server_user()
+        if user is not None:
+            os.chown(path, user.pw_uid, user.pw_gid)
+
+    def _server_can_use(self, path: Path) -> bool:
+        if self._server_user() is None:
+            return True
+        return (
+            self._run(["test", "-w", str(path), "-a", "-x", str(path)], check=False).returncode == 0
+        )
+
+    # ----------------------------------------------------------------- layout
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _prepare_dirs(self) -> None:
+        """Create the data and socket directories where the server user can reach them.
+
+        A checkout under a private home (``/root``) is not reachable by the server user;
+        the cluster then lives in ``/var/tmp`` and ``KIP98_HOME/pgdata`` links to it.
+        """
+        if self.data_dir.exists() or self.data_dir.is_symlink():
+            return
+        base = self.home / "server"
+        base.mkdir(exist_ok=True)
+        self._chown(base)
+        if not self._server_can_use(base):
+            base.rmdir()
+            digest = hashlib.sha1(str(self.home).encode()).hexdigest()[:12]
+            base = Path("/var/tmp") / f"kip98-{digest}"
+            base.mkdir(mode=0o700, exist_ok=True)
+            self._chown(base)
+        (base / "pgdata").mkdir(mode=0o700, exist_ok=True)
+        self._chown(base / "pgdata")
+        (base / "run").mkdir(mode=0o700, exist_ok=True)
+        self._chown(base / "run")
+        if base != self.home / "server":
+            self.data_dir.symlink_to(base / "pgdata")
+        else:
+            self.data_dir.symlink_to(Path("server") / "pgdata")
+
+    @property
+    def _socket_dir(self) -> Path:
+        return self.data_dir.resolve().parent / "run"
+
+    @property
+    def _log_file(self) -> Path:
+        return self.data_dir.resolve().parent / "postgres.log"
+
+    def _initdb(self) -> None:
+        if (self.data_dir / "PG_VERSION").exists():
+            return
+        bindir = _pg_bindir()
+        self._run(
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(self.data_dir.resolve()),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-locale",
+                "--no-sync",
+            ]
+        )
+        conf = self.data_dir / "postgresql.conf"
+        user = self._server_user()
+        with open(conf, "a") as fh:
+            fh.write("\ninclude_if_exists = 'kip98.conf'\n")
+        if user is not None:
+            os.chown(conf, user.pw_uid, user.pw_gid)
+
+    def _write_settings(self, port: int) -> None:
+        settings = {
+            "port": str(port),
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self._socket_dir}'",
+            "max_connections": "300",
+            "shared_buffers": "'256MB'",
+            "max_wal_size": "'2GB'",
+            "logging_collector": "off",
+            "log_min_messages": "warning",
+            "lc_messages": "'C'",
+        }
+        if os.environ.get("KIP98_EMBEDDED_DURABILITY", "on") == "off":
+            # For throwaway test clusters only: crash safety of the OS is not needed there.
+            settings.update(fsync="off", synchronous_commit="off", full_page_writes="off")
+        path = self.data_dir / "kip98.conf"
+        path.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+        self._chown(path)
+
+    # ----------------------------------------------------------------- state
+    def _postmaster_pid(self) -> tuple[int, int] | None:
+        """(pid, port) from postmaster.pid if a live postmaster for this cluster owns it."""
+        pidfile = self.data_dir / "postmaster.pid"
+        try:
+            lines = pidfile.read_text().splitlines()
+        except (FileNotFoundError, PermissionError, NotADirectoryError):
+            return None
+        if len(lines) < 4 or not lines[0].strip().isdigit():
+            return None
+        pid, port = int(lines[0]), int(lines[3])
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return None
+        exe = Path(cmdline[0].decode(errors="replace")).name if cmdline else ""
+        if exe not in ("postgres", "postmaster"):
+            return None
+        return pid, port
+
+    def _clear_stale_pidfile(self) -> None:
+        pidfile = self.data_dir / "postmaster.pid"
+        if pidfile.exists() and self._postmaster_pid() is None:
+            pidfile.unlink()
+
+    def url_for(self, port: int, database: str = DATABASE) -> str:
+        return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{port}/{database}"
+
+    def status(self) -> ServerStatus:
+        found = self._postmaster_pid()
+        if found is None:
+            return ServerStatus(False, None, None, self.data_dir, None)
+        pid, port = found
+        return ServerStatus(True, pid, port, self.data_dir, self.url_for(port))
+
+    # ----------------------------------------------------------------- control
+    def start(self) -> ServerStatus:
+        """Start the server unless it runs; returns its status. Idempotent, concurrent-safe."""
+        current = self.status()
+        if current.running and self._ready(current.port):
+            return current
+        with self._locked():
+            current = self.status()
+            if current.running:
+                self._wait_ready(current.port)
+                self._ensure_database(current.port)
+                return current
+            self._prepare_dirs()
+            self._initdb()
+            self._clear_stale_pidfile()
+            port = _free_port()
+            self._write_settings(port)
+            log = self._log_file
+            if not log.exists():
+                log.touch()
+                self._chown(log)
+            self._run(
+                [
+                    str(_pg_bindir() / "pg_ctl"),
+                    "start",
+                    "-w",
+                    "-t",
+                    str(_START_TIMEOUT_S),
+                    "-D",
+                    str(self.data_dir.resolve()),
+                    "-l",
+                    str(log),
+                ]
+            )
+            self._wait_ready(port)
+            self._ensure_database(port)
+            return self.status()
+
+    def stop(self) -> bool:
+        """Stop the server (fast shutdown); False when it was not running."""
+        with self._locked():
+            if not self.status().running:
+                self._clear_stale_pidfile()
+                return False
+            self._run(
+                [
+                    str(_pg_bindir() / "pg_ctl"),
+                    "stop",
+                    "-w",
+                    "-m",
+                    "fast",
+                    "-D",
+                    str(self.data_dir.resolve()),
+                ]
+            )
+            return True
+
+    def restart_immediate(self) -> None:
+        """Crash-stop then start again: the 'PostgreSQL restart' fault of the torture tests."""
+        with self._locked():
+            if self.status().running:
+                self._run(
+                    [
+                        str(_pg_bindir() / "pg_ctl"),
+                        "stop",
+                        "-w",
+                        "-m",
+                        "immediate",
+                        "-D",
+                        str(self.data_dir.resolve()),
+                    ]
+                )
+        self.start()
+
+    def _ready(self, port: int | None) -> bool:
+        if port is None:
+            return False
+        import psycopg
+
+        try:
+            with psycopg.connect(
+                host="127.0.0.1", port=port, user=SUPERUSER, dbname="postgres", connect_timeout=3
+            ):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def _wait_ready(self, port: int | None) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not self._ready(port):
+            if time.monotonic() > deadline:
+                raise EmbeddedError(f"PostgreSQL did not accept connections; see {self._log_file}")
+            time.sleep(0.1)
+
+    def _ensure_database(self, port: int | None) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            host="127.0.0.1", port=port, user=SUPERUSER, dbname="postgres", autocommit=True
+        ) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+            ).fetchone()
+            if not exists:
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                    conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def database_url(start: bool = True) -> str:
+    """The URL clients use: ``KIP98_DATABASE_URL`` if set, else the embedded server's."""
+    explicit = os.environ.get("KIP98_DATABASE_URL")
+    if explicit:
+        return explicit
+    server = EmbeddedPostgres()
+    status = server.start() if start else server.status()
+    if status.url is None:
+        raise EmbeddedError("the embedded PostgreSQL is not running (kip98 db start)")
+    return status.url

@@ -1,0 +1,82 @@
+"""Engines and the one retry policy for transient PostgreSQL conflicts (DESIGN §3.5)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import psycopg
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.exc import DBAPIError
+
+from app.storage.embedded import database_url
+
+log = logging.getLogger(__name__)
+
+_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+# serialization_failure, deadlock_detected: the transaction did nothing; run it again.
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+MAX_ATTEMPTS = 8
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def resolve_url(url: str | None = None) -> str:
+    """``url`` if given, else KIP98_DATABASE_URL, else the embedded server (started on demand)."""
+    return url or database_url()
+
+
+def get_engine(url: str | None = None) -> Engine:
+    """One pooled engine per URL per process (engines are expensive; connections are pooled)."""
+    resolved = resolve_url(url)
+    with _lock:
+        engine = _engines.get(resolved)
+        if engine is None:
+            engine = create_engine(
+                resolved,
+                pool_size=5,
+                max_overflow=20,
+                pool_pre_ping=True,
+                pool_recycle=3600,
+            )
+            _engines[resolved] = engine
+        return engine
+
+
+def dispose_engines() -> None:
+    """Drop pooled connections, e.g. after fork or before dropping a test database."""
+    with _lock:
+        for engine in _engines.values():
+            engine.dispose()
+        _engines.clear()
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    return getattr(orig, "sqlstate", None)
+
+
+def retry_conflicts(fn: Callable[P, T]) -> Callable[P, T]:
+    """Re-run a whole DB transaction on serialization failure or deadlock, bounded and logged."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return fn(*args, **kwargs)
+            except (DBAPIError, psycopg.Error) as exc:
+                if sqlstate(exc) not in RETRYABLE_SQLSTATES or attempt == MAX_ATTEMPTS:
+                    raise
+                log.warning("%s: %s, retrying (attempt %d)", fn.__name__, sqlstate(exc), attempt)
+                time.sleep(random.uniform(0, 0.005 * 2**attempt))
+        raise AssertionError("unreachable")
+
+    return wrapper

@@ -1,0 +1,307 @@
+"""The whole schema as SQLAlchemy Core metadata: the single source Alembic migrations follow.
+
+Each table family is an append-only log (the truth) plus projections of current state that
+``app.storage.rebuild`` can always recompute from the log. Keys lead with
+(topic, partition) so the data can later be distributed by partition without redesign.
+Integer widths follow Kafka's wire types (epoch int16, sequence int32, offsets int64).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKeyConstraint,
+    Identity,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = MetaData(naming_convention=NAMING)
+
+# ---------------------------------------------------------------- partition log family
+
+topics = Table(
+    "topics",
+    metadata,
+    Column("topic", Text, primary_key=True),
+    Column("num_partitions", Integer, nullable=False),
+    Column("config", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_ms", BigInteger, nullable=False),
+    CheckConstraint("num_partitions >= 1", name="num_partitions_positive"),
+)
+
+partitions = Table(
+    "partitions",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    # The row whose lock serialises appends (DESIGN §3.1); next_offset is the high watermark.
+    Column("next_offset", BigInteger, nullable=False, server_default=text("0")),
+    Column("log_start_offset", BigInteger, nullable=False, server_default=text("0")),
+    Column("last_stable_offset", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("topic", "partition"),
+    ForeignKeyConstraint(["topic"], ["topics.topic"], ondelete="CASCADE"),
+)
+
+# One row per record, control records (transaction markers) included. Producer fields are
+# -1 for records written without idempotence. batch_base_offset ties a record to its batch
+# so producer state (last five batches) can be rebuilt from the log alone.
+records = Table(
+    "records",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("timestamp", BigInteger, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary),
+    Column("headers", JSONB),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("sequence", Integer, nullable=False),
+    Column("batch_base_offset", BigInteger, nullable=False),
+    Column("is_transactional", Boolean, nullable=False),
+    Column("is_control", Boolean, nullable=False),
+    # Kafka's ControlRecordType: 0 = ABORT, 1 = COMMIT; NULL for data records.
+    Column("control_type", SmallInteger),
+    Column("coordinator_epoch", Integer),
+    PrimaryKeyConstraint("topic", "partition", "offset"),
+)
+Index(
+    "ix_records_producer",
+    records.c.topic,
+    records.c.partition,
+    records.c.producer_id,
+    records.c.offset,
+)
+
+# Projection: per (partition, producer) the fold of its batches and markers.
+# batches holds the last five data batches as [first_seq, last_seq, first_offset, last_offset].
+producer_states = Table(
+    "producer_states",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("last_sequence", Integer, nullable=False),
+    Column("last_offset", BigInteger, nullable=False),
+    Column("last_timestamp", BigInteger, nullable=False),
+    Column("batches", JSONB, nullable=False),
+    Column("coordinator_epoch", Integer, nullable=False, server_default=text("-1")),
+    Column("txn_first_offset", BigInteger),
+    PrimaryKeyConstraint("topic", "partition", "producer_id"),
+)
+
+# Projection: the aborted-transaction index (KIP-98 "Aborted Transaction Index").
+aborted_txns = Table(
+    "aborted_txns",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("first_offset", BigInteger, nullable=False),
+    Column("last_offset", BigInteger, nullable=False),
+    Column("last_stable_offset", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "partition", "last_offset"),
+)
+
+# Producer ids handed out by InitProducerId: append-only, so an id is never reused, even
+# across restarts and rebuilds (Kafka's ProducerIdManager block, as a table).
+producer_ids = Table(
+    "producer_ids",
+    metadata,
+    Column("producer_id", BigInteger, Identity(start=1000), primary_key=True),
+    Column("transactional_id", Text),
+    Column("allocated_ms", BigInteger, nullable=False),
+)
+
+# ---------------------------------------------------------------- transaction coordinator family
+
+# One row per persisted transition of a transactional id (Kafka's __transaction_state).
+transaction_log = Table(
+    "transaction_log",
+    metadata,
+    Column("event_id", BigInteger, Identity(), primary_key=True),
+    Column("transactional_id", Text, nullable=False),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("last_producer_id", BigInteger, nullable=False),
+    Column("last_producer_epoch", SmallInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("partitions", JSONB, nullable=False),
+    Column("has_offsets", Boolean, nullable=False, server_default=text("false")),
+    Column("timeout_ms", Integer, nullable=False),
+    Column("txn_start_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Column("coordinator_epoch", Integer, nullable=False),
+    Column("reason", Text),
+)
+Index(
+    "ix_transaction_log_transactional_id",
+    transaction_log.c.transactional_id,
+    transaction_log.c.event_id,
+)
+
+# Projection: exactly the fold of transaction_log per transactional id.
+transactions = Table(
+    "transactions",
+    metadata,
+    Column("transactional_id", Text, primary_key=True),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("last_producer_id", BigInteger, nullable=False),
+    Column("last_producer_epoch", SmallInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("partitions", JSONB, nullable=False),
+    Column("has_offsets", Boolean, nullable=False),
+    Column("timeout_ms", Integer, nullable=False),
+    Column("txn_start_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    Column("coordinator_epoch", Integer, nullable=False),
+    # The transaction-log partition (hash of the id) whose lease holder times it out.
+    Column("txn_partition", Integer, nullable=False),
+    Column("last_event_id", BigInteger, nullable=False),
+)
+Index("ix_transactions_txn_partition_state", transactions.c.txn_partition, transactions.c.state)
+
+# Leases on transaction-log partitions: whoever holds one runs timeouts, expiry and
+# roll-forward for the transactional ids hashed to it; each takeover bumps the epoch.
+coordinator_leases = Table(
+    "coordinator_leases",
+    metadata,
+    Column("txn_partition", Integer, primary_key=True, autoincrement=False),
+    Column("owner", Text),
+    Column("coordinator_epoch", Integer, nullable=False, server_default=text("0")),
+    Column("expires_ms", BigInteger, nullable=False, server_default=text("0")),
+)
+
+# ---------------------------------------------------------------- group family
+
+offset_commit_log = Table(
+    "offset_commit_log",
+    metadata,
+    Column("event_id", BigInteger, Identity(), primary_key=True),
+    Column("group_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    # 'commit' (plain OffsetCommit), 'txn_pending' (TxnOffsetCommit), 'txn_commit' and
+    # 'txn_abort' (the marker's effect on pending offsets of producer_id).
+    Column("kind", Text, nullable=False),
+    Column("committed_offset", BigInteger),
+    Column("metadata", Text),
+    Column("producer_id", BigInteger),
+    Column("producer_epoch", SmallInteger),
+    Column("commit_ms", BigInteger, nullable=False),
+)
+
+group_offsets = Table(
+    "group_offsets",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("committed_offset", BigInteger, nullable=False),
+    Column("metadata", Text),
+    Column("commit_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("group_id", "topic", "partition"),
+)
+
+pending_txn_offsets = Table(
+    "pending_txn_offsets",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("producer_id", BigInteger, nullable=False),
+    Column("producer_epoch", SmallInteger, nullable=False),
+    Column("committed_offset", BigInteger, nullable=False),
+    Column("metadata", Text),
+    Column("commit_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("group_id", "topic", "partition", "producer_id"),
+)
+
+# Group membership (the group coordinator's current state; rebuilt by members re-joining,
+# as Kafka's is after a coordinator failover). Assignments are computed here, server-side.
+consumer_groups = Table(
+    "consumer_groups",
+    metadata,
+    Column("group_id", Text, primary_key=True),
+    Column("generation_id", Integer, nullable=False, server_default=text("0")),
+    # Empty | PreparingRebalance | Stable (Kafka's group states, without CompletingRebalance:
+    # the assignment is computed by the coordinator, so there is no leader round trip).
+    Column("state", Text, nullable=False, server_default=text("'Empty'")),
+    Column("protocol", Text, nullable=False, server_default=text("'range'")),
+    Column("rebalance_started_ms", BigInteger, nullable=False, server_default=text("0")),
+)
+
+group_members = Table(
+    "group_members",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("member_id", Text, nullable=False),
+    Column("client_id", Text, nullable=False, server_default=text("''")),
+    # The generation this member has joined; behind the group's while a rebalance runs.
+    Column("generation_id", Integer, nullable=False),
+    Column("topics", JSONB, nullable=False),
+    Column("assignment", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    Column("session_timeout_ms", Integer, nullable=False),
+    Column("last_heartbeat_ms", BigInteger, nullable=False),
+    Column("joined_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("group_id", "member_id"),
+    ForeignKeyConstraint(["group_id"], ["consumer_groups.group_id"], ondelete="CASCADE"),
+)
+
+# ---------------------------------------------------------------- read_committed materialisation
+# Maintained by app.spark.materialize; the column list of read_committed_records is the
+# contract of API.md ("Spark"). Rows only ever arrive together with the progress row that
+# covers them (one PostgreSQL transaction), so up_to_offset is the exclusive bound below
+# which the table is complete.
+
+read_committed_records = Table(
+    "read_committed_records",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("key", LargeBinary),
+    Column("value", LargeBinary),
+    Column("headers", JSONB),
+    Column("timestamp", BigInteger, nullable=False),
+    Column("producer_id", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "partition", "offset"),
+)
+
+# Deleting a topic deletes its progress, so a topic created again under the same name is
+# materialised from scratch rather than trusted to an offset of its predecessor.
+materialization_progress = Table(
+    "materialization_progress",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("up_to_offset", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "partition"),
+    ForeignKeyConstraint(
+        ["topic", "partition"],
+        ["partitions.topic", "partitions.partition"],
+        ondelete="CASCADE",
+    ),
+)

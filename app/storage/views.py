@@ -1,0 +1,83 @@
+"""The admin SQL views (API.md): their names and columns are a contract; their SQL lives
+here only. Migrations create them (``create_views``); metadata does not describe them,
+so the migration/metadata drift check leaves them alone.
+
+``committed_records`` applies exactly the read_committed rules of the Fetch handler:
+below the LSO, at or above the log start, no markers, no records of aborted transactions.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, text
+
+VIEWS: dict[str, str] = {
+    "partition_status": """
+        SELECT p.topic, p.partition, p.log_start_offset, p.next_offset AS high_watermark,
+               p.last_stable_offset,
+               (SELECT count(*) FROM producer_states s
+                WHERE s.topic = p.topic AND s.partition = p.partition
+                  AND s.txn_first_offset IS NOT NULL) AS open_transactions
+        FROM partitions p
+    """,
+    "committed_records": """
+        SELECT r.topic, r.partition, r."offset", r.key, r.value, r.headers, r."timestamp",
+               r.producer_id
+        FROM records r
+        JOIN partitions p ON p.topic = r.topic AND p.partition = r.partition
+        WHERE r."offset" < p.last_stable_offset AND r."offset" >= p.log_start_offset
+          AND NOT r.is_control
+          AND NOT (r.is_transactional AND EXISTS (
+              SELECT 1 FROM aborted_txns a
+              WHERE a.topic = r.topic AND a.partition = r.partition
+                AND a.producer_id = r.producer_id
+                AND r."offset" BETWEEN a.first_offset AND a.last_offset))
+    """,
+    "open_transactions": """
+        SELECT t.transactional_id, t.producer_id, t.producer_epoch, t.state,
+               to_timestamp(t.txn_start_ms / 1000.0) AS started_at, t.timeout_ms, t.partitions
+        FROM transactions t
+        WHERE t.state IN ('BEGIN', 'PREPARE_COMMIT', 'PREPARE_ABORT')
+    """,
+    # Open on a partition while the coordinator has no live transaction covering it, or
+    # open longer than its transaction's timeout (kafka-transactions.sh find-hanging).
+    "hanging_transactions": """
+        SELECT s.topic, s.partition, s.producer_id, s.producer_epoch,
+               s.txn_first_offset AS start_offset,
+               to_timestamp(first_record."timestamp" / 1000.0) AS started_at
+        FROM producer_states s
+        LEFT JOIN LATERAL (
+            SELECT r."timestamp" FROM records r
+            WHERE r.topic = s.topic AND r.partition = s.partition AND r."offset" = s.txn_first_offset
+        ) first_record ON true
+        LEFT JOIN LATERAL (
+            SELECT t.txn_start_ms, t.timeout_ms FROM transactions t
+            WHERE (t.producer_id = s.producer_id OR t.last_producer_id = s.producer_id)
+              AND t.state IN ('BEGIN', 'PREPARE_COMMIT', 'PREPARE_ABORT')
+              AND t.partitions @> jsonb_build_array(jsonb_build_array(s.topic, s.partition))
+            LIMIT 1
+        ) live ON true
+        WHERE s.txn_first_offset IS NOT NULL
+          AND (live.txn_start_ms IS NULL
+               OR live.txn_start_ms + live.timeout_ms
+                  < (extract(epoch FROM clock_timestamp()) * 1000)::bigint)
+    """,
+    "consumer_group_lag": """
+        SELECT g.group_id, g.topic, g.partition, g.committed_offset,
+               p.next_offset AS high_watermark, p.last_stable_offset,
+               greatest(p.next_offset - g.committed_offset, 0) AS lag
+        FROM group_offsets g
+        JOIN partitions p ON p.topic = g.topic AND p.partition = g.partition
+    """,
+}
+
+VIEW_NAMES = frozenset(VIEWS)
+
+
+def create_views(conn: Connection, names: list[str] | None = None) -> None:
+    for name in names or list(VIEWS):
+        conn.execute(text(f"CREATE OR REPLACE VIEW {name} AS {VIEWS[name]}"))
+
+
+def drop_views(conn: Connection, names: list[str] | None = None) -> None:
+    for name in reversed(names or list(VIEWS)):
+        conn.execute(text(f"DROP VIEW IF EXISTS {name}"))

@@ -1,0 +1,86 @@
+"""Fixtures: one real PostgreSQL per session, a fresh migrated database per test.
+
+Each test gets ``CREATE DATABASE … TEMPLATE`` of a database migrated once per session,
+which is far cheaper than running the migrations again. ``KIP98_DATABASE_URL`` points the
+suite at an existing server instead of the embedded one.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from app.storage.embedded import EmbeddedPostgres
+from app.storage.engine import dispose_engines
+from app.storage.migrate import upgrade_to_head
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _admin_conninfo(url: str) -> str:
+    u = make_url(url)
+    return psycopg.conninfo.make_conninfo(
+        host=u.host or "127.0.0.1",
+        port=u.port or 5432,
+        user=u.username or "",
+        password=u.password or "",
+        dbname="postgres",
+    )
+
+
+def _with_database(url: str, name: str) -> str:
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="session")
+def server_url() -> str:
+    explicit = os.environ.get("KIP98_DATABASE_URL")
+    if explicit:
+        return explicit
+    status = EmbeddedPostgres().start()
+    assert status.url is not None
+    return status.url
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url: str) -> Iterator[str]:
+    name = f"kip98_tmpl_{os.getpid()}"
+    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    upgrade_to_head(_with_database(server_url, name))
+    yield name
+    dispose_engines()
+    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(server_url: str, template_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh, migrated, empty database; also exported as KIP98_DATABASE_URL for subprocesses."""
+    name = f"kip98_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    url = _with_database(server_url, name)
+    monkeypatch.setenv("KIP98_DATABASE_URL", url)
+    yield url
+    dispose_engines()
+    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole run: starting a JVM costs seconds."""
+    from app.spark.session import build_spark_session
+
+    session = build_spark_session(app_name="kip98-tests")
+    yield session
+    session.stop()

@@ -1,0 +1,105 @@
+"""A process killed with SIGKILL at each step of a transaction: the outcome is always
+all-or-nothing across partitions, and another process completes it without help
+(DESIGN §6 rule 2; PREPARE durable ⇒ the transaction completes that way)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.broker import Broker
+from app.clock import SYSTEM_CLOCK, ManualClock
+from app.coordinator import machines as m
+from app.coordinator.loop import CoordinatorLoop
+from app.log.topics import create_topic
+from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+
+ROOT = Path(__file__).resolve().parents[1]
+PARTITIONS = (("a", 0), ("b", 1), ("c", 2))
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    b = Broker.connect(db_url)
+    for topic in ("a", "b", "c"):
+        create_topic(b, topic, 3)
+    return b
+
+
+def run_child(
+    db_url: str, crash_at: str | None, tid: str = "crash", timeout_ms: int = 60_000
+) -> int:
+    env = {**os.environ, "KIP98_DATABASE_URL": db_url}
+    env.pop("KIP98_CRASH_AT", None)
+    if crash_at:
+        env["KIP98_CRASH_AT"] = crash_at
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.crash_child", tid, str(timeout_ms)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return proc.returncode
+
+
+def committed_everywhere(broker: Broker, tid: str) -> bool:
+    return all(read_values(broker, t, p) == [f"{tid}-{t}"] for t, p in PARTITIONS)
+
+
+def nothing_visible(broker: Broker) -> bool:
+    return all(read_values(broker, t, p) == [] for t, p in PARTITIONS)
+
+
+def settled(broker: Broker) -> bool:
+    return all(
+        partition_offsets(broker, t, p)[0] == partition_offsets(broker, t, p)[1]
+        for t, p in PARTITIONS
+    )
+
+
+def test_no_crash_commits(db_url: str, broker: Broker) -> None:
+    assert run_child(db_url, None) == 0
+    assert committed_everywhere(broker, "crash") and settled(broker)
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    ["end_txn.after_prepare", "complete.after_marker", "complete.before_complete"],
+)
+def test_crash_after_prepare_commit_is_rolled_forward(
+    db_url: str, broker: Broker, crash_at: str
+) -> None:
+    assert run_child(db_url, crash_at) == -signal.SIGKILL
+    assert state_of(broker, "crash") == m.PREPARE_COMMIT
+    assert nothing_visible(broker), "undecided data stays invisible to read_committed"
+    assert CoordinatorLoop(broker).run_once().rolled_forward == 1
+    assert state_of(broker, "crash") == m.COMPLETE_COMMIT
+    assert committed_everywhere(broker, "crash") and settled(broker)
+
+
+def test_crash_after_prepare_is_completed_by_the_next_instance(db_url: str, broker: Broker) -> None:
+    assert run_child(db_url, "end_txn.after_prepare") == -signal.SIGKILL
+    successor = TxnDriver(broker, "crash")
+    assert successor.init() == 0
+    assert committed_everywhere(broker, "crash") and settled(broker)
+
+
+def test_crash_mid_append_aborts_by_fencing(db_url: str, broker: Broker) -> None:
+    assert run_child(db_url, "append.after_copy") == -signal.SIGKILL
+    assert state_of(broker, "crash") == m.BEGIN
+    assert nothing_visible(broker)
+    successor = TxnDriver(broker, "crash")
+    assert successor.init() == 0
+    assert state_of(broker, "crash") == m.EMPTY
+    assert nothing_visible(broker) and settled(broker)
+
+
+def test_crash_mid_transaction_is_aborted_by_the_timeout(db_url: str, broker: Broker) -> None:
+    assert run_child(db_url, "append.after_copy", timeout_ms=1_000) == -signal.SIGKILL
+    later = Broker(broker.engine, ManualClock(SYSTEM_CLOCK.now_ms() + 5_000), broker.settings)
+    assert CoordinatorLoop(later).run_once().timed_out == 1
+    assert state_of(broker, "crash") == m.COMPLETE_ABORT
+    assert nothing_visible(broker) and settled(broker)

@@ -1,0 +1,235 @@
+"""The group coordinator against a real PostgreSQL: offsets (plain and transactional),
+require_stable (KIP-447), generation fencing, membership and rebalances, and the offset
+projections = fold of offset_commit_log."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.broker import Broker
+from app.clock import ManualClock
+from app.errors import KafkaError
+from app.groups.assignor import range_assign
+from app.groups.membership import heartbeat, join_group, leave_group, sync_group
+from app.groups.offsets import offset_commit, offset_fetch, txn_offset_commit
+from app.groups.rebuild import compute_group_offsets, live_group_offsets
+from app.log.topics import create_topic
+from app.protocol import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    OffsetAndMetadata,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+    TxnOffsetCommitRequest,
+)
+from tests.txn_driver import TxnDriver
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def broker(db_url: str, clock: ManualClock) -> Broker:
+    b = Broker.connect(db_url, clock=clock)
+    create_topic(b, "in", 4)
+    create_topic(b, "out", 2)
+    return b
+
+
+def committed(
+    broker: Broker, group: str, require_stable: bool = False
+) -> dict[tuple[str, int], int] | int:
+    r = offset_fetch(broker, OffsetFetchRequest(group, None, require_stable))
+    if r.error_code:
+        return r.error_code
+    return {tp: om.offset for tp, om in r.offsets.items()}
+
+
+def txn_commit_offsets(
+    broker: Broker,
+    d: TxnDriver,
+    group: str,
+    offsets: dict[tuple[str, int], int],
+    generation: int = -1,
+    member: str = "",
+) -> int:
+    req = TxnOffsetCommitRequest(
+        d.transactional_id, group, d.producer_id, d.producer_epoch,
+        {tp: OffsetAndMetadata(o) for tp, o in offsets.items()}, generation, member,
+    )  # fmt: skip
+    return txn_offset_commit(broker, req).error_code
+
+
+# ------------------------------------------------------------------ offsets
+
+
+def test_plain_commit_and_fetch(broker: Broker) -> None:
+    r = offset_commit(
+        broker,
+        OffsetCommitRequest(
+            "g", {("in", 0): OffsetAndMetadata(5, "m"), ("in", 1): OffsetAndMetadata(7)}
+        ),
+    )
+    assert r.error_code == 0
+    fetched = offset_fetch(broker, OffsetFetchRequest("g", [("in", 0), ("in", 3)]))
+    assert fetched.offsets[("in", 0)] == OffsetAndMetadata(5, "m")
+    assert fetched.offsets[("in", 3)].offset == -1
+
+
+@pytest.mark.parametrize(
+    ("group", "offsets", "code"),
+    [
+        ("", {("in", 0): 1}, KafkaError.INVALID_GROUP_ID),
+        ("g", {("in", 0): -3}, KafkaError.INVALID_REQUEST),
+        ("g", {("nope", 0): 1}, KafkaError.UNKNOWN_TOPIC_OR_PARTITION),
+        ("g", {("in", 9): 1}, KafkaError.UNKNOWN_TOPIC_OR_PARTITION),
+    ],
+)
+def test_bad_commits_write_nothing(
+    broker: Broker, group: str, offsets: dict[tuple[str, int], int], code: int
+) -> None:
+    r = offset_commit(
+        broker, OffsetCommitRequest(group, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()})
+    )
+    assert r.error_code == code
+    assert committed(broker, "g") == {}
+
+
+def test_txn_offsets_pending_until_commit_and_dropped_on_abort(broker: Broker) -> None:
+    d = TxnDriver(broker, "copier")
+    assert d.init() == 0
+    d.send("out", 0, "x")
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 10}) == KafkaError.INVALID_TXN_STATE, (
+        "AddOffsetsToTxn first"
+    )
+    assert d.add_offsets("g") == 0
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 10, ("in", 1): 3}) == 0
+    assert committed(broker, "g") == {}, "invisible until the COMMIT marker"
+    assert committed(broker, "g", require_stable=True) == KafkaError.UNSTABLE_OFFSET_COMMIT
+    assert d.end(commit=False) == 0
+    assert committed(broker, "g", require_stable=True) == {}, "dropped on ABORT"
+    d.send("out", 0, "y")
+    assert d.add_offsets("g") == 0
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 11}) == 0
+    assert d.end(commit=True) == 0
+    assert committed(broker, "g", require_stable=True) == {("in", 0): 11}
+
+
+def test_txn_offsets_from_a_fenced_producer_are_refused(broker: Broker) -> None:
+    d = TxnDriver(broker, "copier")
+    d.init()
+    d.add_offsets("g")
+    successor = TxnDriver(broker, "copier")
+    successor.init()
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 1}) == KafkaError.PRODUCER_FENCED
+
+
+def test_rebuild_group_offsets_equals_live(broker: Broker) -> None:
+    offset_commit(broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(1)}))
+    d = TxnDriver(broker, "copier")
+    d.init()
+    for commit, off in ((True, 5), (False, 6), (True, 7)):
+        d.add_offsets("g")
+        txn_commit_offsets(broker, d, "g", {("in", 0): off, ("in", 2): off})
+        d.end(commit=commit)
+    d.add_offsets("g")
+    txn_commit_offsets(broker, d, "g", {("in", 3): 99})  # left pending
+    with broker.engine.connect() as conn:
+        assert compute_group_offsets(conn) == live_group_offsets(conn)
+        assert len(live_group_offsets(conn)["pending_txn_offsets"]) == 1
+
+
+# ------------------------------------------------------------------ membership
+
+
+def join(
+    broker: Broker, member: str = "", topics: tuple[str, ...] = ("in",), group: str = "g"
+) -> tuple[str, int]:
+    r = join_group(broker, JoinGroupRequest(group, member, list(topics), 10_000, "c"))
+    assert r.error_code == 0, r
+    return r.member_id, r.generation_id
+
+
+def assignment(broker: Broker, member: str, generation: int) -> list[tuple[str, int]] | int:
+    r = sync_group(broker, SyncGroupRequest("g", member, generation))
+    return r.assignment if r.error_code == 0 else r.error_code
+
+
+def test_rebalance_on_join_leave_and_death(broker: Broker, clock: ManualClock) -> None:
+    a, gen1 = join(broker)
+    assert assignment(broker, a, gen1) == [("in", p) for p in range(4)]
+    b, gen2 = join(broker)
+    assert gen2 == gen1 + 1
+    # a is still in the old generation: b waits, a learns of the rebalance from its heartbeat.
+    assert assignment(broker, b, gen2) == KafkaError.REBALANCE_IN_PROGRESS
+    assert (
+        heartbeat(broker, HeartbeatRequest("g", a, gen1)).error_code
+        == KafkaError.REBALANCE_IN_PROGRESS
+    )
+    assert offset_commit(
+        broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(1)}, gen1, a)
+    ).error_code in (
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    )
+    _, gen_a = join(broker, a)
+    assert gen_a == gen2
+    sa, sb = assignment(broker, a, gen2), assignment(broker, b, gen2)
+    assert isinstance(sa, list) and isinstance(sb, list)
+    assert sorted(sa + sb) == [("in", p) for p in range(4)] and not set(sa) & set(sb)
+    assert (
+        offset_commit(
+            broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(1)}, gen2, a)
+        ).error_code
+        == 0
+    )
+    # b dies: after its session timeout the group moves on without it.
+    clock.advance(5_000)
+    heartbeat(broker, HeartbeatRequest("g", a, gen2))
+    clock.advance(6_000)
+    hb = heartbeat(broker, HeartbeatRequest("g", a, gen2))
+    assert hb.error_code == KafkaError.REBALANCE_IN_PROGRESS
+    _, gen3 = join(broker, a)
+    assert assignment(broker, a, gen3) == [("in", p) for p in range(4)]
+    assert (
+        heartbeat(broker, HeartbeatRequest("g", b, gen2)).error_code == KafkaError.UNKNOWN_MEMBER_ID
+    )
+    # A zombie of an older generation cannot commit offsets inside a transaction (KIP-447).
+    d = TxnDriver(broker, "zombie")
+    d.init()
+    d.add_offsets("g")
+    assert (
+        txn_commit_offsets(broker, d, "g", {("in", 0): 9}, gen2, a) == KafkaError.ILLEGAL_GENERATION
+    )
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 9}, gen3, a) == 0
+    assert leave_group(broker, LeaveGroupRequest("g", a)).error_code == 0
+
+
+def test_generation_minus_one_commits_are_accepted(broker: Broker) -> None:
+    join(broker)
+    r = offset_commit(broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(3)}, -1, ""))
+    assert r.error_code == 0
+
+
+def test_range_assignor_matches_kafka() -> None:
+    plan = range_assign({"c1": ["t1", "t2"], "c0": ["t1", "t2"]}, {"t1": 3, "t2": 3})
+    assert plan == {
+        "c0": [("t1", 0), ("t1", 1), ("t2", 0), ("t2", 1)],
+        "c1": [("t1", 2), ("t2", 2)],
+    }
+    assert range_assign({"a": ["x"], "b": ["y"]}, {"x": 2}) == {"a": [("x", 0), ("x", 1)], "b": []}
+
+
+@given(st.integers(1, 8), st.integers(0, 40))
+def test_range_assignor_partitions_everything_exactly_once(members: int, partitions: int) -> None:
+    plan = range_assign({f"m{i}": ["t"] for i in range(members)}, {"t": partitions})
+    flat = sorted(tp for tps in plan.values() for tp in tps)
+    assert flat == [("t", p) for p in range(partitions)]
+    sizes = [len(v) for v in plan.values()]
+    assert max(sizes) - min(sizes) <= 1

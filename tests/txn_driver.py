@@ -1,0 +1,120 @@
+"""A thin driver over the coordinator and log handlers, playing the client's part in tests
+(the real client is tested separately; these tests aim at the broker's rules)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from app.broker import Broker
+from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, end_txn
+from app.coordinator.producer_id import init_producer_id
+from app.log.append import produce
+from app.log.fetch import fetch
+from app.protocol import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    FetchRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    ProduceResponse,
+    RecordIn,
+)
+
+
+@dataclass
+class TxnDriver:
+    broker: Broker
+    transactional_id: str
+    timeout_ms: int = 60_000
+    producer_id: int = -1
+    producer_epoch: int = -1
+    sequences: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def init(self) -> int:
+        r = init_producer_id(
+            self.broker, InitProducerIdRequest(self.transactional_id, self.timeout_ms)
+        )
+        if r.error_code == 0:
+            self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+            self.sequences.clear()
+        return r.error_code
+
+    def add(self, *partitions: tuple[str, int]) -> int:
+        req = AddPartitionsToTxnRequest(
+            self.transactional_id, self.producer_id, self.producer_epoch, list(partitions)
+        )
+        return add_partitions_to_txn(self.broker, req).error_code
+
+    def add_offsets(self, group_id: str) -> int:
+        req = AddOffsetsToTxnRequest(
+            self.transactional_id, self.producer_id, self.producer_epoch, group_id
+        )
+        return add_offsets_to_txn(self.broker, req).error_code
+
+    def send(
+        self, topic: str, partition: int, *values: str, register: bool = True
+    ) -> ProduceResponse:
+        if register:
+            assert self.add((topic, partition)) == 0
+        seq = self.sequences.get((topic, partition), 0)
+        records = [RecordIn(None, v.encode(), 0) for v in values]
+        r = produce(
+            self.broker,
+            ProduceRequest(
+                topic, partition, records, producer_id=self.producer_id, producer_epoch=self.producer_epoch,
+                base_sequence=seq, transactional_id=self.transactional_id, is_transactional=True,
+            ),
+        )  # fmt: skip
+        if r.error_code == 0 and not r.duplicate:
+            self.sequences[(topic, partition)] = seq + len(values)
+        return r
+
+    def end(self, commit: bool = True) -> int:
+        r = end_txn(
+            self.broker,
+            EndTxnRequest(self.transactional_id, self.producer_id, self.producer_epoch, commit),
+        )
+        if r.error_code == 0:
+            # KIP-890: the next transaction uses the identity EndTxn returned.
+            if (r.producer_id, r.producer_epoch) != (self.producer_id, self.producer_epoch):
+                self.sequences.clear()
+            self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+        return r.error_code
+
+
+def read_values(broker: Broker, topic: str, partition: int, committed: bool = True) -> list[str]:
+    out: list[str] = []
+    offset = 0
+    level = READ_COMMITTED if committed else READ_UNCOMMITTED
+    while True:
+        r = fetch(broker, FetchRequest(topic, partition, offset, isolation_level=level))
+        assert r.error_code == 0, r
+        out.extend((rec.value or b"").decode() for rec in r.records)
+        if r.next_offset == offset:
+            return out
+        offset = r.next_offset
+
+
+def partition_offsets(broker: Broker, topic: str, partition: int) -> tuple[int, int]:
+    """(high watermark, last stable offset)."""
+    with broker.engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT next_offset, last_stable_offset FROM partitions WHERE topic = :t AND partition = :p"
+            ),
+            {"t": topic, "p": partition},
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+def state_of(broker: Broker, transactional_id: str) -> str | None:
+    with broker.engine.connect() as conn:
+        return conn.execute(
+            text("SELECT state FROM transactions WHERE transactional_id = :t"),
+            {"t": transactional_id},
+        ).scalar()
