@@ -17,8 +17,11 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
 
 
 def include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
-    # Views are created by migrations from app.storage.views, not by metadata.
-    return not (type_ == "table" and name in VIEW_NAMES)
+    # Views are created by migrations from app.storage.views, not by metadata; staging
+    # tables of a Spark materialisation run are transient.
+    if type_ != "table":
+        return True
+    return name not in VIEW_NAMES and not name.startswith("rc_staging_")
 
 
 def run_migrations_online() -> None:

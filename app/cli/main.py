@@ -18,6 +18,7 @@ from app.cli.errors import debug_enabled, report_and_exit, to_cli_error
 COMMANDS: dict[str, str] = {
     "db": "app.cli.db:db",
     "demo": "app.cli.demo:demo",
+    "spark": "app.cli.spark:spark_group",
 }
 
 

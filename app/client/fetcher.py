@@ -192,7 +192,12 @@ class Fetcher:
             except Exception as exc:
                 if not is_connection_error(exc):
                     raise
-                log.info("fetch %s [%d]: connection lost, will retry: %s", cursor.topic, cursor.partition, exc)
+                log.info(
+                    "fetch %s [%d]: connection lost, will retry: %s",
+                    cursor.topic,
+                    cursor.partition,
+                    exc,
+                )
 
     def _fetch(self, cursor: PartitionCursor) -> None:
         response = fetch(
@@ -229,14 +234,22 @@ class Fetcher:
         if self.auto_offset_reset == RESET_ERROR:
             cursor.error_event(error, stall=True)
             return
-        log.info("%s [%d]: %s; resetting to %s", cursor.topic, cursor.partition, error.str(), self.auto_offset_reset)
+        log.info(
+            "%s [%d]: %s; resetting to %s",
+            cursor.topic,
+            cursor.partition,
+            error.str(),
+            self.auto_offset_reset,
+        )
         cursor.reset(OFFSET_BEGINNING if self.auto_offset_reset == RESET_EARLIEST else OFFSET_END)
 
     def _resolve(self, cursor: PartitionCursor) -> bool:
         """Turn a logical starting offset into an absolute one; False if it cannot be."""
         offset = cursor.fetch_offset
         if offset in (OFFSET_INVALID, OFFSET_STORED):
-            stored = self.stored_offset(cursor.topic, cursor.partition) if self.stored_offset else None
+            stored = (
+                self.stored_offset(cursor.topic, cursor.partition) if self.stored_offset else None
+            )
             if stored is not None and stored >= 0:
                 cursor.fetch_offset = stored
                 return True

@@ -37,12 +37,12 @@ from app.client.message import (
     to_bytes,
 )
 from app.client.partitioner import KeylessPartitioner, choose_partition
+from app.client.sender import Sender
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException, fail
 from app.log.topics import partition_count
 from app.protocol import InitProducerIdRequest
-from app.client.sender import Sender
 
 
 class Producer:
@@ -61,11 +61,15 @@ class Producer:
     broker context (tests, embedding with a manual clock).
     """
 
-    def __init__(self, config: Mapping[str, Any] | None = None, *, broker: Broker | None = None) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | None = None, *, broker: Broker | None = None
+    ) -> None:
         self._config: ClientConfig = parse_config(PRODUCER, config)
         cfg = self._config
         self._owns_broker = broker is None
-        self._broker = broker or client_broker(cfg.get_str("database.url"), cfg.get_str("client.id"))
+        self._broker = broker or client_broker(
+            cfg.get_str("database.url"), cfg.get_str("client.id")
+        )
         self.transactional_id: str | None = cfg.get_str("transactional.id")
         self._idempotent = cfg.get_bool("enable.idempotence")
         self._default_callback: DeliveryCallback | None = cfg.get_callable("on_delivery")
@@ -202,7 +206,9 @@ class Producer:
             self._reject_unknown_topic(topic, partition, record)
             return
         if partition is None or partition < 0:
-            partition = choose_partition(self._partitioner_name, key_bytes, topic, count, self._keyless)
+            partition = choose_partition(
+                self._partitioner_name, key_bytes, topic, count, self._keyless
+            )
         elif partition >= count:
             raise fail(
                 KafkaError._UNKNOWN_PARTITION,

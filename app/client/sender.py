@@ -146,9 +146,7 @@ class Sender:
                 if self._stopping:
                     self._purge(now)
                     return False
-                expired = (
-                    acc.expire(now, self.message_timeout_s) if self.message_timeout_s else []
-                )
+                expired = acc.expire(now, self.message_timeout_s) if self.message_timeout_s else []
                 if self._needs_identity:
                     break
                 retries = [b for b in acc.in_flight() if b.attempts and b.next_attempt <= now]
@@ -163,9 +161,7 @@ class Sender:
                 acc.cond.wait(self._wait_time(now, next_ready))
         if expired:
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
-            self.reports.push(
-                [report_for(t, p, r, -1, timed_out, now) for t, p, r in expired]
-            )
+            self.reports.push([report_for(t, p, r, -1, timed_out, now) for t, p, r in expired])
         if self._needs_identity:
             self._renew_identity()
             return True
@@ -210,8 +206,15 @@ class Sender:
         except Exception as exc:
             if is_connection_error(exc):
                 batch.ambiguous = True
-                log.info("produce to %s [%d]: connection lost, will retry: %s", batch.topic, batch.partition, exc)
-                self._retry_or_fail(batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}"))
+                log.info(
+                    "produce to %s [%d]: connection lost, will retry: %s",
+                    batch.topic,
+                    batch.partition,
+                    exc,
+                )
+                self._retry_or_fail(
+                    batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}")
+                )
             else:
                 log.exception("produce to %s [%d] failed", batch.topic, batch.partition)
                 self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
@@ -234,7 +237,10 @@ class Sender:
         if self.message_timeout_s and retry_at - batch.first_enqueued >= self.message_timeout_s:
             self._fail(
                 batch,
-                KafkaError(KafkaError._MSG_TIMED_OUT, f"Local: Message timed out (last error: {error.str()})"),
+                KafkaError(
+                    KafkaError._MSG_TIMED_OUT,
+                    f"Local: Message timed out (last error: {error.str()})",
+                ),
             )
             return
         with self.accumulator.cond:
@@ -253,7 +259,9 @@ class Sender:
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
         now = time.monotonic()
-        reports = [report_for(batch.topic, batch.partition, r, -1, error, now) for r in batch.records]
+        reports = [
+            report_for(batch.topic, batch.partition, r, -1, error, now) for r in batch.records
+        ]
         if self.on_batch_failed is not None:
             self.on_batch_failed(batch, error)
         with self.accumulator.cond:
@@ -279,8 +287,13 @@ class Sender:
         """Called holding the lock when stopping: report everything unsent as _DESTROY."""
         acc = self.accumulator
         destroyed = KafkaError(KafkaError._DESTROY, "Local: Producer closed before delivery")
-        reports = [report_for(t, p, r, -1, destroyed, now) for t, p, r in acc.expire(now, float("-inf"))]
+        reports = [
+            report_for(t, p, r, -1, destroyed, now) for t, p, r in acc.expire(now, float("-inf"))
+        ]
         for batch in acc.in_flight():
-            reports.extend(report_for(batch.topic, batch.partition, r, -1, destroyed, now) for r in batch.records)
+            reports.extend(
+                report_for(batch.topic, batch.partition, r, -1, destroyed, now)
+                for r in batch.records
+            )
             acc.complete(batch)
         self.reports.push(reports)

@@ -45,6 +45,16 @@ MAX_SLICE_OFFSETS = 500_000
 # than broadcasting the index to every task.
 BROADCAST_ABORTED_MAX = 1_000_000
 
+OUTPUT_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "headers",
+    "timestamp",
+    "producer_id",
+)
 STAGES = ("capture", "read", "filter", "stage", "commit")
 Progress = Callable[[str, str], None]
 
@@ -161,7 +171,7 @@ def _stage_and_commit(
         try:
             owner.execute(text(sql.create_staging(staging)))
             url, props = jdbc_url(database_url)
-            frame, aborted = committed_frame(spark, url, props, pending, report)
+            frame = committed_frame(spark, engine, url, props, pending, report)
             started = time.monotonic()
             frame.write.jdbc(
                 url,
@@ -173,11 +183,10 @@ def _stage_and_commit(
                     "reWriteBatchedInserts": "true",
                 },
             )
-            aborted.unpersist()
             staged = owner.execute(text(sql.count_staging(staging))).scalar_one()
             report(
                 "stage",
-                f"{staged} rows written to {staging} in {time.monotonic() - started:.1f}s",
+                f"{staged} rows staged in {time.monotonic() - started:.1f}s",
             )
             crash_point("spark.materialize.staged")
             counts = _commit(engine, staging, bounds)
@@ -205,13 +214,14 @@ def slices(pending: Iterable[PartitionBounds], parallelism: int) -> list[str]:
 
 def committed_frame(
     spark: SparkSession,
+    engine: Engine,
     url: str,
     props: dict[str, str],
     pending: list[PartitionBounds],
     report: Progress,
-) -> tuple[DataFrame, DataFrame]:
+) -> DataFrame:
     """The read_committed rows of the captured ranges, in read_committed_records' columns
-    (headers still as text), and the cached aborted-index frame it joins against."""
+    (headers still as text). Nothing is read until the frame is written."""
     from pyspark.sql import functions as F
 
     read_props = {**props, "fetchsize": str(FETCH_SIZE)}
@@ -219,43 +229,33 @@ def committed_frame(
     records = spark.read.jdbc(
         url, sql.records_table(), predicates=predicates, properties=read_props
     )
-    aborted = spark.read.jdbc(
-        url,
-        sql.aborted_table((b.topic, b.partition, b.start, b.lso) for b in pending),
-        properties=read_props,
-    ).cache()
-    n_aborted = aborted.count()
+    aborted_query = sql.aborted_query((b.topic, b.partition, b.start, b.lso) for b in pending)
+    # Counted on the driver (one small query) to choose the join, not by a Spark job.
+    with engine.connect() as conn:
+        n_aborted = conn.execute(text(sql.count_of(aborted_query))).scalar_one()
     report(
         "read",
         f"{len(predicates)} JDBC slices of records; {n_aborted} aborted-index entries in range",
     )
 
     r = records.where(~F.col("is_control")).alias("r")
-    a = (F.broadcast(aborted) if n_aborted <= BROADCAST_ABORTED_MAX else aborted).alias("a")
-    in_aborted_txn = (
-        F.col("r.is_transactional")
-        & (F.col("r.topic") == F.col("a.topic"))
-        & (F.col("r.partition") == F.col("a.partition"))
-        & (F.col("r.producer_id") == F.col("a.producer_id"))
-        & F.col("r.offset").between(F.col("a.first_offset"), F.col("a.last_offset"))
-    )
-    kept = r.join(a, in_aborted_txn, "left_anti").select(
-        *(
-            F.col(f"r.{c}")
-            for c in (
-                "topic",
-                "partition",
-                "offset",
-                "key",
-                "value",
-                "headers",
-                "timestamp",
-                "producer_id",
-            )
+    if n_aborted:
+        aborted = spark.read.jdbc(url, sql.aborted_table(aborted_query), properties=read_props)
+        a = (F.broadcast(aborted) if n_aborted <= BROADCAST_ABORTED_MAX else aborted).alias("a")
+        in_aborted_txn = (
+            F.col("r.is_transactional")
+            & (F.col("r.topic") == F.col("a.topic"))
+            & (F.col("r.partition") == F.col("a.partition"))
+            & (F.col("r.producer_id") == F.col("a.producer_id"))
+            & F.col("r.offset").between(F.col("a.first_offset"), F.col("a.last_offset"))
         )
-    )
-    report("filter", "control records and aborted transactions dropped (range anti-join)")
-    return kept, aborted
+        r = r.join(a, in_aborted_txn, "left_anti")
+        how = "control records and aborted transactions dropped (range anti-join)"
+    else:
+        how = "control records dropped; no aborted transactions in range"
+    kept = r.select(*(F.col(f"r.{c}") for c in OUTPUT_COLUMNS))
+    report("filter", how)
+    return kept
 
 
 @retry_conflicts

@@ -151,7 +151,7 @@ def range_predicate(topic: str, partition: int, start: int, end: int) -> str:
     )
 
 
-def aborted_table(ranges: Iterable[tuple[str, int, int, int]]) -> str:
+def aborted_query(ranges: Iterable[tuple[str, int, int, int]]) -> str:
     """The aborted index entries that overlap the captured ranges ``(topic, partition,
     start, lso)``.
 
@@ -163,10 +163,18 @@ def aborted_table(ranges: Iterable[tuple[str, int, int, int]]) -> str:
         f"({literal(t)}, {int(p)}, CAST({int(s)} AS bigint), CAST({int(e)} AS bigint))"
         for t, p, s, e in ranges
     )
-    return f"""(
+    return f"""
         SELECT a.topic, a.partition, a.producer_id, a.first_offset, a.last_offset
         FROM aborted_txns a
         JOIN (VALUES {values}) AS c(topic, partition, start_offset, end_offset)
           ON a.topic = c.topic AND a.partition = c.partition
          AND a.first_offset < c.end_offset AND a.last_offset >= c.start_offset
-    ) AS aborted"""
+    """
+
+
+def aborted_table(query: str) -> str:
+    return f"({query}) AS aborted"
+
+
+def count_of(query: str) -> str:
+    return f"SELECT count(*) FROM ({query}) AS q"

@@ -1,0 +1,98 @@
+"""Materialisation speed, as a ratio to the cheapest thing Spark can do with the same rows.
+
+Absolute rows/s on a shared machine say little; a plain Spark JDBC read of the same
+``records`` rows in the same run, with the same slicing and fetch size, is the floor
+any JDBC-based materialisation stands on, so the ratio isolates what filtering, staging
+and the exactly-once move cost on top of reading.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import text
+
+from app.broker import Broker
+from app.log.append import produce
+from app.log.topics import create_topic, delete_topic
+from app.protocol import ProduceRequest, RecordIn
+from app.spark.jdbc import jdbc_url
+from app.spark.materialize import FETCH_SIZE, PartitionBounds, capture, materialize, slices
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BATCH = 1_000
+
+
+def load(broker: Broker, topic: str, n_records: int, partitions: int) -> None:
+    """``n_records`` plain records spread evenly, in batches (each one binary COPY)."""
+    payload = b"x" * 100
+    for start in range(0, n_records, BATCH):
+        n = min(BATCH, n_records - start)
+        partition = (start // BATCH) % partitions
+        records = [RecordIn(f"k{start + i}".encode(), payload, 0) for i in range(n)]
+        assert produce(broker, ProduceRequest(topic, partition, records)).error_code == 0
+
+
+def plain_read_seconds(
+    spark: SparkSession, database_url: str, bounds: list[PartitionBounds]
+) -> float:
+    """Read every column of the captured rows into Spark and discard them."""
+    url, props = jdbc_url(database_url)
+    frame = spark.read.jdbc(
+        url,
+        "records",
+        predicates=slices(bounds, spark.sparkContext.defaultParallelism),
+        properties={**props, "fetchsize": str(FETCH_SIZE)},
+    )
+    started = time.monotonic()
+    frame.write.format("noop").mode("overwrite").save()
+    return time.monotonic() - started
+
+
+def bench_materialize(
+    spark: SparkSession,
+    database_url: str,
+    n_records: int = 200_000,
+    partitions: int = 8,
+    keep: bool = False,
+) -> dict[str, Any]:
+    """Load a fresh topic, read it plainly, materialise it; figures as a dict.
+
+    ``ratio`` is materialisation time over plain-read time (1.0 would mean free).
+    """
+    broker = Broker.connect(database_url)
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    create_topic(broker, topic, partitions)
+    try:
+        started = time.monotonic()
+        load(broker, topic, n_records, partitions)
+        load_s = time.monotonic() - started
+        bounds = [b for b in capture(broker.engine, [topic]) if b.lso > b.start]
+        plain_read_seconds(spark, database_url, bounds[:1])  # warm the JVM's code paths
+        read_s = plain_read_seconds(spark, database_url, bounds)
+        started = time.monotonic()
+        rows = sum(materialize(spark, database_url, [topic]).values())
+        materialize_s = time.monotonic() - started
+    finally:
+        if not keep:
+            delete_topic(broker, topic)
+            with broker.engine.begin() as conn:
+                conn.execute(
+                    text("DELETE FROM read_committed_records WHERE topic = :t"), {"t": topic}
+                )
+    return {
+        "records": n_records,
+        "partitions": partitions,
+        "materialized_rows": rows,
+        "jdbc_slices": len(slices(bounds, spark.sparkContext.defaultParallelism)),
+        "load_s": round(load_s, 3),
+        "plain_read_s": round(read_s, 3),
+        "materialize_s": round(materialize_s, 3),
+        "plain_read_rows_per_s": round(n_records / read_s),
+        "materialize_rows_per_s": round(rows / materialize_s),
+        "ratio": round(materialize_s / read_s, 2),
+    }

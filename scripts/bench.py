@@ -1,0 +1,461 @@
+"""kip98 benchmarks: every figure as a ratio against raw PostgreSQL measured in the same run.
+
+Absolute times on shared machines mean little; a ratio of two measurements taken minutes
+apart on the same server means more. Each case runs on a fresh database; results are
+printed as a table and written as JSON (and, with --markdown, as docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+from sqlalchemy import event, text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from app.broker import Broker  # noqa: E402
+from app.client import Consumer, Producer, TopicPartition  # noqa: E402
+from app.coordinator.producer_id import init_producer_id  # noqa: E402
+from app.log.append import produce as produce_handler  # noqa: E402
+from app.log.fetch import fetch as fetch_handler  # noqa: E402
+from app.log.topics import create_topic  # noqa: E402
+from app.protocol import (  # noqa: E402
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchRequest,
+    InitProducerIdRequest,
+    ProduceRequest,
+    RecordIn,
+)
+from app.storage.embedded import database_url  # noqa: E402
+from app.storage.engine import dispose_engines  # noqa: E402
+from app.storage.migrate import upgrade_to_head  # noqa: E402
+
+console = Console()
+KEY_BYTES, VALUE_BYTES = 16, 100
+
+
+# ---------------------------------------------------------------- plumbing
+
+
+def conninfo(url: str, dbname: str | None = None) -> str:
+    u = make_url(url)
+    return psycopg.conninfo.make_conninfo(
+        host=u.host or "127.0.0.1", port=u.port or 5432, user=u.username or "",
+        password=u.password or "", dbname=dbname or u.database or "postgres",
+    )  # fmt: skip
+
+
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    name = f"kip98_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(conninfo(server_url, "postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    upgrade_to_head(url)
+    try:
+        yield url
+    finally:
+        dispose_engines()
+        with psycopg.connect(conninfo(server_url, "postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def rows(n: int, partition: int = 0) -> list[tuple[bytes, bytes]]:
+    return [(f"{i:016d}".encode()[:KEY_BYTES], os.urandom(VALUE_BYTES // 2).hex().encode()) for i in range(n)]
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def best_of(repeats: int, fn: Callable[[], float]) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+# ---------------------------------------------------------------- raw PostgreSQL baselines
+
+
+def raw_copy(url: str, data: list[tuple[bytes, bytes]]) -> float:
+    """Binary COPY of the same rows into a bare table: the ceiling for an append."""
+    with psycopg.connect(conninfo(url)) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS bench_raw (topic text, partition int, \"offset\" bigint, "
+            "\"timestamp\" bigint, key bytea, value bytea)"
+        )
+        conn.execute("TRUNCATE bench_raw")
+        conn.commit()
+        now = int(time.time() * 1000)
+
+        def run() -> None:
+            with conn.cursor() as cur, cur.copy("COPY bench_raw FROM STDIN (FORMAT BINARY)") as copy:
+                copy.set_types(["text", "int4", "int8", "int8", "bytea", "bytea"])
+                for i, (k, v) in enumerate(data):
+                    copy.write_row(("raw", 0, i, now, k, v))
+            conn.commit()
+
+        return timed(run)
+
+
+def raw_select(url: str, topic: str, partition: int) -> tuple[float, int]:
+    """A plain SELECT of the same rows a fetch returns, in offset order."""
+    with psycopg.connect(conninfo(url)) as conn:
+        start = time.perf_counter()
+        with conn.cursor(name="bench") as cur:
+            cur.itersize = 2000
+            cur.execute(
+                'SELECT "offset", "timestamp", key, value, headers, producer_id FROM records '
+                'WHERE topic = %s AND partition = %s AND NOT is_control ORDER BY "offset"',
+                (topic, partition),
+            )
+            n = sum(1 for _ in cur)
+        return time.perf_counter() - start, n
+
+
+# ---------------------------------------------------------------- kip98 cases
+
+
+def handler_produce(url: str, data: list[tuple[bytes, bytes]], batch: int) -> float:
+    broker = Broker.connect(url)
+    create_topic(broker, "h", 1)
+    ident = init_producer_id(broker, InitProducerIdRequest(None, 60_000))
+    batches = [
+        [RecordIn(k, v, 0) for k, v in data[i : i + batch]] for i in range(0, len(data), batch)
+    ]
+
+    def run() -> None:
+        seq = 0
+        for recs in batches:
+            r = produce_handler(
+                broker,
+                ProduceRequest("h", 0, recs, ident.producer_id, ident.producer_epoch, seq),
+            )
+            assert r.error_code == 0, r
+            seq += len(recs)
+
+    return timed(run)
+
+
+def client_produce(url: str, data: list[tuple[bytes, bytes]], batch: int, topic: str = "c", partitions: int = 1, partition: int = 0) -> float:
+    broker = Broker.connect(url)
+    try:
+        create_topic(broker, topic, partitions)
+    except Exception:
+        pass
+    p = Producer({"database.url": url, "batch.num.messages": batch, "linger.ms": 50})
+    errors: list[Any] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    def run() -> None:
+        for k, v in data:
+            while True:
+                try:
+                    p.produce(topic, v, k, partition=partition, on_delivery=report)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        assert p.flush(120) == 0
+
+    t = timed(run)
+    p.close()
+    assert not errors, errors[:3]
+    return t
+
+
+def _producer_process(url: str, partition: int, n: int, batch: int, out: Any) -> None:
+    data = rows(n)
+    out.put(client_produce(url, data, batch, topic="par", partitions=4, partition=partition))
+
+
+def parallel_produce(url: str, n: int, batch: int, producers: int) -> float:
+    create_topic(Broker.connect(url), "par", 4)
+    dispose_engines()
+    ctx = mp.get_context("spawn")
+    out: Any = ctx.Queue()
+    per = n // producers
+    procs = [ctx.Process(target=_producer_process, args=(url, i, per, batch, out)) for i in range(producers)]
+    start = time.perf_counter()
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    elapsed = time.perf_counter() - start
+    assert all(proc.exitcode == 0 for proc in procs)
+    return elapsed
+
+
+def transactional_produce(url: str, data: list[tuple[bytes, bytes]], per_txn: int, partitions: int = 4) -> tuple[float, int]:
+    create_topic(Broker.connect(url), "tx", partitions)
+    p = Producer({"database.url": url, "transactional.id": f"bench-{uuid.uuid4().hex[:6]}", "linger.ms": 50, "batch.num.messages": 1000})
+    p.init_transactions()
+    txns = 0
+
+    def run() -> None:
+        nonlocal txns
+        for start in range(0, len(data), per_txn):
+            p.begin_transaction()
+            for i, (k, v) in enumerate(data[start : start + per_txn]):
+                p.produce("tx", v, k, partition=i % partitions)
+            p.commit_transaction()
+            txns += 1
+
+    t = timed(run)
+    p.close()
+    return t, txns
+
+
+def idempotent_spread(url: str, data: list[tuple[bytes, bytes]], partitions: int = 4) -> float:
+    create_topic(Broker.connect(url), "id4", partitions)
+    p = Producer({"database.url": url, "linger.ms": 50, "batch.num.messages": 1000})
+
+    def run() -> None:
+        for i, (k, v) in enumerate(data):
+            p.produce("id4", v, k, partition=i % partitions)
+        assert p.flush(120) == 0
+
+    t = timed(run)
+    p.close()
+    return t
+
+
+def small_transactions(url: str, count: int) -> tuple[float, float]:
+    """One-record transactions per second, and DB commits per transaction."""
+    create_topic(Broker.connect(url), "one", 1)
+    p = Producer({"database.url": url, "transactional.id": "bench-one", "linger.ms": 0})
+    p.init_transactions()
+    commits = 0
+
+    def count_commit(*_: Any) -> None:
+        nonlocal commits
+        commits += 1
+
+    event.listen(p.broker.engine, "commit", count_commit)
+    start = time.perf_counter()
+    for i in range(count):
+        p.begin_transaction()
+        p.produce("one", b"x" * VALUE_BYTES, f"{i:016d}".encode())
+        p.commit_transaction()
+    elapsed = time.perf_counter() - start
+    p.close()
+    return count / elapsed, commits / count
+
+
+def fetch_all(url: str, topic: str, partition: int, level: int) -> tuple[float, int]:
+    broker = Broker.connect(url)
+    start = time.perf_counter()
+    offset, n = 0, 0
+    while True:
+        r = fetch_handler(broker, FetchRequest(topic, partition, offset, 64 * 1024 * 1024, level))
+        assert r.error_code == 0, r
+        n += len(r.records)
+        if r.next_offset == offset:
+            break
+        offset = r.next_offset
+    return time.perf_counter() - start, n
+
+
+def build_log_with_aborts(url: str, n: int, abort_ratio: float, per_txn: int = 100) -> None:
+    create_topic(Broker.connect(url), "ab", 1)
+    p = Producer({"database.url": url, "transactional.id": "bench-ab", "linger.ms": 20})
+    p.init_transactions()
+    data = rows(n)
+    for t, start in enumerate(range(0, n, per_txn)):
+        p.begin_transaction()
+        for k, v in data[start : start + per_txn]:
+            p.produce("ab", v, k, partition=0)
+        if (t % round(1 / abort_ratio)) == 0:
+            p.abort_transaction()
+        else:
+            p.commit_transaction()
+    p.close()
+
+
+def consumer_read(url: str, topic: str, expected: int) -> float:
+    c = Consumer({"database.url": url, "group.id": "bench", "isolation.level": "read_committed", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    n = 0
+    start = time.perf_counter()
+    while n < expected:
+        msgs = c.consume(1000, timeout=5)
+        if not msgs:
+            break
+        n += sum(1 for m in msgs if m.error() is None)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return elapsed
+
+
+def end_to_end_latency(url: str, samples: int) -> tuple[float, float]:
+    """Committed → returned by an idle read_committed consumer's poll (ms, p50 and p99)."""
+    create_topic(Broker.connect(url), "lat", 1)
+    c = Consumer({"database.url": url, "group.id": "lat", "isolation.level": "read_committed", "auto.offset.reset": "latest", "enable.auto.commit": False})
+    c.assign([TopicPartition("lat", 0, 0)])
+    p = Producer({"database.url": url, "transactional.id": "bench-lat", "linger.ms": 0})
+    p.init_transactions()
+    latencies: list[float] = []
+    committed_at: dict[bytes, float] = {}
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            m = c.poll(0.5)
+            if m is not None and m.error() is None and m.value() in committed_at:
+                latencies.append((time.perf_counter() - committed_at[m.value()]) * 1000)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for i in range(samples):
+        value = f"v{i}".encode()
+        p.begin_transaction()
+        p.produce("lat", value, partition=0)
+        p.commit_transaction()
+        committed_at[value] = time.perf_counter()
+        time.sleep(0.05)
+    deadline = time.time() + 10
+    while len(latencies) < samples and time.time() < deadline:
+        time.sleep(0.05)
+    done.set()
+    thread.join()
+    p.close()
+    c.close()
+    qs = statistics.quantiles(latencies, n=100)
+    return statistics.median(latencies), qs[98]
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    server = os.environ.get("KIP98_DATABASE_URL") or database_url()
+    n = args.records
+    data = rows(n)
+    results: dict[str, Any] = {"records": n, "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES}
+    figures: list[tuple[str, str, str, str]] = []
+
+    def add(name: str, value: float, fmt: str, target: str = "report") -> None:
+        results[name] = value
+        figures.append((name, fmt.format(value), target, "ok" if target == "report" or value >= float(target.split()[-1]) else "below"))
+
+    with console.status("raw COPY and idempotent produce"), fresh_database(server) as url:
+        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+        results["raw_copy_rows_per_s"] = n / copy_s
+        handler_s = handler_produce(url, data, 1000)
+        add("handler produce (batch 1000) / raw COPY", copy_s / handler_s, "{:.2f}", ">= 0.5")
+    with console.status("client produce, batch 1000"), fresh_database(server) as url:
+        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+        client_s = client_produce(url, data, 1000)
+        add("idempotent Producer (batch 1000) / raw COPY", copy_s / client_s, "{:.2f}", ">= 0.5")
+        results["idempotent_rows_per_s"] = n / client_s
+        sel_s, got = raw_select(url, "c", 0)
+        fetch_s, fetched = fetch_all(url, "c", 0, READ_UNCOMMITTED)
+        assert got == fetched == n
+        add("read_uncommitted fetch / raw SELECT", sel_s / fetch_s, "{:.2f}", ">= 0.5")
+        consume_s = consumer_read(url, "c", n)
+        add("read_committed Consumer / raw SELECT", sel_s / consume_s, "{:.2f}", ">= 0.5")
+    with console.status("client produce, batch 100"), fresh_database(server) as url:
+        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+        add("idempotent Producer (batch 100) / raw COPY", copy_s / client_produce(url, data, 100), "{:.2f}")
+    with console.status("4 producers on 4 partitions"), fresh_database(server) as url:
+        one = parallel_produce(url, n, 1000, 1)
+    with fresh_database(server) as url:
+        four = parallel_produce(url, n, 1000, 4)
+        add("4 producers x 4 partitions / 1 producer (throughput)", one / four, "{:.2f}")
+    with console.status("transactional produce"), fresh_database(server) as url:
+        idem_s = idempotent_spread(url, data)
+        txn_s, _ = transactional_produce(url, data, 1000)
+        add("transactional (1000/txn, 4 partitions) / idempotent", idem_s / txn_s, "{:.2f}", ">= 0.85")
+    with console.status("one-record transactions"), fresh_database(server) as url:
+        tps, commits = small_transactions(url, args.small_txns)
+        add("one-record transactions per second", tps, "{:.0f}")
+        add("DB commits per one-record transaction", commits, "{:.1f}")
+    with console.status("read_committed with 10% aborted"), fresh_database(server) as url:
+        build_log_with_aborts(url, n, 0.1)
+        rc_s, rc_n = fetch_all(url, "ab", 0, READ_COMMITTED)
+        ru_s, ru_n = fetch_all(url, "ab", 0, READ_UNCOMMITTED)
+        assert rc_n < ru_n
+        add("read_committed fetch (10% aborted) / read_uncommitted", ru_s / rc_s, "{:.2f}", ">= 0.8")
+    with console.status("end-to-end latency"), fresh_database(server) as url:
+        p50, p99 = end_to_end_latency(url, args.latency_samples)
+        add("commit -> idle read_committed poll p50 (ms)", p50, "{:.1f}")
+        add("commit -> idle read_committed poll p99 (ms)", p99, "{:.1f}")
+    if args.spark:
+        from app.spark.bench import bench_materialize
+        from app.spark.session import build_spark_session
+
+        with console.status("Spark materialisation"), fresh_database(server) as url:
+            spark = build_spark_session("kip98-bench")
+            try:
+                sres = bench_materialize(spark, url, n_records=args.spark_records, partitions=8)
+            finally:
+                spark.stop()
+            results["spark"] = sres
+            for key, value in sres.items():
+                if isinstance(value, int | float):
+                    figures.append((f"spark: {key}", f"{value:,.2f}", "report", "ok"))
+    results["figures"] = figures
+    results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
+    return results
+
+
+def render(results: dict[str, Any]) -> None:
+    table = Table(title=f"kip98 bench — {results['records']:,} records of {KEY_BYTES}+{VALUE_BYTES} bytes")
+    for col in ("figure", "value", "target", ""):
+        table.add_column(col)
+    for name, value, target, verdict in results["figures"]:
+        table.add_row(name, value, target, verdict)
+    console.print(table)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "| figure | value | target |",
+        "|---|---|---|",
+        *(f"| {name} | {value} | {target} |" for name, value, target, _ in results["figures"]),
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--small-txns", type=int, default=300)
+    parser.add_argument("--latency-samples", type=int, default=100)
+    parser.add_argument("--spark", action="store_true", help="include the Spark materialisation figures")
+    parser.add_argument("--spark-records", type=int, default=1_000_000)
+    parser.add_argument("--json", type=Path, default=ROOT / "bench-results.json")
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown too")
+    args = parser.parse_args()
+    results = run(args)
+    render(results)
+    args.json.write_text(json.dumps(results, indent=2, default=str))
+    console.print(f"wrote {args.json}")
+    if args.markdown:
+        print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
