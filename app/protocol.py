@@ -277,6 +277,7 @@ class JoinGroupRequest:
     topics: list[str]
     session_timeout_ms: int
     client_id: str = ""
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ class BrokerSettings:
     coordinator_interval_ms: int = 1_000
     # Largest record batch a partition accepts (Kafka: message.max.bytes, broker side).
     message_max_bytes: int = 1_048_588
+    # Whether transactional clients run a coordinator loop thread (1) or leave the work to
+    # a dedicated ``kip98 coordinator run`` (0).
+    client_coordinator_loop: int = 1
     # Rows one fetch reads at most per partition (bounds memory; fetch.max.bytes bounds bytes).
     fetch_max_records: int = 2_000
 

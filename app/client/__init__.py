@@ -1,5 +1,6 @@
 """The client API, importable the way confluent-kafka's is: ``from app.client import ...``."""
 
+from app.client.consumer import Consumer
 from app.client.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -12,14 +13,9 @@ from app.client.message import (
     TopicPartition,
 )
 from app.client.partitioner import KeylessPartitioner, murmur2, murmur2_partition
+from app.client.producer import Producer
+from app.client.transactions import ConsumerGroupMetadata
 from app.errors import KafkaError, KafkaException
-
-# --- clients ---------------------------------------------------------------------------
-# Producer and Consumer are exported here from app.client.producer / app.client.consumer:
-# from app.client.producer import Producer
-# from app.client.consumer import Consumer
-# (and add "Producer", "Consumer" to __all__)
-# ---------------------------------------------------------------------------------------
 
 __all__ = [
     "OFFSET_BEGINNING",
@@ -29,10 +25,13 @@ __all__ = [
     "TIMESTAMP_CREATE_TIME",
     "TIMESTAMP_LOG_APPEND_TIME",
     "TIMESTAMP_NOT_AVAILABLE",
+    "Consumer",
+    "ConsumerGroupMetadata",
     "KafkaError",
     "KafkaException",
     "KeylessPartitioner",
     "Message",
+    "Producer",
     "TopicPartition",
     "murmur2",
     "murmur2_partition",

@@ -19,9 +19,6 @@ from app.errors import KafkaError
 from app.log.producer_state import increment_sequence
 from app.protocol import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ProduceRequest, RecordIn
 
-# Per-record overhead counted against batch and queue sizes (as the broker estimates it).
-RECORD_OVERHEAD_BYTES = 24
-
 DeliveryCallback = Callable[[KafkaError | None, Any], Any]
 
 

@@ -8,6 +8,7 @@ tight loop; a newly committed record is still seen within the back-off's ceiling
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from app.broker import Broker
 from app.client.closing import ClientClosedError
 from app.client.connection import client_broker, is_connection_error
 from app.client.fetcher import Fetcher
+from app.client.group import GroupMember, RebalanceCallback
 from app.client.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -25,6 +27,7 @@ from app.client.message import (
     Message,
     TopicPartition,
 )
+from app.client.transactions import ConsumerGroupMetadata
 from app.config import CONSUMER, ClientConfig, parse_config
 from app.errors import KafkaError, KafkaException, fail
 from app.log.fetch import list_offsets
@@ -35,6 +38,8 @@ from app.protocol import (
     READ_UNCOMMITTED,
     ListOffsetsRequest,
 )
+
+log = logging.getLogger(__name__)
 
 # Idle back-off: start fast so a fresh record is picked up at once, grow to bound load.
 IDLE_BACKOFF_MIN_S = 0.005
@@ -74,6 +79,24 @@ class Consumer:
         # Held for each call; released while poll waits, so other threads are not blocked.
         self._lock = threading.RLock()
         self._closed = False
+        group_id = cfg.get_str("group.id")
+        self._group: GroupMember | None = None
+        if group_id:
+            self._group = GroupMember(
+                self._broker,
+                group_id,
+                cfg.get_str("client.id") or "consumer",
+                cfg.get_int("session.timeout.ms"),
+                cfg.get_int("heartbeat.interval.ms"),
+                self._retry_backoff_s,
+                self._request_timeout_s,
+                cfg.get_str("group.instance.id"),
+            )
+            self._fetcher.stored_offset = self._stored_offset
+        self._auto_commit = bool(group_id) and cfg.get_bool("enable.auto.commit")
+        self._auto_commit_interval_s = cfg.get_int("auto.commit.interval.ms") / 1000.0
+        self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
+        self._on_commit = cfg.get_callable("on_commit")
 
     # --- assignment ----------------------------------------------------------------------
 
@@ -97,6 +120,11 @@ class Consumer:
             entries.append((tp.topic, tp.partition, tp.offset))
         with self._lock:
             self._fetcher.assign(entries)
+
+    def _assign_internal(self, partitions: list[TopicPartition]) -> None:
+        """The group's assignment (revoke: empty), bypassing the argument checks."""
+        with self._lock:
+            self._fetcher.assign([(tp.topic, tp.partition, tp.offset) for tp in partitions])
 
     def unassign(self) -> None:
         self._check_open()
@@ -133,8 +161,15 @@ class Consumer:
         while True:
             with self._lock:
                 self._check_open()
+                if self._group is not None and not self._group.rebalance_if_needed(
+                    self, self._commit_on_revoke
+                ):
+                    result_ready = False
+                else:
+                    result_ready = True
+                self._maybe_auto_commit()
                 self._drain(result, count)
-                if len(result) < count:
+                if result_ready and len(result) < count:
                     self._fetcher.fill()
                     before = len(result)
                     self._drain(result, count)
@@ -218,13 +253,139 @@ class Consumer:
             raise KafkaException(KafkaError(response.error_code, response.error_message))
         return response.offset
 
+    # --- consumer groups ------------------------------------------------------------------
+
+    def _require_group(self) -> GroupMember:
+        if self._group is None:
+            raise fail(
+                KafkaError._INVALID_ARG, "this operation needs group.id in the configuration"
+            )
+        return self._group
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the group for ``topics``; partitions arrive through the rebalance, which
+        runs (with its callbacks) inside poll()/consume()."""
+        self._check_open()
+        group = self._require_group()
+        if (
+            not isinstance(topics, list | tuple)
+            or not topics
+            or not all(isinstance(t, str) and t for t in topics)
+        ):
+            raise fail(KafkaError._INVALID_ARG, "subscribe() takes a non-empty list of topic names")
+        with self._lock:
+            group.subscribe(list(topics), on_assign, on_revoke or on_lost)
+
+    def unsubscribe(self) -> None:
+        self._check_open()
+        if self._group is not None:
+            with self._lock:
+                self._group.leave(self, self._commit_on_revoke)
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """Group id, generation and member id, for send_offsets_to_transaction (generation
+        -1 when this consumer never subscribed)."""
+        return self._require_group().metadata()
+
+    def _positions(self) -> list[TopicPartition]:
+        return [
+            TopicPartition(t, p, c.position)
+            for (t, p), c in self._fetcher.cursors.items()
+            if c.position >= 0
+        ]
+
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        """Commit a message (its offset + 1), explicit offsets, or the current positions.
+        Returns the committed partitions when ``asynchronous`` is False."""
+        self._check_open()
+        group = self._require_group()
+        if message is not None and offsets is not None:
+            raise fail(KafkaError._INVALID_ARG, "commit() takes a message or offsets, not both")
+        if message is not None:
+            if message.error() is not None or message.offset() is None:
+                raise fail(KafkaError._INVALID_ARG, "cannot commit an event or error message")
+            chosen = [
+                TopicPartition(
+                    message.topic() or "", message.partition() or 0, (message.offset() or 0) + 1
+                )
+            ]
+        elif offsets is not None:
+            chosen = list(offsets)
+        else:
+            with self._lock:
+                chosen = self._positions()
+        try:
+            done = group.commit(chosen)
+        except KafkaException as exc:
+            if self._on_commit is not None:
+                self._on_commit(exc.args[0], chosen)
+            raise
+        if self._on_commit is not None:
+            self._on_commit(None, done)
+        return None if asynchronous else done
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float | None = None
+    ) -> list[TopicPartition]:
+        """The group's committed offsets (OFFSET_INVALID where none); waits while
+        transactional offsets for them are pending (KIP-447)."""
+        self._check_open()
+        found = self._require_group().committed_offsets(partitions, timeout)
+        if found is None:
+            raise fail(KafkaError._TIMED_OUT, "offsets are still pending in an open transaction")
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, found.get((tp.topic, tp.partition), OFFSET_INVALID)
+            )
+            for tp in partitions
+        ]
+
+    def _stored_offset(self, topic: str, partition: int) -> int | None:
+        assert self._group is not None
+        found = self._group.committed_offsets([TopicPartition(topic, partition)], None)
+        return None if found is None else found.get((topic, partition))
+
+    def _commit_on_revoke(self) -> None:
+        if self._auto_commit:
+            self._commit_positions_quietly()
+
+    def _maybe_auto_commit(self) -> None:
+        if self._auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._next_auto_commit = time.monotonic() + self._auto_commit_interval_s
+            self._commit_positions_quietly()
+
+    def _commit_positions_quietly(self) -> None:
+        positions = self._positions()
+        if not positions or self._group is None:
+            return
+        try:
+            self._group.commit(positions)
+        except KafkaException as exc:
+            log.info("auto commit failed: %s", exc)
+
     # --- lifecycle ------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop reading and release the connections; later calls raise."""
+        """Commit (with enable.auto.commit), leave the group, release the connections;
+        later calls raise."""
         with self._lock:
             if self._closed:
                 return
+            if self._group is not None:
+                if self._auto_commit:
+                    self._commit_positions_quietly()
+                self._group.leave(self, None)
             self._closed = True
             self._fetcher.assign([])
         if self._owns_broker:

@@ -17,7 +17,6 @@ from typing import Any
 
 from app.broker import Broker
 from app.client.batching import (
-    RECORD_OVERHEAD_BYTES,
     Batch,
     BatchLimits,
     DeliveryCallback,
@@ -32,17 +31,21 @@ from app.client.message import (
     TIMESTAMP_CREATE_TIME,
     HeadersIn,
     Message,
+    TopicPartition,
     encode_headers,
     normalize_headers,
     to_bytes,
 )
 from app.client.partitioner import KeylessPartitioner, choose_partition
 from app.client.sender import Sender
+from app.client.transactions import Transactions
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException, fail
+from app.log.append import batch_size_bytes
 from app.log.topics import partition_count
-from app.protocol import InitProducerIdRequest
+from app.protocol import InitProducerIdRequest, RecordIn
+from app.storage.engine import resolve_url
 
 
 class Producer:
@@ -98,7 +101,12 @@ class Producer:
         self._reports = DeliveryReports()
         identity = ProducerIdentity()
         if self._idempotent and self.transactional_id is None:
-            identity = self._new_identity()
+            try:
+                identity = self._new_identity()
+            except BaseException:
+                if self._owns_broker:
+                    self._broker.engine.dispose()
+                raise
         self._sender = Sender(
             self._broker,
             self._accumulator,
@@ -111,6 +119,20 @@ class Producer:
             identity_provider=self._new_identity if self.transactional_id is None else None,
             on_batch_formed=self._batch_formed,
         )
+        self._txn: Transactions | None = None
+        if self.transactional_id is not None:
+            self._txn = Transactions(
+                broker=self._broker,
+                database_url=resolve_url(cfg.get_str("database.url")),
+                transactional_id=self.transactional_id,
+                timeout_ms=self._transaction_timeout_ms,
+                sender=self._sender,
+                accumulator=self._accumulator,
+                reports=self._reports,
+                flush=self.flush,
+                request_timeout_s=self._request_timeout_s,
+                retry_backoff_s=self._retry_backoff_s,
+            )
         self._sender.start()
 
     # --- identity and metadata -----------------------------------------------------------
@@ -178,12 +200,14 @@ class Producer:
             raise ClientClosedError("Producer")
         if not isinstance(topic, str) or not topic:
             raise fail(KafkaError._INVALID_ARG, "topic must be a non-empty str")
+        if self._txn is not None:
+            self._txn.check_can_produce()
         key_bytes = to_bytes("key", key)
         value_bytes = to_bytes("value", value)
         header_list = normalize_headers(headers)
         stored = encode_headers(header_list) if header_list else None
-        size = RECORD_OVERHEAD_BYTES + len(key_bytes or b"") + len(value_bytes or b"")
-        size += sum(len(k) + len(v or b"") for k, v in header_list)
+        # Sized as the broker sizes it, so a batch the client forms is never refused as too big.
+        size = batch_size_bytes([RecordIn(key_bytes, value_bytes, 0, stored)])
         if size > self._max_message_bytes:
             raise fail(
                 KafkaError.MSG_SIZE_TOO_LARGE,
@@ -283,6 +307,8 @@ class Producer:
         remaining = self.flush(timeout)
         self._closed = True
         self._sender.stop()
+        if self._txn is not None:
+            self._txn.close()
         self._reports.serve(0, self._default_callback)
         if self._owns_broker:
             self._broker.engine.dispose()
@@ -298,6 +324,38 @@ class Producer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    # --- transactions (transactional.id set) ---------------------------------------------
+
+    def _transactions(self) -> Transactions:
+        if self._closed:
+            raise ClientClosedError("Producer")
+        if self._txn is None:
+            raise fail(KafkaError._NOT_CONFIGURED, "transactional.id is not configured")
+        return self._txn
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Get this transactional id's producer identity, fencing older instances and
+        completing or aborting whatever they left open."""
+        self._transactions().init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._transactions().begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float | None = None
+    ) -> None:
+        """Commit the consumer's positions (next offsets to read) with this transaction;
+        entries with negative offsets are ignored."""
+        self._transactions().send_offsets_to_transaction(positions, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Flush, then commit: when this returns, the markers are written."""
+        self._transactions().commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Drop unsent records, wait for in-flight ones, then abort."""
+        self._transactions().abort_transaction(timeout)
 
     # --- for the transaction manager -----------------------------------------------------
 

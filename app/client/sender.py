@@ -195,7 +195,10 @@ class Sender:
             error = refused.get((batch.topic, batch.partition))
             if error is not None:
                 batch.attempts += 1
-                self._retry_or_fail(batch, error)
+                if error.retriable():
+                    self._retry_or_fail(batch, error)
+                else:
+                    self._fail(batch, error)
                 continue
             self._attempt(batch)
 

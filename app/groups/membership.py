@@ -118,8 +118,20 @@ def join_group(broker: Broker, req: JoinGroupRequest) -> JoinGroupResponse:
         with broker.engine.begin() as conn:
             group = _lock_group(conn, req.group_id)
             generation, state = _expire(conn, group, now)
-            current = {mem.member_id: mem for mem in _members(conn, req.group_id)}
             member_id = req.member_id or f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
+            if req.group_instance_id:
+                replaced = conn.execute(
+                    sql.REPLACE_STATIC_MEMBER,
+                    {
+                        "group_id": req.group_id,
+                        "group_instance_id": req.group_instance_id,
+                        "member_id": member_id,
+                    },
+                ).all()
+                if replaced and state != PREPARING_REBALANCE:
+                    generation = _start_rebalance(conn, req.group_id, generation, now)
+                    state = PREPARING_REBALANCE
+            current = {mem.member_id: mem for mem in _members(conn, req.group_id)}
             known = current.get(member_id)
             changed = known is None or sorted(known.topics) != sorted(set(req.topics))
             if not changed and state == STABLE:
@@ -131,6 +143,7 @@ def join_group(broker: Broker, req: JoinGroupRequest) -> JoinGroupResponse:
                 sql.UPSERT_MEMBER,
                 {
                     "group_id": req.group_id, "member_id": member_id, "client_id": req.client_id,
+                    "group_instance_id": req.group_instance_id,
                     "generation_id": generation, "topics": json.dumps(sorted(set(req.topics))),
                     "session_timeout_ms": req.session_timeout_ms, "now": now,
                 },

@@ -98,10 +98,10 @@ EXPIRE_MEMBERS = text(
 )
 UPSERT_MEMBER = text(
     """
-    INSERT INTO group_members (group_id, member_id, client_id, generation_id, topics,
-                               session_timeout_ms, last_heartbeat_ms, joined_ms)
-    VALUES (:group_id, :member_id, :client_id, :generation_id, CAST(:topics AS jsonb),
-            :session_timeout_ms, :now, :now)
+    INSERT INTO group_members (group_id, member_id, group_instance_id, client_id, generation_id,
+                               topics, session_timeout_ms, last_heartbeat_ms, joined_ms)
+    VALUES (:group_id, :member_id, :group_instance_id, :client_id, :generation_id,
+            CAST(:topics AS jsonb), :session_timeout_ms, :now, :now)
     ON CONFLICT (group_id, member_id) DO UPDATE SET
         generation_id = EXCLUDED.generation_id, topics = EXCLUDED.topics,
         session_timeout_ms = EXCLUDED.session_timeout_ms, last_heartbeat_ms = EXCLUDED.last_heartbeat_ms
@@ -109,6 +109,10 @@ UPSERT_MEMBER = text(
 )
 HEARTBEAT = text(
     "UPDATE group_members SET last_heartbeat_ms = :now WHERE group_id = :group_id AND member_id = :member_id"
+)
+REPLACE_STATIC_MEMBER = text(
+    "DELETE FROM group_members WHERE group_id = :group_id AND group_instance_id = :group_instance_id "
+    "AND member_id <> :member_id RETURNING member_id"
 )
 DELETE_MEMBER = text(
     "DELETE FROM group_members WHERE group_id = :group_id AND member_id = :member_id"

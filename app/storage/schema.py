@@ -258,6 +258,8 @@ group_members = Table(
     metadata,
     Column("group_id", Text, nullable=False),
     Column("member_id", Text, nullable=False),
+    # Static membership (KIP-345): a restarted instance replaces its old member at once.
+    Column("group_instance_id", Text),
     Column("client_id", Text, nullable=False, server_default=text("''")),
     # The generation this member has joined; behind the group's while a rebalance runs.
     Column("generation_id", Integer, nullable=False),

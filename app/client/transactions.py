@@ -1,0 +1,302 @@
+"""The transactional half of the Producer: init/begin/send_offsets/commit/abort.
+
+It drives the coordinator handlers and the sender's transaction seams, and keeps the
+client-side state machine (``txn_manager``) honest: commit flushes first and refuses to
+end a transaction any of whose batches failed; abort purges what was never sent; every
+EndTxn answer carries the (producer_id, epoch) of the next transaction (KIP-890), which
+becomes the sender's identity with sequences back at 0.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from app.broker import Broker
+from app.client import txn_manager as tm
+from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
+from app.client.connection import is_connection_error
+from app.client.delivery import DeliveryReports
+from app.client.message import TopicPartition
+from app.client.sender import Sender, report_for
+from app.coordinator import background
+from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, end_txn
+from app.coordinator.producer_id import init_producer_id
+from app.errors import KafkaError, KafkaException
+from app.groups.offsets import txn_offset_commit
+from app.protocol import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    InitProducerIdRequest,
+    OffsetAndMetadata,
+    TxnOffsetCommitRequest,
+)
+
+R = TypeVar("R")
+
+# Answers worth asking again after a pause (another request on the id is in progress, or
+# a completion is being rolled forward).
+RETRY_CODES = frozenset(
+    {
+        KafkaError.CONCURRENT_TRANSACTIONS,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class ConsumerGroupMetadata:
+    """What ``Consumer.consumer_group_metadata()`` returns: enough for the group
+    coordinator to fence a zombie of an older generation (KIP-447)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+
+
+class Transactions:
+    def __init__(
+        self,
+        *,
+        broker: Broker,
+        database_url: str,
+        transactional_id: str,
+        timeout_ms: int,
+        sender: Sender,
+        accumulator: RecordAccumulator,
+        reports: DeliveryReports,
+        flush: Callable[[float | None], int],
+        request_timeout_s: float,
+        retry_backoff_s: float,
+    ) -> None:
+        self.broker = broker
+        self.database_url = database_url
+        self.transactional_id = transactional_id
+        self.timeout_ms = timeout_ms
+        self.sender = sender
+        self.accumulator = accumulator
+        self.reports = reports
+        self._flush = flush
+        self.request_timeout_s = request_timeout_s
+        self.retry_backoff_s = retry_backoff_s
+        self.manager = tm.TransactionManager()
+        self.identity = ProducerIdentity()
+        self._added: set[tuple[str, int]] = set()
+        self._offsets_added = False
+        self._lock = threading.Lock()
+        self._loop_key: str | None = None
+        sender.before_send = self._before_send
+        sender.on_batch_failed = self._on_batch_failed
+
+    # ------------------------------------------------------------ requests with retries
+    def _call(self, fn: Callable[[], R], code_of: Callable[[R], int], timeout: float | None) -> R:
+        """Call a handler, retrying lost connections and retriable answers until timeout."""
+        deadline = time.monotonic() + (
+            self.request_timeout_s if timeout is None or timeout < 0 else timeout
+        )
+        while True:
+            try:
+                response = fn()
+                if code_of(response) not in RETRY_CODES:
+                    return response
+                last = KafkaError(code_of(response))
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                last = KafkaError(KafkaError._TRANSPORT, f"database unreachable: {exc}")
+            if time.monotonic() + self.retry_backoff_s >= deadline:
+                raise KafkaException(
+                    KafkaError(KafkaError._TIMED_OUT, f"timed out: {last.str()}", retriable=True)
+                )
+            time.sleep(self.retry_backoff_s)
+
+    def _raise(self, code: int, message: str | None) -> None:
+        raise KafkaException(self.manager.fail(KafkaError(code, message)))
+
+    def _set_identity(self, producer_id: int, producer_epoch: int) -> None:
+        self.identity = ProducerIdentity(producer_id, producer_epoch)
+        with self.accumulator.cond:
+            self.sender.identity = self.identity
+            self.accumulator.reset_sequences()
+            self.accumulator.cond.notify_all()
+
+    # ------------------------------------------------------------ API
+    def init_transactions(self, timeout: float | None) -> None:
+        if self.manager.state != tm.UNINITIALIZED:
+            raise KafkaException(
+                KafkaError(KafkaError._STATE, f"init_transactions in state {self.manager.state}")
+            )
+        request = InitProducerIdRequest(self.transactional_id, self.timeout_ms)
+        r = self._call(
+            lambda: init_producer_id(self.broker, request), lambda x: x.error_code, timeout
+        )
+        if r.error_code != KafkaError.NO_ERROR:
+            self._raise(r.error_code, r.error_message)
+        self._set_identity(r.producer_id, r.producer_epoch)
+        self.manager.fire("initialized", "init_transactions")
+        if self._loop_key is None:
+            self._loop_key = background.acquire(self.database_url, self.broker)
+
+    def begin_transaction(self) -> None:
+        self.manager.fire("begin", "begin_transaction")
+        with self._lock:
+            self._added.clear()
+            self._offsets_added = False
+        with self.accumulator.cond:
+            self.sender.transactional_id = self.transactional_id
+            self.sender.is_transactional = True
+
+    def check_can_produce(self) -> None:
+        """librdkafka refuses produce() outside a transaction on a transactional producer."""
+        state = self.manager.state
+        if state == tm.IN_TRANSACTION:
+            return
+        if self.manager.fatal_error is not None:
+            err = self.manager.fatal_error
+            raise KafkaException(KafkaError(err.code(), err.str(), fatal=True))
+        if state == tm.ABORTABLE_ERROR and self.manager.abortable_error is not None:
+            err = self.manager.abortable_error
+            raise KafkaException(KafkaError(err.code(), err.str(), txn_requires_abort=True))
+        raise KafkaException(
+            KafkaError(KafkaError._STATE, f"produce() outside a transaction (state {state})")
+        )
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float | None
+    ) -> None:
+        if not isinstance(group_metadata, ConsumerGroupMetadata):
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._INVALID_ARG,
+                    "group_metadata must come from Consumer.consumer_group_metadata()",
+                )
+            )
+        offsets = {
+            (tp.topic, tp.partition): OffsetAndMetadata(tp.offset, tp.metadata)
+            for tp in positions
+            if tp.offset >= 0
+        }
+        if self.manager.state != tm.IN_TRANSACTION:
+            self.check_can_produce()
+        if not offsets:
+            return
+        ident = self.identity
+        if not self._offsets_added:
+            add = AddOffsetsToTxnRequest(
+                self.transactional_id,
+                ident.producer_id,
+                ident.producer_epoch,
+                group_metadata.group_id,
+            )
+            r = self._call(
+                lambda: add_offsets_to_txn(self.broker, add), lambda x: x.error_code, timeout
+            )
+            if r.error_code:
+                self._raise(r.error_code, r.error_message)
+            self._offsets_added = True
+        commit = TxnOffsetCommitRequest(
+            self.transactional_id, group_metadata.group_id, ident.producer_id, ident.producer_epoch,
+            offsets, group_metadata.generation_id, group_metadata.member_id,
+        )  # fmt: skip
+        c = self._call(
+            lambda: txn_offset_commit(self.broker, commit), lambda x: x.error_code, timeout
+        )
+        if c.error_code:
+            self._raise(c.error_code, c.error_message)
+
+    def commit_transaction(self, timeout: float | None) -> None:
+        if self.manager.state != tm.COMMITTING:
+            self.manager.fire("start_commit", "commit_transaction")
+        remaining = self._flush(timeout)
+        if remaining:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"{remaining} messages not yet delivered; call commit_transaction() again",
+                    retriable=True,
+                )
+            )
+        if self.manager.state == tm.ABORTABLE_ERROR:
+            self.manager.fire("start_commit", "commit_transaction")  # raises the abortable error
+        self._end(commit=True, timeout=timeout)
+
+    def abort_transaction(self, timeout: float | None) -> None:
+        if self.manager.state != tm.ABORTING:
+            self.manager.fire("start_abort", "abort_transaction")
+        self._purge_unsent()
+        remaining = self._flush(timeout)
+        if remaining:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT, f"{remaining} messages still in flight", retriable=True
+                )
+            )
+        self._end(commit=False, timeout=timeout)
+
+    def _end(self, commit: bool, timeout: float | None) -> None:
+        with self._lock:
+            touched = bool(self._added) or self._offsets_added
+        if touched:
+            ident = self.identity
+            request = EndTxnRequest(
+                self.transactional_id, ident.producer_id, ident.producer_epoch, commit
+            )
+            r = self._call(lambda: end_txn(self.broker, request), lambda x: x.error_code, timeout)
+            if r.error_code:
+                self._raise(r.error_code, r.error_message)
+            self._set_identity(r.producer_id, r.producer_epoch)
+        with self.accumulator.cond:
+            self.sender.is_transactional = False
+        with self._lock:
+            self._added.clear()
+            self._offsets_added = False
+        self.manager.reset_abortable()
+        self.manager.fire("completed", "commit_transaction" if commit else "abort_transaction")
+
+    def _purge_unsent(self) -> None:
+        """Records not yet sent never reach the log: report them as purged (librdkafka)."""
+        now = time.monotonic()
+        purged = KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue (transaction aborted)")
+        with self.accumulator.cond:
+            pending = self.accumulator.expire(now, float("-inf"))
+        self.reports.push([report_for(t, p, r, -1, purged, now) for t, p, r in pending])
+
+    # ------------------------------------------------------------ sender seams
+    def _before_send(self, batches: list[Batch]) -> dict[tuple[str, int], KafkaError]:
+        """AddPartitionsToTxn for partitions this transaction has not registered yet."""
+        new = sorted({(b.topic, b.partition) for b in batches if b.is_transactional} - self._added)
+        if not new:
+            return {}
+        ident = self.identity
+        request = AddPartitionsToTxnRequest(
+            self.transactional_id, ident.producer_id, ident.producer_epoch, new
+        )
+        try:
+            r = add_partitions_to_txn(self.broker, request)
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            return dict.fromkeys(new, KafkaError(KafkaError._TRANSPORT, str(exc)))
+        if r.error_code == KafkaError.NO_ERROR:
+            with self._lock:
+                self._added.update(new)
+            return {}
+        err = KafkaError(r.error_code, r.error_message)
+        if r.error_code in RETRY_CODES:
+            return dict.fromkeys(new, KafkaError(r.error_code, r.error_message, retriable=True))
+        # Not retriable: fail these batches; the transaction cannot commit.
+        return dict.fromkeys(new, KafkaError(err.code(), err.str(), retriable=False))
+
+    def _on_batch_failed(self, batch: Batch, error: KafkaError) -> None:
+        if batch.is_transactional and self.manager.state in (tm.IN_TRANSACTION, tm.COMMITTING):
+            self.manager.fail(error)
+
+    def close(self) -> None:
+        background.release(self._loop_key)
+        self._loop_key = None

@@ -1,0 +1,165 @@
+"""The exactly-once consume-transform-produce loop, in the shape of confluent-kafka's
+eos_transactions.py: read a batch, write its transformation, commit the input offsets in
+the same transaction. Used by ``kip98 demo`` and by the crash tests, which SIGKILL it.
+
+Each output record goes to the input record's partition number, so per-partition order
+carries over and can be checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from app.client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+log = logging.getLogger(__name__)
+
+Transform = Callable[[bytes | None], bytes | None]
+
+
+def upper(value: bytes | None) -> bytes | None:
+    return None if value is None else value.upper()
+
+
+@dataclass
+class CopierStats:
+    transactions: int = 0
+    aborted: int = 0
+    records: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Copier:
+    input_topic: str
+    output_topic: str
+    group_id: str
+    transactional_id: str
+    database_url: str | None = None
+    transform: Transform = upper
+    batch_size: int = 500
+    extra_config: dict[str, object] = field(default_factory=dict)
+    stats: CopierStats = field(default_factory=CopierStats)
+    _running: bool = True
+
+    def _configs(self) -> tuple[dict[str, object], dict[str, object]]:
+        common: dict[str, object] = {"database.url": self.database_url} if self.database_url else {}
+        consumer = {
+            **common,
+            "group.id": self.group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "client.id": f"{self.transactional_id}-consumer",
+            # Static membership: a restarted copier takes its old place at once (KIP-345).
+            "group.instance.id": self.transactional_id,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            **self.extra_config,
+        }
+        producer = {
+            **common,
+            "transactional.id": self.transactional_id,
+            "linger.ms": 5,
+            "client.id": self.transactional_id,
+        }
+        return consumer, producer
+
+    def stop(self) -> None:
+        self._running = False
+
+    def run(self, idle_exit_s: float | None = None) -> CopierStats:
+        """Copy until stopped, or until nothing arrived for ``idle_exit_s`` seconds."""
+        consumer_cfg, producer_cfg = self._configs()
+        consumer = Consumer(consumer_cfg)
+        producer = Producer(producer_cfg)
+        try:
+            producer.init_transactions()
+            consumer.subscribe([self.input_topic])
+            idle_since = time.monotonic()
+            while self._running:
+                msgs = [
+                    m for m in consumer.consume(self.batch_size, timeout=0.2) if m.error() is None
+                ]
+                if not msgs:
+                    if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+                        break
+                    continue
+                idle_since = time.monotonic()
+                self._copy(consumer, producer, msgs)
+        finally:
+            producer.close()
+            consumer.close()
+        return self.stats
+
+    def _copy(self, consumer: Consumer, producer: Producer, msgs: list) -> None:  # type: ignore[type-arg]
+        producer.begin_transaction()
+        try:
+            for m in msgs:
+                producer.produce(
+                    self.output_topic,
+                    self.transform(m.value()),
+                    m.key(),
+                    partition=m.partition(),
+                    headers=m.headers(),
+                )
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()), consumer.consumer_group_metadata()
+            )
+            producer.commit_transaction()
+            self.stats.transactions += 1
+            self.stats.records += len(msgs)
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.fatal() or not (err.txn_requires_abort() or err.retriable()):
+                raise
+            log.info("transaction failed (%s); aborting and rewinding", err)
+            producer.abort_transaction()
+            self.stats.aborted += 1
+            self._rewind(consumer)
+
+    def _rewind(self, consumer: Consumer) -> None:
+        """After an abort, read again from the committed offsets."""
+        assignment = consumer.assignment()
+        if not assignment:
+            return
+        for tp in consumer.committed(assignment, timeout=30):
+            consumer.seek(
+                TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else -2)
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m app.pipeline INPUT OUTPUT GROUP TRANSACTIONAL_ID``: copy until SIGTERM or idle."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("input_topic")
+    parser.add_argument("output_topic")
+    parser.add_argument("group_id")
+    parser.add_argument("transactional_id")
+    parser.add_argument("--idle-exit", type=float, default=None)
+    parser.add_argument("--batch-size", type=int, default=500)
+    args = parser.parse_args(argv)
+    copier = Copier(
+        args.input_topic,
+        args.output_topic,
+        args.group_id,
+        args.transactional_id,
+        batch_size=args.batch_size,
+    )
+    signal.signal(signal.SIGTERM, lambda *_: copier.stop())
+    stats = copier.run(idle_exit_s=args.idle_exit)
+    print(
+        f"copied {stats.records} records in {stats.transactions} transactions ({stats.aborted} aborted)",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
