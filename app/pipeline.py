@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from app.client import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from app.client import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Copier:
             consumer.close()
         return self.stats
 
-    def _copy(self, consumer: Consumer, producer: Producer, msgs: list) -> None:  # type: ignore[type-arg]
+    def _copy(self, consumer: Consumer, producer: Producer, msgs: list[Message]) -> None:
         producer.begin_transaction()
         try:
             for m in msgs:
@@ -106,7 +106,7 @@ class Copier:
                     self.output_topic,
                     self.transform(m.value()),
                     m.key(),
-                    partition=m.partition(),
+                    partition=m.partition() or 0,
                     headers=m.headers(),
                 )
             producer.send_offsets_to_transaction(

@@ -1,0 +1,118 @@
+"""``kip98 topics``: kafka-topics.sh for the PostgreSQL log.
+
+``describe`` shows the three offsets that matter for exactly-once reading side by side:
+a read_committed consumer stops at the LSO, not the high watermark, so a gap between them
+is an open transaction holding readers back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from sqlalchemy import text
+
+from app.admin import AdminClient, NewTopic
+from app.broker import Broker
+from app.cli.errors import CliError
+from app.cli.output import emit, output_option
+from app.log.topics import describe_topic
+
+_OPEN_BY_PARTITION = text(
+    "SELECT partition, open_transactions FROM partition_status WHERE topic = :topic"
+)
+
+
+def parse_config_pairs(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``k=v`` options into a dict; JSON-looking values (numbers, booleans) keep their type."""
+    config: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--config expects key=value, got {pair!r}")
+        try:
+            value: Any = json.loads(raw)
+        except ValueError:
+            value = raw
+        config[key.strip()] = value
+    return config
+
+
+@click.group("topics")
+def topics_group() -> None:
+    """Create, list, describe and delete topics."""
+
+
+@topics_group.command()
+@click.argument("name")
+@click.option("--partitions", "-p", type=int, default=1, show_default=True)
+@click.option(
+    "--config", "-c", "configs", multiple=True, metavar="KEY=VALUE", help="Topic config (repeat)."
+)
+def create(name: str, partitions: int, configs: tuple[str, ...]) -> None:
+    """Create topic NAME with N partitions."""
+    config = parse_config_pairs(configs)
+    with AdminClient() as admin:
+        admin.create_topics([NewTopic(name, partitions, config=config or None)])[name].result()
+    click.echo(f"Created topic {name} with {partitions} partition(s).")
+
+
+@topics_group.command("list")
+@output_option
+def list_(output: str) -> None:
+    """List topics with their partition counts and configs."""
+    with AdminClient() as admin:
+        infos = admin.list_topics().topics.values()
+    rows = [
+        {"topic": i.topic, "partitions": i.num_partitions, "config": i.config}
+        for i in sorted(infos, key=lambda i: i.topic)
+    ]
+    emit(rows, output, columns=["topic", "partitions", "config"])
+
+
+@topics_group.command()
+@click.argument("name")
+@output_option
+def describe(name: str, output: str) -> None:
+    """Per-partition log start, high watermark, last stable offset and open transactions."""
+    broker = Broker.connect()
+    info = describe_topic(broker, name)
+    with broker.engine.connect() as conn:
+        open_txns = dict(conn.execute(_OPEN_BY_PARTITION, {"topic": name}).tuples().all())
+    rows = [
+        {
+            "topic": info.topic,
+            "partition": p.partition,
+            "log_start_offset": p.log_start_offset,
+            "high_watermark": p.high_watermark,
+            "last_stable_offset": p.last_stable_offset,
+            "open_transactions": int(open_txns.get(p.partition, 0)),
+        }
+        for p in info.partitions
+    ]
+    if output == "json":
+        emit(
+            {
+                "topic": info.topic,
+                "num_partitions": info.num_partitions,
+                "config": info.config,
+                "partitions": rows,
+            },
+            output,
+        )
+        return
+    emit(
+        rows,
+        output,
+        headers={"last_stable_offset": "LSO", "log_start_offset": "LOG-START-OFFSET"},
+    )
+
+
+@topics_group.command()
+@click.argument("name")
+def delete(name: str) -> None:
+    """Delete topic NAME and all its records."""
+    with AdminClient() as admin:
+        admin.delete_topics([name])[name].result()
+    click.echo(f"Deleted topic {name}.")
