@@ -287,6 +287,7 @@ def build_log_with_aborts(url: str, n: int, abort_ratio: float, per_txn: int = 1
         for k, v in data[start : start + per_txn]:
             p.produce("ab", v, k, partition=0)
         if (t % round(1 / abort_ratio)) == 0:
+            p.flush()  # the aborted records must reach the log, or there is nothing to skip
             p.abort_transaction()
         else:
             p.commit_transaction()

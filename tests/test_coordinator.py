@@ -424,3 +424,52 @@ def test_read_uncommitted_and_committed_never_show_markers(broker: Broker) -> No
     assert r.next_offset == 4
     r = fetch(broker, FetchRequest("a", 0, 0, isolation_level=READ_COMMITTED))
     assert [x.value for x in r.records] == [b"y"]
+
+
+def test_rebuild_equals_live_after_concurrent_workload(db_url: str) -> None:
+    """Several processes' worth of traffic at once (threads with their own connections),
+    with a coordinator loop timing transactions out underneath: the projections still
+    equal the fold of the event tables."""
+    import threading
+
+    settings = BrokerSettings(transaction_log_partitions=4, coordinator_interval_ms=50)
+    shared = Broker.connect(db_url, settings=settings)
+    for topic in ("a", "b"):
+        create_topic(shared, topic, 2)
+    loop = CoordinatorLoop(shared)
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        d = TxnDriver(shared, f"w{seed}", timeout_ms=rng.choice([200, 60_000]))
+        try:
+            assert d.init() == 0
+            for _ in range(40):
+                tp = (rng.choice("ab"), rng.randint(0, 1))
+                action = rng.random()
+                if action < 0.6:
+                    if d.add(tp) != 0:
+                        assert d.init() == 0
+                        continue
+                    d.send(*tp, f"{seed}-{rng.random()}", register=False)
+                elif action < 0.8:
+                    d.end(commit=rng.random() < 0.7)
+                else:
+                    produce(shared, ProduceRequest(tp[0], tp[1], [RecordIn(None, b"plain", 0)]))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    loop.start()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    loop.stop()
+    assert not errors, errors[0]
+    with shared.engine.connect() as conn:
+        assert compute_transactions(conn, settings) == live_transactions(conn)
+        computed = projection_rows(
+            compute_partition_log(conn, shared.clock.now_ms(), settings).values()
+        )
+        assert computed == live_rows(conn)

@@ -16,6 +16,7 @@ from app.broker import Broker
 from app.clock import SYSTEM_CLOCK, ManualClock
 from app.coordinator import machines as m
 from app.coordinator.loop import CoordinatorLoop
+from app.errors import KafkaError
 from app.log.topics import create_topic
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
@@ -103,3 +104,32 @@ def test_crash_mid_transaction_is_aborted_by_the_timeout(db_url: str, broker: Br
     assert CoordinatorLoop(later).run_once().timed_out == 1
     assert state_of(broker, "crash") == m.COMPLETE_ABORT
     assert nothing_visible(broker) and settled(broker)
+
+
+def test_zombie_paused_mid_transaction_cannot_write_into_the_next(
+    db_url: str, broker: Broker
+) -> None:
+    """SIGSTOP a producer mid-transaction; a new instance takes over and runs its own
+    transaction; SIGCONT the zombie: every late request is fenced, nothing of it commits."""
+    env = {**os.environ, "KIP98_DATABASE_URL": db_url}
+    env.pop("KIP98_CRASH_AT", None)
+    zombie = subprocess.Popen(
+        [sys.executable, "-m", "tests.zombie_child", "shared"],
+        cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert zombie.stdout is not None and zombie.stdin is not None
+    assert zombie.stdout.readline().strip() == "paused-here"
+    zombie.send_signal(signal.SIGSTOP)
+    successor = TxnDriver(broker, "shared")
+    assert successor.init() == 0
+    assert successor.send("a", 0, "successor").error_code == 0
+    zombie.send_signal(signal.SIGCONT)
+    zombie.stdin.write("go\n")
+    zombie.stdin.flush()
+    late, add, end = (int(x) for x in zombie.stdout.readline().split())
+    zombie.wait(timeout=60)
+    assert late == KafkaError.INVALID_PRODUCER_EPOCH
+    assert add == KafkaError.PRODUCER_FENCED
+    assert end == KafkaError.PRODUCER_FENCED
+    assert successor.end(commit=True) == 0
+    assert read_values(broker, "a", 0) == ["successor"]
