@@ -50,6 +50,12 @@ LOGICAL_OFFSETS = frozenset({OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, OFFSE
 StoredOffsetLookup = Callable[[str, int], int | None]
 
 
+class StoredOffsetPending(Exception):
+    """Raised by a stored-offset lookup that cannot answer yet: transactional offsets are
+    pending for the partition (KIP-447). The cursor stays unresolved and asks again at the
+    next fill, rather than falling back to auto.offset.reset."""
+
+
 @dataclass(slots=True)
 class PartitionCursor:
     topic: str
@@ -129,6 +135,7 @@ class Fetcher:
         self.partition_eof = partition_eof
         self.stored_offset = stored_offset
         self.cursors: dict[tuple[str, int], PartitionCursor] = {}
+        self._order: list[PartitionCursor] = []
         self._turn = 0
 
     # --- assignment ----------------------------------------------------------------------
@@ -136,13 +143,14 @@ class Fetcher:
     def assign(self, partitions: list[tuple[str, int, int]]) -> None:
         """Replace the assignment; each entry is (topic, partition, starting offset)."""
         self.cursors = {(t, p): PartitionCursor(t, p, offset) for t, p, offset in partitions}
+        self._order = list(self.cursors.values())
         self._turn = 0
 
     # --- handing out ---------------------------------------------------------------------
 
     def next_message(self) -> Message | None:
         """The next buffered record or event, taking partitions in turn."""
-        cursors = list(self.cursors.values())
+        cursors = self._order
         n = len(cursors)
         for i in range(n):
             cursor = cursors[(self._turn + i) % n]
@@ -247,9 +255,14 @@ class Fetcher:
         """Turn a logical starting offset into an absolute one; False if it cannot be."""
         offset = cursor.fetch_offset
         if offset in (OFFSET_INVALID, OFFSET_STORED):
-            stored = (
-                self.stored_offset(cursor.topic, cursor.partition) if self.stored_offset else None
-            )
+            try:
+                stored = (
+                    self.stored_offset(cursor.topic, cursor.partition)
+                    if self.stored_offset
+                    else None
+                )
+            except StoredOffsetPending:
+                return False
             if stored is not None and stored >= 0:
                 cursor.fetch_offset = stored
                 return True

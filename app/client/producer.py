@@ -42,9 +42,9 @@ from app.client.transactions import Transactions
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException, fail
-from app.log.append import batch_size_bytes
+from app.log.append import record_size_bytes
 from app.log.topics import partition_count
-from app.protocol import InitProducerIdRequest, RecordIn
+from app.protocol import InitProducerIdRequest
 from app.storage.engine import resolve_url
 
 
@@ -71,7 +71,7 @@ class Producer:
         cfg = self._config
         self._owns_broker = broker is None
         self._broker = broker or client_broker(
-            cfg.get_str("database.url"), cfg.get_str("client.id")
+            cfg.get_str("database.url"), cfg.get_str("client.id"), cfg.get_str("principal")
         )
         self.transactional_id: str | None = cfg.get_str("transactional.id")
         self._idempotent = cfg.get_bool("enable.idempotence")
@@ -160,8 +160,7 @@ class Producer:
 
     def _partition_count(self, topic: str) -> int | None:
         """Partitions of ``topic``, cached once known; None if the topic does not exist."""
-        with self._metadata_lock:
-            known = self._partitions.get(topic)
+        known = self._partitions.get(topic)  # a dict read needs no lock; misses take it below
         if known is not None:
             return known
         try:
@@ -207,7 +206,7 @@ class Producer:
         header_list = normalize_headers(headers)
         stored = encode_headers(header_list) if header_list else None
         # Sized as the broker sizes it, so a batch the client forms is never refused as too big.
-        size = batch_size_bytes([RecordIn(key_bytes, value_bytes, 0, stored)])
+        size = record_size_bytes(key_bytes, value_bytes, stored)
         if size > self._max_message_bytes:
             raise fail(
                 KafkaError.MSG_SIZE_TOO_LARGE,

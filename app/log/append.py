@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from psycopg.types.string import BytesBinaryDumper
 from sqlalchemy import Connection, Row
 
 from app.broker import Broker
@@ -27,19 +28,23 @@ from app.log.producer_state import (
     validate_append,
 )
 from app.protocol import NO_PRODUCER_ID, ProduceRequest, ProduceResponse, RecordIn
+from app.security import needs
+from app.security.authorizer import authorize_all
 from app.storage.engine import retry_conflicts
 
 RECORD_OVERHEAD_BYTES = 24
 
 
+def record_size_bytes(
+    key: bytes | None, value: bytes | None, headers: list[dict[str, Any]] | None
+) -> int:
+    """An estimate of one record's wire size, for ``message.max.bytes`` checks."""
+    size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+    return size + len(json.dumps(headers)) if headers else size
+
+
 def batch_size_bytes(records: list[RecordIn]) -> int:
-    """An estimate of the batch's wire size, for ``message.max.bytes`` checks."""
-    total = 0
-    for r in records:
-        total += RECORD_OVERHEAD_BYTES + len(r.key or b"") + len(r.value or b"")
-        if r.headers:
-            total += len(json.dumps(r.headers))
-    return total
+    return sum(record_size_bytes(r.key, r.value, r.headers) for r in records)
 
 
 def check_request(req: ProduceRequest, max_bytes: int) -> None:
@@ -100,6 +105,8 @@ def copy_rows(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     """Binary COPY inside the handler's transaction (never one INSERT per record)."""
     raw = conn.connection.driver_connection
     assert raw is not None
+    # Without this, bytea goes through DB-API's Binary dumper, written in Python.
+    raw.adapters.register_dumper(bytes, BytesBinaryDumper)
     with raw.cursor() as cur, cur.copy(sql.COPY_RECORDS) as copy:
         copy.set_types(list(sql.RECORD_TYPES))
         for row in rows:
@@ -150,6 +157,7 @@ def produce(broker: Broker, req: ProduceRequest) -> ProduceResponse:
 
 
 def _append(broker: Broker, conn: Connection, req: ProduceRequest) -> ProduceResponse:
+    authorize_all(conn, broker, needs.produce(req.topic, req.transactional_id))
     if req.is_transactional:
         from app.coordinator.guard import check_transactional_produce
 

@@ -27,6 +27,8 @@ from app.protocol import (
     ListOffsetsResponse,
     RecordOut,
 )
+from app.security import needs
+from app.security.authorizer import authorize_all
 
 RECORD_OVERHEAD_BYTES = 24
 
@@ -67,6 +69,7 @@ def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
         req.max_records or broker.settings.fetch_max_records, broker.settings.fetch_max_records
     )
     with broker.engine.connect() as conn:
+        authorize_all(conn, broker, needs.fetch(req.topic))
         part = _partition_offsets(conn, req.topic, req.partition)
         hw, log_start, lso = part.next_offset, part.log_start_offset, part.last_stable_offset
         if req.fetch_offset < log_start or req.fetch_offset > hw:
@@ -80,27 +83,29 @@ def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
             return FetchResponse(
                 KafkaError.NO_ERROR, hw, lso, log_start, [], req.fetch_offset, aborted
             )
-        params = {
+        # A window of ``limit`` offsets holds at most ``limit`` records, so the read is
+        # bounded by offsets, not by how many records filtering happens to drop.
+        window_end = min(upper, req.fetch_offset + limit)
+        params: dict[str, object] = {
             "topic": req.topic,
             "partition": req.partition,
             "from_offset": req.fetch_offset,
-            "to_offset": upper,
+            "to_offset": window_end,
             "max_records": limit,
         }
-        statement = (
-            sql.FETCH_COMMITTED if req.isolation_level == READ_COMMITTED else sql.FETCH_UNCOMMITTED
-        )
-        records = [RecordOut(*row) for row in conn.execute(statement, params)]
+        statement = sql.FETCH_UNCOMMITTED
         if req.isolation_level == READ_COMMITTED:
-            aborted = [
-                AbortedTransaction(r.producer_id, r.first_offset)
-                for r in conn.execute(sql.ABORTED_IN_RANGE, params)
-            ]
+            ranges = conn.execute(sql.ABORTED_IN_RANGE, params).all()
+            aborted = [AbortedTransaction(r.producer_id, r.first_offset) for r in ranges]
+            if ranges:
+                statement = sql.FETCH_COMMITTED
+                params["aborted_pids"] = [r.producer_id for r in ranges]
+                params["aborted_firsts"] = [r.first_offset for r in ranges]
+                params["aborted_lasts"] = [r.last_offset for r in ranges]
+        records = list(map(RecordOut._make, conn.execute(statement, params).all()))
     kept = trim_to_bytes(records, req.max_bytes)
-    # Everything up to the bound was examined unless a limit cut the result short.
-    next_offset = (
-        kept[-1].offset + 1 if (len(kept) < len(records) or len(records) == limit) else upper
-    )
+    # The whole window was examined unless max_bytes cut the result short.
+    next_offset = kept[-1].offset + 1 if len(kept) < len(records) else window_end
     return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, kept, next_offset, aborted)
 
 
@@ -109,6 +114,7 @@ def list_offsets(broker: Broker, req: ListOffsetsRequest) -> ListOffsetsResponse
     timestamp is at or after the given one (markers are not indexed by time)."""
     try:
         with broker.engine.connect() as conn:
+            authorize_all(conn, broker, needs.list_offsets(req.topic))
             part = _partition_offsets(conn, req.topic, req.partition)
             upper = (
                 part.last_stable_offset

@@ -12,6 +12,8 @@ from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.markers import write_txn_marker
 from app.protocol import CONTROL_ABORT
+from app.security import needs
+from app.security.authorizer import authorize_all
 from app.storage.engine import retry_conflicts
 
 
@@ -84,6 +86,7 @@ def abort_hanging(broker: Broker, topic: str, partition: int, start_offset: int)
     """Write an ABORT marker for the transaction open at ``start_offset`` on the partition,
     with the producer's own epochs (kafka-transactions.sh abort). Unblocks the LSO."""
     with broker.engine.begin() as conn:
+        authorize_all(conn, broker, needs.abort_hanging(topic))
         row = conn.execute(
             sql.OPEN_TXN_AT, {"topic": topic, "partition": partition, "start_offset": start_offset}
         ).first()

@@ -12,6 +12,8 @@ from sqlalchemy.exc import IntegrityError
 from app.broker import Broker
 from app.errors import KafkaError, fail
 from app.log.naming import validate_num_partitions, validate_topic_name
+from app.security import needs
+from app.security.authorizer import authorize_any
 from app.storage.engine import retry_conflicts
 
 
@@ -40,6 +42,7 @@ def create_topic(
     cfg = dict(config or {})
     try:
         with broker.engine.begin() as conn:
+            authorize_any(conn, broker, needs.create_topic(name))
             conn.execute(
                 text(
                     "INSERT INTO topics (topic, num_partitions, config, created_ms) "
@@ -68,6 +71,7 @@ def create_topic(
 def delete_topic(broker: Broker, name: str) -> None:
     """Delete a topic and its data; its partition locks are taken first (in order)."""
     with broker.engine.begin() as conn:
+        authorize_any(conn, broker, needs.delete_topic(name))
         locked = conn.execute(
             text("SELECT partition FROM partitions WHERE topic = :t ORDER BY partition FOR UPDATE"),
             {"t": name},

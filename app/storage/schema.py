@@ -85,13 +85,8 @@ records = Table(
     Column("coordinator_epoch", Integer),
     PrimaryKeyConstraint("topic", "partition", "offset"),
 )
-Index(
-    "ix_records_producer",
-    records.c.topic,
-    records.c.partition,
-    records.c.producer_id,
-    records.c.offset,
-)
+# No secondary index on records: every read is by (topic, partition, offset) range, and
+# each index would tax every append.
 
 # Projection: per (partition, producer) the fold of its batches and markers.
 # batches holds the last five data batches as [first_seq, last_seq, first_offset, last_offset].
@@ -306,4 +301,34 @@ materialization_progress = Table(
         ["partitions.topic", "partitions.partition"],
         ondelete="CASCADE",
     ),
+)
+
+# ---------------------------------------------------------------- authorization
+# Kafka's ACLs (app.security): who may do what to which resource. The whole row is the key,
+# so creating an ACL twice is a no-op, as with Kafka's kafka-acls.sh. The key leads with
+# (principal, resource_type): a request reads the caller's and User:*'s rows for the
+# resource types it touches.
+
+acls = Table(
+    "acls",
+    metadata,
+    Column("principal", Text, nullable=False),
+    Column("resource_type", Text, nullable=False),
+    Column("resource_name", Text, nullable=False),
+    Column("pattern_type", Text, nullable=False),
+    Column("operation", Text, nullable=False),
+    Column("permission", Text, nullable=False),
+    PrimaryKeyConstraint(
+        "principal", "resource_type", "resource_name", "pattern_type", "operation", "permission"
+    ),
+    CheckConstraint(
+        "resource_type IN ('topic', 'group', 'transactional_id', 'cluster')", name="resource_type"
+    ),
+    CheckConstraint("pattern_type IN ('literal', 'prefixed')", name="pattern_type"),
+    CheckConstraint(
+        "operation IN ('read', 'write', 'create', 'delete', 'describe', 'alter', "
+        "'cluster_action', 'all')",
+        name="operation",
+    ),
+    CheckConstraint("permission IN ('allow', 'deny')", name="permission"),
 )

@@ -119,12 +119,6 @@ def upgrade() -> None:
         sa.Column("coordinator_epoch", sa.Integer(), nullable=True),
         sa.PrimaryKeyConstraint("topic", "partition", "offset", name=op.f("pk_records")),
     )
-    op.create_index(
-        "ix_records_producer",
-        "records",
-        ["topic", "partition", "producer_id", "offset"],
-        unique=False,
-    )
     op.create_table(
         "topics",
         sa.Column("topic", sa.Text(), nullable=False),
@@ -212,7 +206,6 @@ def downgrade() -> None:
     op.drop_index("ix_transaction_log_transactional_id", table_name="transaction_log")
     op.drop_table("transaction_log")
     op.drop_table("topics")
-    op.drop_index("ix_records_producer", table_name="records")
     op.drop_table("records")
     op.drop_table("producer_states")
     op.drop_table("producer_ids")
