@@ -12,7 +12,6 @@ from typing import IO, Any
 
 import click
 import psycopg
-from alembic.util.exc import CommandError
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from app.errors import KafkaException
@@ -44,7 +43,9 @@ def describe(exc: BaseException) -> str | None:
         return f"database URL: {one_line(exc)}"
     if isinstance(exc, psycopg.Error):
         return f"database: {one_line(exc)}"
-    if isinstance(exc, CommandError):
+    # Alembic is imported only by the commands that migrate; checking by module keeps every
+    # other command from paying for importing it.
+    if type(exc).__module__.startswith("alembic.") and type(exc).__name__ == "CommandError":
         return f"migrations: {one_line(exc)}"
     return None
 

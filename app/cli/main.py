@@ -16,9 +16,17 @@ from app.cli.errors import debug_enabled, report_and_exit, to_cli_error
 
 # command name -> "module:attribute" of its click command or group
 COMMANDS: dict[str, str] = {
+    "acls": "app.cli.acls:acls_group",
+    "consume": "app.cli.console:consume",
+    "coordinator": "app.cli.coordinator:coordinator_group",
     "db": "app.cli.db:db",
     "demo": "app.cli.demo:demo",
+    "groups": "app.cli.groups:groups_group",
+    "metrics": "app.cli.metrics:metrics",
+    "produce": "app.cli.console:produce",
     "spark": "app.cli.spark:spark_group",
+    "topics": "app.cli.topics:topics_group",
+    "transactions": "app.cli.transactions:transactions_group",
 }
 
 

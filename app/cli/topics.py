@@ -79,7 +79,10 @@ def describe(name: str, output: str) -> None:
     broker = Broker.connect()
     info = describe_topic(broker, name)
     with broker.engine.connect() as conn:
-        open_txns = dict(conn.execute(_OPEN_BY_PARTITION, {"topic": name}).tuples().all())
+        open_txns = {
+            int(r.partition): int(r.open_transactions)
+            for r in conn.execute(_OPEN_BY_PARTITION, {"topic": name})
+        }
     rows = [
         {
             "topic": info.topic,

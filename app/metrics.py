@@ -1,0 +1,166 @@
+"""Operational metrics of the transactional log, gathered from PostgreSQL in one place.
+
+Nothing in memory is authoritative here, so metrics are not counters kept by a process
+but a snapshot read from the tables every process writes; any process (the CLI, a
+scraper) sees the same figures. ``Kip98Collector`` plugs the snapshot into a
+prometheus-client registry, read at each scrape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from sqlalchemy import Engine, text
+
+from app.coordinator.machines import DEAD, TXN_STATES
+
+OUTCOMES = ("started", "committed", "aborted", "timed_out")
+
+_PRODUCERS = text("SELECT count(DISTINCT producer_id) FROM producer_states")
+_PARTITIONS = text(
+    "SELECT topic, partition, high_watermark, last_stable_offset, open_transactions "
+    "FROM partition_status ORDER BY topic, partition"
+)
+_STATES = text("SELECT state, count(*) FROM transactions GROUP BY state")
+# A transaction starts when an id enters BEGIN from any other state (later
+# AddPartitionsToTxn calls persist BEGIN again); the loop's timeouts carry their reason.
+_OUTCOMES = text(
+    """
+    SELECT count(*) FILTER (WHERE state = 'BEGIN' AND previous IS DISTINCT FROM 'BEGIN'),
+           count(*) FILTER (WHERE state = 'COMPLETE_COMMIT'),
+           count(*) FILTER (WHERE state = 'COMPLETE_ABORT'),
+           count(*) FILTER (WHERE state = 'PREPARE_ABORT' AND reason = 'transaction timed out')
+    FROM (
+        SELECT state, reason,
+               lag(state) OVER (PARTITION BY transactional_id ORDER BY event_id) AS previous
+        FROM transaction_log
+    ) events
+    """
+)
+_LATE = text("SELECT count(*) FROM (SELECT DISTINCT topic, partition FROM hanging_transactions) p")
+
+
+@dataclass(frozen=True)
+class PartitionMetrics:
+    topic: str
+    partition: int
+    high_watermark: int
+    last_stable_offset: int
+    open_transactions: int
+
+    @property
+    def lso_lag(self) -> int:
+        """Records a read_committed reader cannot see yet: what open transactions hold back."""
+        return self.high_watermark - self.last_stable_offset
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    producer_ids_live: int
+    partitions: tuple[PartitionMetrics, ...]
+    transactional_ids: dict[str, int]
+    transactions: dict[str, int]
+    partitions_with_late_transactions: int
+
+
+def gather(engine: Engine) -> Snapshot:
+    """Read every figure in one repeatable-read transaction, so they agree with each other."""
+    with engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            live = int(conn.execute(_PRODUCERS).scalar_one())
+            partitions = tuple(
+                PartitionMetrics(
+                    r.topic,
+                    r.partition,
+                    r.high_watermark,
+                    r.last_stable_offset,
+                    int(r.open_transactions),
+                )
+                for r in conn.execute(_PARTITIONS)
+            )
+            by_state = {s: 0 for s in TXN_STATES if s != DEAD}
+            by_state.update({state: int(n) for state, n in conn.execute(_STATES)})
+            outcomes = conn.execute(_OUTCOMES).one()
+            late = int(conn.execute(_LATE).scalar_one())
+    return Snapshot(
+        producer_ids_live=live,
+        partitions=partitions,
+        transactional_ids=by_state,
+        transactions=dict(zip(OUTCOMES, (int(n) for n in outcomes), strict=True)),
+        partitions_with_late_transactions=late,
+    )
+
+
+class Kip98Collector:
+    """A prometheus-client collector over ``source`` (called once per scrape)."""
+
+    def __init__(self, source: Callable[[], Snapshot]) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        yield from families(self._source())
+
+
+def families(snap: Snapshot) -> Iterator[Metric]:
+    yield GaugeMetricFamily(
+        "kip98_producer_ids_live",
+        "Producer ids with state kept on at least one partition.",
+        value=snap.producer_ids_live,
+    )
+    labels = ["topic", "partition"]
+    hw = GaugeMetricFamily(
+        "kip98_partition_high_watermark", "Next offset to be written.", labels=labels
+    )
+    lso = GaugeMetricFamily(
+        "kip98_partition_last_stable_offset",
+        "Offset read_committed consumers read up to (exclusive).",
+        labels=labels,
+    )
+    lag = GaugeMetricFamily(
+        "kip98_partition_lso_lag",
+        "High watermark minus last stable offset: records held back by open transactions.",
+        labels=labels,
+    )
+    open_txns = GaugeMetricFamily(
+        "kip98_partition_open_transactions",
+        "Producers with a transaction open on the partition.",
+        labels=labels,
+    )
+    for p in snap.partitions:
+        values = [p.topic, str(p.partition)]
+        hw.add_metric(values, p.high_watermark)
+        lso.add_metric(values, p.last_stable_offset)
+        lag.add_metric(values, p.lso_lag)
+        open_txns.add_metric(values, p.open_transactions)
+    yield from (hw, lso, lag, open_txns)
+    states = GaugeMetricFamily(
+        "kip98_transactional_ids", "Transactional ids by coordinator state.", labels=["state"]
+    )
+    for state, count in snap.transactional_ids.items():
+        states.add_metric([state], count)
+    yield states
+    outcomes = CounterMetricFamily(
+        "kip98_transactions",
+        "Transactions by outcome since the transaction log began.",
+        labels=["outcome"],
+    )
+    for outcome, count in snap.transactions.items():
+        outcomes.add_metric([outcome], count)
+    yield outcomes
+    yield GaugeMetricFamily(
+        "kip98_partitions_with_late_transactions",
+        "Partitions with a hanging transaction: open past its timeout or with no live "
+        "coordinator transaction (they pin the LSO).",
+        value=snap.partitions_with_late_transactions,
+    )
+
+
+def prometheus_text(snap: Snapshot) -> bytes:
+    """The snapshot in Prometheus' text exposition format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Kip98Collector(lambda: snap))
+    return generate_latest(registry)

@@ -1,0 +1,118 @@
+"""Metrics: the snapshot read from SQL agrees with the transactions that made it, and both
+renderings (the Prometheus exposition and the text tables) carry it."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+
+from app.admin import AdminClient, NewTopic
+from app.broker import Broker
+from app.coordinator.loop import CoordinatorLoop
+from app.metrics import Kip98Collector, Snapshot, gather, prometheus_text
+from tests.cli_runner import run_kip98
+from tests.txn_driver import TxnDriver
+
+
+def samples(exposition: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(exposition):
+        for s in family.samples:
+            found[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return found
+
+
+def lso_lag(snap: Snapshot, topic: str, partition: int) -> int:
+    (p,) = [p for p in snap.partitions if (p.topic, p.partition) == (topic, partition)]
+    return p.lso_lag
+
+
+def setup_transactions(broker: Broker, db_url: str) -> None:
+    """One committed (over two partitions), one aborted, one late, one open transaction."""
+    with AdminClient({"database.url": db_url}) as admin:
+        admin.create_topics([NewTopic("t", 2)])["t"].result()
+    committed = TxnDriver(broker, "committed")
+    assert committed.init() == 0
+    committed.send("t", 0, "c1")
+    committed.send("t", 1, "c2")  # a second AddPartitionsToTxn: still one transaction started
+    assert committed.end(commit=True) == 0
+    aborted = TxnDriver(broker, "aborted")
+    assert aborted.init() == 0
+    aborted.send("t", 0, "a1")
+    assert aborted.end(commit=False) == 0
+    late = TxnDriver(broker, "late", timeout_ms=1_000)
+    assert late.init() == 0
+    late.send("t", 1, "l1", "l2")
+    with broker.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE transactions SET txn_start_ms = txn_start_ms - 10000 "
+                "WHERE transactional_id = 'late'"
+            )
+        )
+    still_open = TxnDriver(broker, "open")
+    assert still_open.init() == 0
+    still_open.send("t", 0, "o1")
+
+
+def test_snapshot_counts_follow_the_transaction_log(db_url: str) -> None:
+    broker = Broker.connect(db_url)
+    assert gather(broker.engine).transactions == dict.fromkeys(
+        ["started", "committed", "aborted", "timed_out"], 0
+    )
+    setup_transactions(broker, db_url)
+
+    snap = gather(broker.engine)
+    assert snap.producer_ids_live == 4
+    assert snap.transactional_ids["BEGIN"] == 2
+    assert snap.transactional_ids["COMPLETE_COMMIT"] == 1
+    assert snap.transactional_ids["COMPLETE_ABORT"] == 1
+    assert snap.transactions == {"started": 4, "committed": 1, "aborted": 1, "timed_out": 0}
+    assert snap.partitions_with_late_transactions == 1
+    assert (lso_lag(snap, "t", 0), lso_lag(snap, "t", 1)) == (1, 2)
+
+    loop = CoordinatorLoop(broker)
+    try:
+        assert loop.run_once().timed_out == 1
+    finally:
+        loop.stop()
+    snap = gather(broker.engine)
+    assert snap.transactions == {"started": 4, "committed": 1, "aborted": 2, "timed_out": 1}
+    assert snap.partitions_with_late_transactions == 0
+    assert snap.transactional_ids["BEGIN"] == 1
+    assert (lso_lag(snap, "t", 0), lso_lag(snap, "t", 1)) == (1, 0)
+
+    exposed = samples(prometheus_text(snap).decode())
+    assert exposed[("kip98_transactions_total", (("outcome", "timed_out"),))] == 1
+    assert exposed[("kip98_transactions_total", (("outcome", "started"),))] == 4
+    assert exposed[("kip98_transactional_ids", (("state", "BEGIN"),))] == 1
+    assert exposed[("kip98_producer_ids_live", ())] == 4
+    assert exposed[("kip98_partition_lso_lag", (("partition", "0"), ("topic", "t")))] == 1
+    assert exposed[("kip98_partitions_with_late_transactions", ())] == 0
+    # The collector reads its source at every scrape.
+    assert list(Kip98Collector(lambda: snap).collect())
+
+
+def test_metrics_command_in_both_formats(db_url: str) -> None:
+    setup_transactions(Broker.connect(db_url), db_url)
+
+    result = run_kip98("metrics", "--format", "prometheus")
+    assert result.returncode == 0, result.stderr
+    exposed = samples(result.stdout)
+    assert exposed[("kip98_producer_ids_live", ())] == 4
+    assert (
+        exposed[("kip98_partition_last_stable_offset", (("partition", "1"), ("topic", "t")))] == 2
+    )
+    assert exposed[("kip98_partition_lso_lag", (("partition", "1"), ("topic", "t")))] == 2
+    assert exposed[("kip98_transactions_total", (("outcome", "committed"),))] == 1
+    assert exposed[("kip98_partitions_with_late_transactions", ())] == 1
+
+    result = run_kip98("metrics")
+    assert result.returncode == 0, result.stderr
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert ["producer", "ids", "live", "4"] in lines
+    assert ["partitions", "with", "late", "transactions", "1"] in lines
+    assert ["t", "1", "4", "2", "2", "1"] in lines  # TOPIC PARTITION HW LSO LSO-LAG OPEN-TXNS
+
+    bad = run_kip98("metrics", "--format", "xml")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
