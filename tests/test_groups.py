@@ -172,14 +172,29 @@ def test_rebalance_on_join_leave_and_death(broker: Broker, clock: ManualClock) -
         heartbeat(broker, HeartbeatRequest("g", a, gen1)).error_code
         == KafkaError.REBALANCE_IN_PROGRESS
     )
-    assert offset_commit(
-        broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(1)}, gen1, a)
-    ).error_code in (
-        KafkaError.ILLEGAL_GENERATION,
-        KafkaError.REBALANCE_IN_PROGRESS,
+    # Until a rejoins it still owns its partitions, and its commits land (as Kafka accepts
+    # them while PreparingRebalance); b, of the generation not yet complete, must wait.
+    assert (
+        offset_commit(
+            broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(1)}, gen1, a)
+        ).error_code
+        == 0
+    )
+    assert (
+        offset_commit(
+            broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(1)}, gen2, b)
+        ).error_code
+        == KafkaError.REBALANCE_IN_PROGRESS
     )
     _, gen_a = join(broker, a)
     assert gen_a == gen2
+    # Once rejoined, its old generation is refused.
+    assert (
+        offset_commit(
+            broker, OffsetCommitRequest("g", {("in", 0): OffsetAndMetadata(1)}, gen1, a)
+        ).error_code
+        == KafkaError.ILLEGAL_GENERATION
+    )
     sa, sb = assignment(broker, a, gen2), assignment(broker, b, gen2)
     assert isinstance(sa, list) and isinstance(sb, list)
     assert sorted(sa + sb) == [("in", p) for p in range(4)] and not set(sa) & set(sb)

@@ -18,7 +18,7 @@ from typing import Any
 from app.broker import Broker
 from app.client.closing import ClientClosedError
 from app.client.connection import client_broker, is_connection_error
-from app.client.fetcher import Fetcher
+from app.client.fetcher import Fetcher, StoredOffsetPending
 from app.client.group import GroupMember, RebalanceCallback
 from app.client.message import (
     OFFSET_BEGINNING,
@@ -62,7 +62,7 @@ class Consumer:
         cfg = self._config
         self._owns_broker = broker is None
         self._broker = broker or client_broker(
-            cfg.get_str("database.url"), cfg.get_str("client.id")
+            cfg.get_str("database.url"), cfg.get_str("client.id"), cfg.get_str("principal")
         )
         self._isolation_level = (
             READ_COMMITTED if cfg["isolation.level"] == "read_committed" else READ_UNCOMMITTED
@@ -91,6 +91,7 @@ class Consumer:
                 self._retry_backoff_s,
                 self._request_timeout_s,
                 cfg.get_str("group.instance.id"),
+                cfg.get_int("max.poll.interval.ms"),
             )
             self._fetcher.stored_offset = self._stored_offset
         self._auto_commit = bool(group_id) and cfg.get_bool("enable.auto.commit")
@@ -161,6 +162,8 @@ class Consumer:
         while True:
             with self._lock:
                 self._check_open()
+                if self._group is not None:
+                    self._group.polled()
                 if self._group is not None and not self._group.rebalance_if_needed(
                     self, self._commit_on_revoke
                 ):
@@ -353,8 +356,12 @@ class Consumer:
 
     def _stored_offset(self, topic: str, partition: int) -> int | None:
         assert self._group is not None
-        found = self._group.committed_offsets([TopicPartition(topic, partition)], None)
-        return None if found is None else found.get((topic, partition))
+        # One attempt: while offsets are pending, poll() keeps its own timeout and the
+        # cursor asks again at the next fill (never auto.offset.reset meanwhile).
+        found = self._group.committed_offsets([TopicPartition(topic, partition)], 0)
+        if found is None:
+            raise StoredOffsetPending(f"{topic} [{partition}]: transactional offsets pending")
+        return found.get((topic, partition))
 
     def _commit_on_revoke(self) -> None:
         if self._auto_commit:

@@ -56,8 +56,11 @@ class GroupMember:
         retry_backoff_s: float,
         request_timeout_s: float,
         group_instance_id: str | None = None,
+        max_poll_interval_ms: int = 300_000,
     ) -> None:
         self.broker = broker
+        self.max_poll_interval_s = max_poll_interval_ms / 1000.0
+        self.last_poll = time.monotonic()
         self.group_instance_id = group_instance_id
         self.group_id = group_id
         self.client_id = client_id
@@ -109,6 +112,7 @@ class GroupMember:
         self.on_assign, self.on_revoke = on_assign, on_revoke
         self.subscribed = True
         self.joined = False
+        self.polled()
         self.needs_rejoin.set()
         if self._thread is None:
             self._stop.clear()
@@ -117,9 +121,24 @@ class GroupMember:
             )
             self._thread.start()
 
+    def polled(self) -> None:
+        """The application called poll()/consume(): it is making progress."""
+        self.last_poll = time.monotonic()
+
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat_interval_s):
             if not self.joined or not self.member_id:
+                continue
+            if time.monotonic() - self.last_poll > self.max_poll_interval_s:
+                # Alive but not polling: leave, so the group's rebalance is not held up by a
+                # member that cannot give up its partitions (Kafka's max.poll.interval.ms).
+                log.warning("no poll for max.poll.interval.ms; leaving group %s", self.group_id)
+                member_id, self.member_id, self.joined = self.member_id, "", False
+                try:
+                    leave_group(self.broker, LeaveGroupRequest(self.group_id, member_id))
+                except Exception as exc:  # the session timeout removes us anyway
+                    log.info("leave group failed: %s", exc)
+                self.needs_rejoin.set()
                 continue
             try:
                 r = heartbeat(

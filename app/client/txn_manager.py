@@ -85,14 +85,19 @@ class TransactionManager:
                 raise KafkaException(
                     KafkaError(self.fatal_error.code(), self.fatal_error.str(), fatal=True)
                 )
+            # A fresh model per trigger (as app.coordinator.machines does): re-adding the
+            # same one makes ``transitions`` log a "Skip binding" warning per trigger name.
+            model = _Model()
+            model.state = self._model.state
             with self._machine_lock:
-                self._machine.add_model(self._model, initial=self._model.state)
+                self._machine.add_model(model, initial=model.state)
                 try:
-                    getattr(self._model, trigger)()
+                    getattr(model, trigger)()
                 except (MachineError, AttributeError) as exc:
                     raise self._state_error(action) from exc
                 finally:
-                    self._machine.remove_model(self._model)
+                    self._machine.remove_model(model)
+            self._model = model
 
     def _state_error(self, action: str) -> KafkaException:
         if self.state == ABORTABLE_ERROR and self.abortable_error is not None:
@@ -111,6 +116,10 @@ class TransactionManager:
     def fail(self, error: KafkaError) -> KafkaError:
         """Record a failure and return it with librdkafka's flags set."""
         with self._lock:
+            if self.fatal_error is not None:
+                # Already fatal (e.g. a batch failed fenced during commit's flush, then
+                # EndTxn is refused too): the sticky fatal error, not a state error.
+                return self.fatal_error
             if error.code() in FATAL_CODES or error.fatal():
                 code = (
                     KafkaError._FENCED
