@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from app.client.args import int_arg, name_arg, names_arg, partitions_arg
 from app.client.connection import client_broker
 from app.client.message import TopicPartition
 from app.config import ADMIN, parse_config
@@ -23,6 +24,9 @@ from app.log.inspect import (
 )
 from app.log.topics import TopicInfo, create_topic, delete_topic, list_topics
 from app.protocol import OffsetFetchRequest
+from app.security import acls as acl_admin
+from app.security.acls import AclBindingFilter, validate_filter
+from app.security.rules import AclBinding, validate_binding
 
 T = TypeVar("T")
 
@@ -54,7 +58,9 @@ class AdminClient:
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         self._config = parse_config(ADMIN, config or {})
         self._broker = client_broker(
-            self._config.get_str("database.url"), self._config.get_str("client.id")
+            self._config.get_str("database.url"),
+            self._config.get_str("client.id"),
+            self._config.get_str("principal"),
         )
 
     # ------------------------------------------------------------ topics
@@ -74,7 +80,8 @@ class AdminClient:
         create_topic(self._broker, nt.topic, nt.num_partitions, nt.config)
 
     def delete_topics(self, topics: Iterable[str], **_: Any) -> dict[str, Future[None]]:
-        return {t: _settled(lambda t=t: delete_topic(self._broker, t)) for t in topics}  # type: ignore[misc]
+        names = names_arg(topics, "topics")
+        return {t: _settled(lambda t=t: delete_topic(self._broker, t)) for t in names}  # type: ignore[misc]
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         infos = list_topics(self._broker)
@@ -82,11 +89,14 @@ class AdminClient:
 
     # ------------------------------------------------------------ transactions
     def list_transactions(self, states: list[str] | None = None) -> list[TransactionDescription]:
+        if states is not None:
+            states = names_arg(states, "states")
         return list_transactions(self._broker, states=states)
 
     def describe_transactions(
         self, transactional_ids: list[str]
     ) -> dict[str, TransactionDescription]:
+        transactional_ids = names_arg(transactional_ids, "transactional_ids")
         found = {
             d.transactional_id: d
             for d in list_transactions(self._broker, ids=list(transactional_ids))
@@ -101,24 +111,55 @@ class AdminClient:
     def describe_producers(
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, list[ProducerDescription]]:
-        return {tp: describe_producers(self._broker, tp.topic, tp.partition) for tp in partitions}
+        checked = partitions_arg(partitions, "partitions")
+        return {tp: describe_producers(self._broker, tp.topic, tp.partition) for tp in checked}
 
     def find_hanging_transactions(
         self, max_transaction_timeout_ms: int | None = None
     ) -> list[HangingTransaction]:
+        if max_transaction_timeout_ms is not None:
+            int_arg(max_transaction_timeout_ms, "max_transaction_timeout_ms")
         return find_hanging(self._broker, max_transaction_timeout_ms)
 
     def abort_transaction(self, topic: str, partition: int, start_offset: int) -> bool:
+        name_arg(topic, "topic")
+        int_arg(partition, "partition")
+        int_arg(start_offset, "start_offset")
         return abort_hanging(self._broker, topic, partition, start_offset)
 
     # ------------------------------------------------------------ groups
     def list_consumer_group_offsets(self, group_id: str) -> list[TopicPartition]:
+        name_arg(group_id, "group_id")
         r = offset_fetch(self._broker, OffsetFetchRequest(group_id))
         if r.error_code:
             raise fail(r.error_code, r.error_message)
         return [
             TopicPartition(t, p, om.offset, om.metadata) for (t, p), om in sorted(r.offsets.items())
         ]
+
+    # ------------------------------------------------------------ ACLs
+    def create_acls(self, acls: Iterable[AclBinding], **_: Any) -> dict[AclBinding, Future[None]]:
+        """One future per ACL; they are stored together or not at all."""
+        bindings = [validate_binding(a) for a in acls]
+        outcome = _settled(lambda: acl_admin.create_acls(self._broker, bindings))
+        return dict.fromkeys(bindings, outcome)
+
+    def describe_acls(
+        self, acl_filter: AclBindingFilter | None = None, **_: Any
+    ) -> Future[list[AclBinding]]:
+        return _settled(
+            lambda: acl_admin.describe_acls(self._broker, acl_filter or AclBindingFilter())
+        )
+
+    def delete_acls(
+        self, acl_filters: Iterable[AclBindingFilter], **_: Any
+    ) -> dict[AclBindingFilter, Future[list[AclBinding]]]:
+        """Per filter, a future of the ACLs it deleted."""
+        filters = [validate_filter(f) for f in acl_filters]
+        return {
+            f: _settled(lambda f=f: acl_admin.delete_acls(self._broker, f))  # type: ignore[misc]
+            for f in filters
+        }
 
     def close(self) -> None:
         self._broker.engine.dispose()

@@ -2,10 +2,14 @@
 
 There is no server process; any number of processes construct a Broker over the same
 database and PostgreSQL's row locks serialise them. Nothing held here is authoritative.
+
+``principal`` is who the requests are made for, checked against the ACLs when
+authorization is on (``app.security``); None is Kafka's ``User:ANONYMOUS``.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
@@ -20,6 +24,7 @@ class Broker:
     engine: Engine
     clock: Clock = SYSTEM_CLOCK
     settings: BrokerSettings = field(default_factory=BrokerSettings.from_env)
+    principal: str | None = None
 
     @classmethod
     def connect(
@@ -27,9 +32,16 @@ class Broker:
         url: str | None = None,
         clock: Clock | None = None,
         settings: BrokerSettings | None = None,
+        principal: str | None = None,
     ) -> Broker:
         return cls(
             engine=get_engine(url),
             clock=clock or SYSTEM_CLOCK,
             settings=settings or BrokerSettings.from_env(),
+            principal=principal or principal_from_env(),
         )
+
+
+def principal_from_env() -> str | None:
+    """``KIP98_PRINCIPAL``: the principal of the CLI, and of clients configured without one."""
+    return os.environ.get("KIP98_PRINCIPAL") or None

@@ -309,6 +309,9 @@ def _coerce(key: str, setting: Setting, value: object) -> Any:
         return value
     if not isinstance(value, str):
         raise _invalid(key, value, f"expected a string, not {type(value).__name__}")
+    if "\x00" in value:
+        # PostgreSQL text cannot hold NUL: refuse it here, not as a driver error later.
+        raise _invalid(key, value.replace("\x00", "\\0"), "must not contain NUL")
     return value
 
 

@@ -44,6 +44,7 @@ class Copier:
     database_url: str | None = None
     transform: Transform = upper
     batch_size: int = 500
+    transaction_timeout_ms: int = 10_000
     extra_config: dict[str, object] = field(default_factory=dict)
     stats: CopierStats = field(default_factory=CopierStats)
     _running: bool = True
@@ -68,6 +69,9 @@ class Copier:
             "transactional.id": self.transactional_id,
             "linger.ms": 5,
             "client.id": self.transactional_id,
+            # A copier that dies mid-transaction holds its input offsets pending (KIP-447:
+            # the partition's next owner waits for them) until the transaction times out.
+            "transaction.timeout.ms": self.transaction_timeout_ms,
         }
         return consumer, producer
 

@@ -31,12 +31,21 @@ class BrokerSettings:
     client_coordinator_loop: int = 1
     # Rows one fetch reads at most per partition (bounds memory; fetch.max.bytes bounds bytes).
     fetch_max_records: int = 2_000
+    # Whether requests are checked against the ACLs in ``acls`` (1) or not (0, Kafka's
+    # default without an authorizer). See docs/security.md.
+    authorization: int = 0
+    # Principals allowed everything, comma-separated (Kafka: super.users, ';'-separated).
+    super_users: str = "User:admin"
 
     @classmethod
     def from_env(cls) -> BrokerSettings:
-        values: dict[str, int] = {}
+        values: dict[str, int | str] = {}
         for field in fields(cls):
             raw = os.environ.get(f"KIP98_{field.name.upper()}")
             if raw is not None:
-                values[field.name] = int(raw)
-        return cls(**values)
+                values[field.name] = raw if field.type in (str, "str") else int(raw)
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def super_user_set(self) -> frozenset[str]:
+        return frozenset(p.strip() for p in self.super_users.split(",") if p.strip())

@@ -106,8 +106,9 @@ def test_copy_is_exactly_once_across_sigkills(db_url: str) -> None:
 @pytest.mark.slow
 def test_group_member_killed_mid_stream_loses_and_duplicates_nothing(db_url: str) -> None:
     expected = setup_topics(db_url, 20_000)
-    # a waits out b's session timeout (6 s) before it may call itself idle.
-    a = start_copier(db_url, "copier-a", "--batch-size", "100", "--idle-exit", "10")
+    # a must wait out b's session timeout (6 s), then b's open transaction, which holds
+    # b's offsets pending until its timeout (10 s) aborts it, before it may call itself idle.
+    a = start_copier(db_url, "copier-a", "--batch-size", "100", "--idle-exit", "30")
     b = start_copier(db_url, "copier-b", "--batch-size", "100")
     time.sleep(3)
     b.send_signal(signal.SIGKILL)

@@ -12,7 +12,7 @@ import psycopg
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from app.broker import Broker
+from app.broker import Broker, principal_from_env
 from app.settings import BrokerSettings
 from app.storage.engine import resolve_url
 
@@ -40,8 +40,13 @@ def client_engine(url: str | None, client_id: str | None) -> Engine:
     )
 
 
-def client_broker(url: str | None, client_id: str | None) -> Broker:
-    return Broker(engine=client_engine(url, client_id), settings=BrokerSettings.from_env())
+def client_broker(url: str | None, client_id: str | None, principal: str | None = None) -> Broker:
+    """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL."""
+    return Broker(
+        engine=client_engine(url, client_id),
+        settings=BrokerSettings.from_env(),
+        principal=principal or principal_from_env(),
+    )
 
 
 def is_connection_error(exc: BaseException) -> bool:

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any
 
 from app.broker import Broker
+from app.client.args import partition_arg, partitions_arg
 from app.client.closing import ClientClosedError
 from app.client.connection import client_broker, is_connection_error
 from app.client.fetcher import Fetcher, StoredOffsetPending
@@ -111,9 +112,7 @@ class Consumer:
         ``auto.offset.reset``."""
         self._check_open()
         entries = []
-        for tp in partitions:
-            if not isinstance(tp, TopicPartition):
-                raise fail(KafkaError._INVALID_ARG, "assign() takes a list of TopicPartition")
+        for tp in partitions_arg(partitions, "assign() partitions"):
             if tp.partition < 0:
                 raise fail(
                     KafkaError._INVALID_ARG, f"invalid partition {tp.partition} for {tp.topic!r}"
@@ -200,6 +199,7 @@ class Consumer:
         """Move an assigned partition's position: absolute, OFFSET_BEGINNING or OFFSET_END
         (the LSO in read_committed). Takes effect at the next poll."""
         self._check_open()
+        partition_arg(partition, "seek() partition")
         with self._lock:
             cursor = self._fetcher.cursors.get((partition.topic, partition.partition))
             if cursor is None:
@@ -217,7 +217,7 @@ class Consumer:
         self._check_open()
         result = []
         with self._lock:
-            for tp in partitions:
+            for tp in partitions_arg(partitions, "position() partitions"):
                 cursor = self._fetcher.cursors.get((tp.topic, tp.partition))
                 offset = cursor.position if cursor is not None else OFFSET_INVALID
                 result.append(TopicPartition(tp.topic, tp.partition, offset))
@@ -229,6 +229,7 @@ class Consumer:
         """(low, high): the log start offset and the high watermark. ``cached`` answers
         from the last fetch without a query (OFFSET_INVALID when none has happened)."""
         self._check_open()
+        partition_arg(partition, "get_watermark_offsets() partition")
         if cached:
             with self._lock:
                 cursor = self._fetcher.cursors.get((partition.topic, partition.partition))
@@ -279,7 +280,7 @@ class Consumer:
         if (
             not isinstance(topics, list | tuple)
             or not topics
-            or not all(isinstance(t, str) and t for t in topics)
+            or not all(isinstance(t, str) and t and "\x00" not in t for t in topics)
         ):
             raise fail(KafkaError._INVALID_ARG, "subscribe() takes a non-empty list of topic names")
         with self._lock:
@@ -316,6 +317,8 @@ class Consumer:
         if message is not None and offsets is not None:
             raise fail(KafkaError._INVALID_ARG, "commit() takes a message or offsets, not both")
         if message is not None:
+            if not isinstance(message, Message):
+                raise fail(KafkaError._INVALID_ARG, "commit() message must be a Message")
             if message.error() is not None or message.offset() is None:
                 raise fail(KafkaError._INVALID_ARG, "cannot commit an event or error message")
             chosen = [
@@ -324,7 +327,7 @@ class Consumer:
                 )
             ]
         elif offsets is not None:
-            chosen = list(offsets)
+            chosen = partitions_arg(offsets, "commit() offsets")
         else:
             with self._lock:
                 chosen = self._positions()
@@ -344,6 +347,7 @@ class Consumer:
         """The group's committed offsets (OFFSET_INVALID where none); waits while
         transactional offsets for them are pending (KIP-447)."""
         self._check_open()
+        partitions = partitions_arg(partitions, "committed() partitions")
         found = self._require_group().committed_offsets(partitions, timeout)
         if found is None:
             raise fail(KafkaError._TIMED_OUT, "offsets are still pending in an open transaction")

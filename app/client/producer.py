@@ -197,8 +197,8 @@ class Producer:
         an unknown partition or a record above ``message.max.bytes``."""
         if self._closed:
             raise ClientClosedError("Producer")
-        if not isinstance(topic, str) or not topic:
-            raise fail(KafkaError._INVALID_ARG, "topic must be a non-empty str")
+        if not isinstance(topic, str) or not topic or "\x00" in topic:
+            raise fail(KafkaError._INVALID_ARG, "topic must be a non-empty str without NUL")
         if self._txn is not None:
             self._txn.check_can_produce()
         key_bytes = to_bytes("key", key)

@@ -51,6 +51,9 @@ from app.protocol import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
+from app.security import needs
+from app.security.authorizer import authorize_all, denied_checks, refusal_of
+from app.security.rules import TOPIC
 from app.storage.engine import retry_conflicts
 
 
@@ -108,6 +111,7 @@ def _init(broker: Broker, req: InitProducerIdRequest) -> InitProducerIdResponse:
     now = broker.clock.now_ms()
     txn_partition = txn_partition_for(tid, broker.settings.transaction_log_partitions)
     with broker.engine.begin() as conn:
+        authorize_all(conn, broker, needs.init_producer_id(tid))
         epoch = coordinator_epoch(conn, txn_partition)
         meta = load_for_update(conn, tid)
         if meta is None:
@@ -175,6 +179,24 @@ def add_partitions_to_txn(
         if not wanted:
             raise fail(KafkaError.INVALID_REQUEST, "no partitions to add")
         with broker.engine.begin() as conn:
+            refused = denied_checks(
+                conn, broker, needs.add_partitions_to_txn(req.transactional_id, wanted)
+            )
+            if refused:
+                if refused[0].resource_type != TOPIC:
+                    raise refusal_of(broker, refused[0])
+                topics = {c.name for c in refused}
+                results = {
+                    tp: KafkaError.TOPIC_AUTHORIZATION_FAILED
+                    if tp[0] in topics
+                    else KafkaError.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted
+                }
+                return AddPartitionsToTxnResponse(
+                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                    results,
+                    f"not authorized: {sorted(topics)}",
+                )
             existing = {
                 (r.topic, r.partition)
                 for r in conn.execute(
@@ -214,6 +236,9 @@ def add_offsets_to_txn(broker: Broker, req: AddOffsetsToTxnRequest) -> AddOffset
         if not isinstance(req.group_id, str) or not req.group_id:
             raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
         with broker.engine.begin() as conn:
+            authorize_all(
+                conn, broker, needs.add_offsets_to_txn(req.transactional_id, req.group_id)
+            )
             meta = check_producer(
                 load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
             )
@@ -246,6 +271,7 @@ def end_txn(broker: Broker, req: EndTxnRequest) -> EndTxnResponse:
 @retry_conflicts
 def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
     with broker.engine.begin() as conn:
+        authorize_all(conn, broker, needs.end_txn(req.transactional_id))
         meta = load_for_update(conn, req.transactional_id)
         if meta is not None and end_retry_outcome(
             meta, req.producer_id, req.producer_epoch, req.committed
@@ -317,6 +343,7 @@ def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> WriteTxnMa
     for topic, partition in sorted(set(req.partitions)):
         try:
             with broker.engine.begin() as conn:
+                authorize_all(conn, broker, needs.write_txn_markers())
                 write_txn_marker(
                     conn, topic, partition, req.producer_id, req.producer_epoch,
                     req.coordinator_epoch, control, broker.clock.now_ms(),

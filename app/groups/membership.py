@@ -31,6 +31,8 @@ from app.protocol import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from app.security import needs
+from app.security.authorizer import authorize_all, refusal_for
 from app.storage.engine import retry_conflicts
 
 EMPTY = "Empty"
@@ -116,6 +118,7 @@ def join_group(broker: Broker, req: JoinGroupRequest) -> JoinGroupResponse:
             )
         now = broker.clock.now_ms()
         with broker.engine.begin() as conn:
+            authorize_all(conn, broker, needs.group_membership(req.group_id))
             group = _lock_group(conn, req.group_id)
             generation, state = _expire(conn, group, now)
             member_id = req.member_id or f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
@@ -158,6 +161,8 @@ def join_group(broker: Broker, req: JoinGroupRequest) -> JoinGroupResponse:
 def heartbeat(broker: Broker, req: HeartbeatRequest) -> HeartbeatResponse:
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
+            return HeartbeatResponse(refused.error.code(), refused.error.str())
         group = _lock_group(conn, req.group_id)
         if (
             conn.execute(
@@ -181,6 +186,8 @@ def sync_group(broker: Broker, req: SyncGroupRequest) -> SyncGroupResponse:
     """The member's assignment for its generation, once the group is Stable."""
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
+            return SyncGroupResponse(refused.error.code(), error_message=refused.error.str())
         group = _lock_group(conn, req.group_id)
         generation, state = _expire(conn, group, now)
         member = next(
@@ -205,6 +212,8 @@ def sync_group(broker: Broker, req: SyncGroupRequest) -> SyncGroupResponse:
 def leave_group(broker: Broker, req: LeaveGroupRequest) -> LeaveGroupResponse:
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
+            return LeaveGroupResponse(refused.error.code(), refused.error.str())
         group = _lock_group(conn, req.group_id)
         if (
             conn.execute(
@@ -238,6 +247,15 @@ def check_generation(
         raise fail(
             KafkaError.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}"
         )
+    if (
+        group.state == PREPARING_REBALANCE
+        and member.generation_id == generation_id < group.generation_id
+    ):
+        # A member that has not rejoined yet still owns its partitions: the eager protocol
+        # hands them to nobody until it rejoins (after revoking) or times out. Kafka accepts
+        # its commits while PreparingRebalance (its generation only moves on completion);
+        # refusing them would make the next owner re-read records already processed.
+        return
     if generation_id != group.generation_id:
         raise fail(
             KafkaError.ILLEGAL_GENERATION,

@@ -31,6 +31,8 @@ from app.protocol import (
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
+from app.security import needs
+from app.security.authorizer import authorize_all
 from app.storage.engine import retry_conflicts
 
 
@@ -76,6 +78,7 @@ def offset_commit(broker: Broker, req: OffsetCommitRequest) -> OffsetCommitRespo
             return OffsetCommitResponse(KafkaError.NO_ERROR)
         cols = _columns(req.offsets)
         with broker.engine.begin() as conn:
+            authorize_all(conn, broker, needs.offset_commit(req.group_id, req.offsets))
             _check_partitions_exist(conn, cols)
             check_generation(
                 conn, req.group_id, req.member_id, req.generation_id, broker.clock.now_ms()
@@ -100,6 +103,11 @@ def txn_offset_commit(broker: Broker, req: TxnOffsetCommitRequest) -> TxnOffsetC
             return TxnOffsetCommitResponse(KafkaError.NO_ERROR)
         cols = _columns(req.offsets)
         with broker.engine.begin() as conn:
+            authorize_all(
+                conn,
+                broker,
+                needs.txn_offset_commit(req.transactional_id, req.group_id, req.offsets),
+            )
             # Ordered against EndTxn like a transactional produce (FOR SHARE on the id).
             row = conn.execute(txn_sql.LOAD_FOR_SHARE, {"tid": req.transactional_id}).first()
             meta = check_producer(
@@ -132,6 +140,7 @@ def offset_fetch(broker: Broker, req: OffsetFetchRequest) -> OffsetFetchResponse
             raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
         wanted = None if req.partitions is None else set(req.partitions)
         with broker.engine.connect() as conn:
+            authorize_all(conn, broker, needs.offset_fetch(req.group_id))
             if req.require_stable:
                 pending = {
                     (r.topic, r.partition)

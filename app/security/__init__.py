@@ -1,0 +1,1 @@
+"""Authorization: Kafka's ACL model over the ``acls`` table (see docs/security.md)."""

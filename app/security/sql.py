@@ -1,0 +1,37 @@
+"""Every SQL statement of authorization and ACL management."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+_COLUMNS = "principal, resource_type, resource_name, pattern_type, operation, permission"
+
+# The ACLs that can decide a request: the caller's and everyone's, for the resource types
+# it touches. Served by the primary key, which leads with (principal, resource_type).
+ACLS_FOR_REQUEST = text(
+    f"SELECT {_COLUMNS} FROM acls "
+    "WHERE principal = ANY(CAST(:principals AS text[])) "
+    "AND resource_type = ANY(CAST(:resource_types AS text[]))"
+)
+
+INSERT_ACL = text(
+    f"INSERT INTO acls ({_COLUMNS}) VALUES (:principal, :resource_type, :resource_name, "
+    ":pattern_type, :operation, :permission) ON CONFLICT DO NOTHING"
+)
+
+# A filter: a NULL parameter matches any value of its column.
+_FILTER = (
+    "(CAST(:principal AS text) IS NULL OR principal = :principal) "
+    "AND (CAST(:resource_type AS text) IS NULL OR resource_type = :resource_type) "
+    "AND (CAST(:resource_name AS text) IS NULL OR resource_name = :resource_name) "
+    "AND (CAST(:pattern_type AS text) IS NULL OR pattern_type = :pattern_type) "
+    "AND (CAST(:operation AS text) IS NULL OR operation = :operation) "
+    "AND (CAST(:permission AS text) IS NULL OR permission = :permission)"
+)
+
+SELECT_ACLS = text(
+    f"SELECT {_COLUMNS} FROM acls WHERE {_FILTER} "
+    "ORDER BY resource_type, resource_name, pattern_type, principal, operation, permission"
+)
+
+DELETE_ACLS = text(f"DELETE FROM acls WHERE {_FILTER} RETURNING {_COLUMNS}")

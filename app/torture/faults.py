@@ -1,0 +1,179 @@
+"""The nemesis: faults at random moments, each recorded in the run's history.
+
+Kinds: SIGKILL (and restart) of a worker, a copier, a coordinator loop; SIGSTOP/SIGCONT
+of a client for longer than its transaction timeout (it wakes up as a zombie and must be
+fenced); pg_terminate_backend of client connections (by application_name); an immediate
+(crash) restart of PostgreSQL when the run owns the server; and slow transactions (a
+worker told by SIGUSR1 to keep its next transaction open past the timeout). The first
+faults go through every kind once in random order, so a short run still sees them all.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+from sqlalchemy.engine import make_url
+
+from app.storage.embedded import EmbeddedPostgres, _pg_bindir
+from app.torture.history import INFO, INVOKE, OK, HistoryWriter
+from app.torture.processes import Fleet, Role
+from app.torture.workload import TXN_TIMEOUT_MS
+
+KINDS = (
+    "kill-worker",
+    "kill-copier",
+    "kill-coordinator",
+    "pause",
+    "terminate-backends",
+    "pg-restart",
+    "slow-txn",
+)
+# Relative frequency after the first round; a server restart disturbs everyone, so rarer.
+WEIGHTS = {
+    "kill-worker": 3,
+    "kill-copier": 2,
+    "kill-coordinator": 2,
+    "pause": 2,
+    "terminate-backends": 3,
+    "pg-restart": 1,
+    "slow-txn": 2,
+}
+
+
+def conninfo(url: str) -> str:
+    u = make_url(url)
+    return psycopg.conninfo.make_conninfo(
+        host=u.host or "127.0.0.1",
+        port=u.port or 5432,
+        user=u.username or "",
+        password=u.password or "",
+        dbname=u.database or "postgres",
+    )
+
+
+def terminate_backends(url: str, application_names: list[str] | None) -> int:
+    """Terminate the backends of the given clients (all torture clients when None)."""
+    with psycopg.connect(conninfo(url), autocommit=True, connect_timeout=5) as conn:
+        if application_names is None:
+            rows = conn.execute(
+                """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                   WHERE application_name LIKE 'torture-%%' AND pid <> pg_backend_pid()"""
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                   WHERE application_name = ANY(%s) AND pid <> pg_backend_pid()""",
+                (application_names,),
+            ).fetchall()
+    return sum(1 for (done,) in rows if done)
+
+
+def restart_server_immediate(server: EmbeddedPostgres) -> None:
+    """Crash-stop and start the server on the same port, as a real server comes back:
+    clients hold its address, so a restart elsewhere would be an outage, not a restart
+    (``EmbeddedPostgres.restart_immediate`` picks a new free port when it starts again)."""
+    data = server.data_dir.resolve()
+    server._run(
+        [
+            str(_pg_bindir() / "pg_ctl"), "restart", "-w", "-m", "immediate",
+            "-D", str(data), "-l", str(data.parent / "postgres.log"),
+        ]
+    )  # fmt: skip
+
+
+class Nemesis:
+    def __init__(
+        self,
+        fleet: Fleet,
+        url: str,
+        out: Path,
+        rng: random.Random,
+        server: EmbeddedPostgres | None,
+    ) -> None:
+        self.fleet = fleet
+        self.url = url
+        self.rng = rng
+        self.server = server
+        self.kinds = [k for k in KINDS if server is not None or k != "pg-restart"]
+        self.pending = list(self.kinds)
+        rng.shuffle(self.pending)
+        self.hist = HistoryWriter(out / "history" / "nemesis.jsonl", "nemesis")
+
+    def next_kind(self) -> str:
+        if self.pending:
+            return self.pending.pop()
+        return self.rng.choices(self.kinds, weights=[WEIGHTS[k] for k in self.kinds])[0]
+
+    def supervise(self) -> None:
+        """Restart any role whose process ended on its own, and say so in the history."""
+        for role in self.fleet.reap():
+            self.hist.record(INFO, "crash", kind="crash", target=role.name, code=role.crashes[-1])
+            self.fleet.start(role)
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            self.supervise()
+            time.sleep(min(0.2, left))
+
+    def inject(self, kind: str) -> None:
+        actions: dict[str, Callable[[], str]] = {
+            "kill-worker": lambda: self._kill("worker"),
+            "kill-copier": lambda: self._kill("copier"),
+            "kill-coordinator": lambda: self._kill("coordinator"),
+            "pause": self._pause,
+            "terminate-backends": self._terminate,
+            "pg-restart": self._pg_restart,
+            "slow-txn": self._slow,
+        }
+        self.hist.record(INVOKE, "fault", kind=kind)
+        try:
+            target = actions[kind]()
+        except Exception as exc:
+            self.hist.record(INFO, "fault", kind=kind, error=f"{type(exc).__name__}: {exc}")
+            return
+        self.hist.record(OK, "fault", kind=kind, target=target)
+
+    def _pick(self, *kinds: str) -> Role:
+        return self.rng.choice([r for r in self.fleet.roles if r.kind in kinds])
+
+    def _kill(self, kind: str) -> str:
+        role = self._pick(kind)
+        self.fleet.kill(role)
+        role.proc = None
+        self.sleep(self.rng.uniform(0.2, 1.5))
+        self.fleet.start(role)
+        return role.name
+
+    def _pause(self) -> str:
+        role = self._pick("worker", "copier")
+        self.fleet.signal(role, signal.SIGSTOP)
+        role.paused = True
+        self.sleep(TXN_TIMEOUT_MS / 1000.0 * self.rng.uniform(1.3, 2.0))
+        self.fleet.signal(role, signal.SIGCONT)
+        role.paused = False
+        return role.name
+
+    def _terminate(self) -> str:
+        if self.rng.random() < 0.3:
+            n = terminate_backends(self.url, None)
+            return f"all ({n} backends)"
+        role = self._pick("worker", "copier")
+        short = f"w{role.index}" if role.kind == "worker" else f"c{role.index}"
+        n = terminate_backends(self.url, [f"torture-{short}", f"torture-{short}-c"])
+        return f"{role.name} ({n} backends)"
+
+    def _pg_restart(self) -> str:
+        assert self.server is not None
+        restart_server_immediate(self.server)
+        return "postgresql"
+
+    def _slow(self) -> str:
+        role = self._pick("worker")
+        self.fleet.signal(role, signal.SIGUSR1)
+        return role.name

@@ -1,0 +1,31 @@
+"""A CI-length torture run: workers, copiers and coordinator loops under every kind of
+fault, on a private PostgreSQL (the run crash-restarts it, which the session's shared
+server must not suffer), then the checker over the histories and the final log."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from app.torture.controller import RunConfig, run
+from app.torture.faults import KINDS
+
+DURATION_S = float(os.environ.get("KIP98_TORTURE_DURATION", "120"))
+SEED = int(os.environ.get("KIP98_TORTURE_SEED", "4242"))
+
+
+@pytest.mark.torture
+@pytest.mark.timeout(600)
+def test_torture_run_has_no_anomaly(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run(RunConfig(DURATION_S, workers=3, copiers=2, seed=SEED, out=out))
+    assert set(result.stats["faults"]) == set(KINDS), result.stats["faults"]
+    anomalies = {k: v[:3] for k, v in result.anomalies.items() if v}
+    assert result.ok, (
+        f"anomalies (seed {SEED}, kept in {out}): " + json.dumps(anomalies, default=str)[:4000]
+    )
+    assert result.stats["worker_transactions"]["ok"] > 100
+    assert result.stats["copier_transactions"]["ok"] > 10
