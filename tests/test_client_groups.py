@@ -577,3 +577,46 @@ def test_a_member_that_stops_polling_leaves_after_max_poll_interval(
     other.subscribe(["stuck"])
     # ``stalled`` never polls again; its heartbeat thread keeps it alive for the session.
     poll_until([other], lambda: len(other.assignment()) == 2, "the other member to get all", 20)
+
+
+def test_a_batch_never_spans_a_rebalance(db_url: str, clients: list[Any]) -> None:
+    """consume(n) that would straddle a rebalance returns what it has first: a batch never
+    mixes records of revoked partitions with records re-read after the new assignment."""
+    create_topics(db_url, {"trickle": 2})
+    stop = threading.Event()
+
+    def trickle() -> None:
+        with Producer({"database.url": db_url, "linger.ms": 0}) as p:
+            i = 0
+            while not stop.is_set():
+                p.produce("trickle", f"v{i}".encode(), partition=i % 2)
+                p.flush(5)
+                i += 1
+                time.sleep(0.01)
+
+    writer = threading.Thread(target=trickle)
+    writer.start()
+    try:
+        a = group_consumer(db_url, clients, "spans")
+        a.subscribe(["trickle"])
+        poll_until([a], lambda: len(a.assignment()) == 2, "the first assignment")
+        b = group_consumer(db_url, clients, "spans")
+
+        def join_later() -> None:
+            time.sleep(0.5)
+            b.subscribe(["trickle"])
+            b.consume(1, timeout=5)
+
+        joiner = threading.Thread(target=join_later)
+        joiner.start()
+        batches = [a.consume(100_000, timeout=3) for _ in range(3)]
+        joiner.join()
+    finally:
+        stop.set()
+        writer.join()
+    for batch in batches:
+        seen = [(m.partition(), m.offset()) for m in batch if m.error() is None]
+        assert len(seen) == len(set(seen)), "a record came twice in one batch"
+        for p in (0, 1):
+            offsets = [o for q, o in seen if q == p]
+            assert offsets == sorted(offsets), f"partition {p} went backwards within a batch"

@@ -162,3 +162,15 @@ def test_unreachable_home_falls_back_to_var_tmp(tmp_path: Path) -> None:
         target = (home / "pgdata").resolve().parent
         if target.is_relative_to("/var/tmp"):
             shutil.rmtree(target, ignore_errors=True)
+
+
+def test_a_crash_restart_keeps_the_url(home: Path) -> None:
+    """Clients hold the URL; a crash restart (immediate stop, start) must not move the port."""
+    from app.storage.embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres(home)
+    before = server.start()
+    server.restart_immediate()
+    after = server.status()
+    assert after.running and after.pid != before.pid
+    assert after.url == before.url

@@ -161,15 +161,23 @@ class Consumer:
         while True:
             with self._lock:
                 self._check_open()
-                if self._group is not None:
-                    self._group.polled()
-                if self._group is not None and not self._group.rebalance_if_needed(
-                    self, self._commit_on_revoke
-                ):
-                    result_ready = False
-                else:
-                    result_ready = True
-                self._maybe_auto_commit()
+                group = self._group
+                if result and group is not None and group.rebalance_pending():
+                    # Records collected under the current assignment go out before a
+                    # rebalance may revoke their partitions or rewind them; a transaction
+                    # carrying them still commits under the generation that owned them.
+                    return result
+                if group is not None:
+                    group.polled()
+                result_ready = True
+                if not result:
+                    # Only between batches: positions then cover exactly what the
+                    # application was given, for auto commit and for a revocation.
+                    if group is not None and not group.rebalance_if_needed(
+                        self, self._commit_on_revoke
+                    ):
+                        result_ready = False
+                    self._maybe_auto_commit()
                 self._drain(result, count)
                 if result_ready and len(result) < count:
                     self._fetcher.fill()

@@ -121,6 +121,10 @@ class GroupMember:
             )
             self._thread.start()
 
+    def rebalance_pending(self) -> bool:
+        """A rejoin or a new assignment waits to be driven by the next poll."""
+        return self.subscribed and (self.needs_rejoin.is_set() or self._pending_assignment)
+
     def polled(self) -> None:
         """The application called poll()/consume(): it is making progress."""
         self.last_poll = time.monotonic()

@@ -215,6 +215,20 @@ class EmbeddedPostgres:
         path.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
         self._chown(path)
 
+    def _previous_port(self) -> int | None:
+        """The port of the last start, if still free: URLs handed out before a restart
+        (a crash, ``restart_immediate``) keep working."""
+        try:
+            text = (self.data_dir / "kip98.conf").read_text()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "port" and value.strip().isdigit():
+                port = int(value.strip())
+                return port if _port_is_free(port) else None
+        return None
+
     # ----------------------------------------------------------------- state
     def _postmaster_pid(self) -> tuple[int, int] | None:
         """(pid, port) from postmaster.pid if a live postmaster for this cluster owns it."""
@@ -265,28 +279,31 @@ class EmbeddedPostgres:
             self._prepare_dirs()
             self._initdb()
             self._clear_stale_pidfile()
-            port = _free_port()
-            self._write_settings(port)
             log = self._log_file
             if not log.exists():
                 log.touch()
                 self._chown(log)
-            self._run(
-                [
-                    str(_pg_bindir() / "pg_ctl"),
-                    "start",
-                    "-w",
-                    "-t",
-                    str(_START_TIMEOUT_S),
-                    "-D",
-                    str(self.data_dir.resolve()),
-                    "-l",
-                    str(log),
-                ]
-            )
+            previous = self._previous_port()
+            try:
+                port = self._pg_ctl_start(previous or _free_port(), log)
+            except EmbeddedError:
+                if previous is None:
+                    raise
+                # Orphans of a killed postmaster still hold the shared memory keyed by the
+                # old port until they notice; a fresh port starts at once instead.
+                self._clear_stale_pidfile()
+                port = self._pg_ctl_start(_free_port(), log)
             self._wait_ready(port)
             self._ensure_database(port)
             return self.status()
+
+    def _pg_ctl_start(self, port: int, log: Path) -> int:
+        self._write_settings(port)
+        self._run(
+            [str(_pg_bindir() / "pg_ctl"), "start", "-w", "-t", str(_START_TIMEOUT_S),
+             "-D", str(self.data_dir.resolve()), "-l", str(log)]
+        )  # fmt: skip
+        return port
 
     def stop(self) -> bool:
         """Stop the server (fast shutdown); False when it was not running."""
@@ -356,6 +373,15 @@ class EmbeddedPostgres:
             if not exists:
                 with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _free_port() -> int:
