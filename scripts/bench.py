@@ -101,26 +101,7 @@ def best_of(repeats: int, fn: Callable[[], float]) -> float:
 
 def raw_copy(url: str, data: list[tuple[bytes, bytes]]) -> float:
     """Binary COPY of the same rows into a bare table: the ceiling for an append."""
-    with psycopg.connect(conninfo(url)) as conn:
-        conn.execute(
-            'CREATE TABLE IF NOT EXISTS bench_raw (topic text, partition int, "offset" bigint, '
-            '"timestamp" bigint, key bytea, value bytea)'
-        )
-        conn.execute("TRUNCATE bench_raw")
-        conn.commit()
-        now = int(time.time() * 1000)
-
-        def run() -> None:
-            with (
-                conn.cursor() as cur,
-                cur.copy("COPY bench_raw FROM STDIN (FORMAT BINARY)") as copy,
-            ):
-                copy.set_types(["text", "int4", "int8", "int8", "bytea", "bytea"])
-                for i, (k, v) in enumerate(data):
-                    copy.write_row(("raw", 0, i, now, k, v))
-            conn.commit()
-
-        return timed(run)
+    return raw_copy_batched(url, data, len(data))
 
 
 def raw_copy_batched(url: str, data: list[tuple[bytes, bytes]], batch: int) -> float:
