@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -84,3 +84,16 @@ def spark() -> Iterator[SparkSession]:
     session = build_spark_session(app_name="kip98-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def clients() -> Iterator[list[Any]]:
+    """Clients a test made, closed at its end whatever happened (closing a transactional
+    producer also releases the process's coordinator loop)."""
+    made: list[Any] = []
+    yield made
+    for client in reversed(made):
+        try:
+            client.close()
+        except Exception:
+            pass

@@ -15,14 +15,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.client import (
     OFFSET_INVALID,
@@ -34,32 +33,13 @@ from app.client import (
     Producer,
     TopicPartition,
 )
+from tests.client_helpers import create_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 Key = tuple[str, int]
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def create_topics(db_url: str, spec: dict[str, int]) -> None:
-    admin = AdminClient({"database.url": db_url})
-    try:
-        for name, n in spec.items():
-            admin.create_topics([NewTopic(name, n)])[name].result()
-    finally:
-        admin.close()
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Any]]:
-    made: list[Any] = []
-    yield made
-    for client in reversed(made):
-        try:
-            client.close()
-        except Exception:
-            pass
 
 
 def group_consumer(db_url: str, clients: list[Any], group: str, **extra: Any) -> Consumer:

@@ -6,13 +6,13 @@ timeout, offsets sent to a transaction, and KIP-890's epoch bump per transaction
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from app.admin import AdminClient, NewTopic
+from app.admin import AdminClient
 from app.broker import Broker
 from app.client import (
     OFFSET_BEGINNING,
@@ -27,6 +27,7 @@ from app.client import (
 )
 from app.groups.offsets import offset_fetch
 from app.protocol import OffsetFetchRequest
+from tests.client_helpers import create_topics
 
 TOPICS = {"alpha": 3, "beta": 2, "gamma": 4}
 Key = tuple[str, int]
@@ -35,31 +36,10 @@ Key = tuple[str, int]
 # ------------------------------------------------------------------ helpers
 
 
-def create_topics(db_url: str, spec: dict[str, int]) -> None:
-    admin = AdminClient({"database.url": db_url})
-    try:
-        for name, n in spec.items():
-            admin.create_topics([NewTopic(name, n)])[name].result()
-    finally:
-        admin.close()
-
-
 @pytest.fixture
 def topics(db_url: str) -> dict[str, int]:
     create_topics(db_url, TOPICS)
     return TOPICS
-
-
-@pytest.fixture
-def clients() -> Iterator[list[Any]]:
-    """Clients to close at the end of a test, whatever happened (releases the loop)."""
-    made: list[Any] = []
-    yield made
-    for client in reversed(made):
-        try:
-            client.close()
-        except Exception:
-            pass
 
 
 def txn_producer(db_url: str, clients: list[Any], tid: str, **extra: Any) -> Producer:

@@ -45,6 +45,15 @@ def _resource(
     return chosen[0] if chosen else None
 
 
+def _required_resource(
+    topic: str | None, group: str | None, transactional_id: str | None, cluster: bool
+) -> tuple[str, str]:
+    resource = _resource(topic, group, transactional_id, cluster)
+    if resource is None:
+        raise CliError("give one of --topic, --group, --transactional-id, --cluster")
+    return resource
+
+
 def _resource_options(fn):  # type: ignore[no-untyped-def]
     for option in reversed(
         [
@@ -84,9 +93,7 @@ def add(
     prefixed: bool,
 ) -> None:
     """Add ACLs: PRINCIPAL may (or may not) perform OPERATION on one resource."""
-    resource = _resource(topic, group, transactional_id, cluster)
-    if resource is None:
-        raise CliError("give one of --topic, --group, --transactional-id, --cluster")
+    resource = _required_resource(topic, group, transactional_id, cluster)
     pattern = rules.PREFIXED if prefixed else rules.LITERAL
     bindings = [
         AclBinding(principal, resource[0], resource[1], op, permission, pattern)
@@ -157,9 +164,7 @@ def remove(
     prefixed: bool,
 ) -> None:
     """Remove the ACLs of one resource (narrowed by --principal/--operation/--permission)."""
-    resource = _resource(topic, group, transactional_id, cluster)
-    if resource is None:
-        raise CliError("give one of --topic, --group, --transactional-id, --cluster")
+    resource = _required_resource(topic, group, transactional_id, cluster)
     acl_filter = _filter(principal, operation, permission, resource, prefixed)
     with AdminClient() as admin:
         removed = admin.delete_acls([acl_filter])[acl_filter].result()

@@ -8,13 +8,20 @@ releases its connections without touching anyone else's pool.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
 import psycopg
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.broker import Broker, principal_from_env
+from app.errors import KafkaError, fail
 from app.settings import BrokerSettings
 from app.storage.engine import resolve_url
+
+R = TypeVar("R")
 
 # PostgreSQL truncates application_name to NAMEDATALEN - 1 bytes.
 _APPLICATION_NAME_MAX = 63
@@ -61,3 +68,20 @@ def is_connection_error(exc: BaseException) -> bool:
             exc, OperationalError | InterfaceError
         )
     return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+
+
+def retry_connection_loss(
+    call: Callable[[], R], deadline: float, backoff_s: float, code: int = KafkaError._TRANSPORT
+) -> R:
+    """Run ``call``, again after a lost connection, until the monotonic ``deadline``; then
+    a KafkaException with ``code``. Only for requests that are safe to repeat (reads, and
+    writes the broker recognises as retries)."""
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not is_connection_error(exc):
+                raise
+            if time.monotonic() + backoff_s >= deadline:
+                raise fail(code, f"database unreachable: {exc}") from exc
+            time.sleep(backoff_s)

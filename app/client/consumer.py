@@ -18,7 +18,7 @@ from typing import Any
 from app.broker import Broker
 from app.client.args import partition_arg, partitions_arg
 from app.client.closing import ClientClosedError
-from app.client.connection import client_broker, is_connection_error
+from app.client.connection import client_broker, retry_connection_loss
 from app.client.fetcher import Fetcher, StoredOffsetPending
 from app.client.group import GroupMember, RebalanceCallback
 from app.client.message import (
@@ -251,16 +251,12 @@ class Consumer:
 
     def _list_offset(self, tp: TopicPartition, timestamp: int, deadline: float) -> int:
         request = ListOffsetsRequest(tp.topic, tp.partition, timestamp, READ_UNCOMMITTED)
-        while True:
-            try:
-                response = list_offsets(self._broker, request)
-                break
-            except Exception as exc:
-                if not is_connection_error(exc):
-                    raise
-                if time.monotonic() + self._retry_backoff_s >= deadline:
-                    raise fail(KafkaError._TIMED_OUT, f"database unreachable: {exc}") from exc
-                time.sleep(self._retry_backoff_s)
+        response = retry_connection_loss(
+            lambda: list_offsets(self._broker, request),
+            deadline,
+            self._retry_backoff_s,
+            KafkaError._TIMED_OUT,
+        )
         if response.error_code != KafkaError.NO_ERROR:
             raise KafkaException(KafkaError(response.error_code, response.error_message))
         return response.offset

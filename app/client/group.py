@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.broker import Broker
-from app.client.connection import is_connection_error
+from app.client.connection import retry_connection_loss
 from app.client.message import OFFSET_INVALID, TopicPartition
 from app.client.transactions import ConsumerGroupMetadata
 from app.errors import KafkaError, KafkaException, fail
@@ -86,13 +86,7 @@ class GroupMember:
     # ------------------------------------------------------------ requests
     def _retrying(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
         deadline = time.monotonic() + (self.request_timeout_s if timeout is None else timeout)
-        while True:
-            try:
-                return fn()
-            except Exception as exc:
-                if not is_connection_error(exc) or time.monotonic() >= deadline:
-                    raise
-                time.sleep(self.retry_backoff_s)
+        return retry_connection_loss(fn, deadline, self.retry_backoff_s)
 
     def metadata(self) -> ConsumerGroupMetadata:
         return ConsumerGroupMetadata(

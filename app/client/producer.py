@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from app.broker import Broker
 from app.client.batching import (
@@ -25,7 +25,7 @@ from app.client.batching import (
     RecordAccumulator,
 )
 from app.client.closing import ClientClosedError
-from app.client.connection import client_broker, is_connection_error
+from app.client.connection import client_broker, retry_connection_loss
 from app.client.delivery import DeliveryReport, DeliveryReports
 from app.client.message import (
     TIMESTAMP_CREATE_TIME,
@@ -46,6 +46,8 @@ from app.log.append import record_size_bytes
 from app.log.topics import partition_count
 from app.protocol import InitProducerIdRequest
 from app.storage.engine import resolve_url
+
+R = TypeVar("R")
 
 
 class Producer:
@@ -145,18 +147,10 @@ class Producer:
             raise KafkaException(KafkaError(response.error_code, response.error_message))
         return ProducerIdentity(response.producer_id, response.producer_epoch)
 
-    def _call_with_retries(self, call: Any) -> Any:
+    def _call_with_retries(self, call: Callable[[], R]) -> R:
         """Retry a request across lost connections until request.timeout.ms."""
         deadline = time.monotonic() + self._request_timeout_s
-        while True:
-            try:
-                return call()
-            except Exception as exc:
-                if not is_connection_error(exc):
-                    raise
-                if time.monotonic() + self._retry_backoff_s >= deadline:
-                    raise fail(KafkaError._TRANSPORT, f"database unreachable: {exc}") from exc
-                time.sleep(self._retry_backoff_s)
+        return retry_connection_loss(call, deadline, self._retry_backoff_s)
 
     def _partition_count(self, topic: str) -> int | None:
         """Partitions of ``topic``, cached once known; None if the topic does not exist."""
