@@ -59,10 +59,15 @@ class TxnDriver:
     def send(
         self, topic: str, partition: int, *values: str, register: bool = True
     ) -> ProduceResponse:
+        records = [RecordIn(None, v.encode(), 0) for v in values]
+        return self.send_records(topic, partition, records, register=register)
+
+    def send_records(
+        self, topic: str, partition: int, records: list[RecordIn], register: bool = True
+    ) -> ProduceResponse:
         if register:
             assert self.add((topic, partition)) == 0
         seq = self.sequences.get((topic, partition), 0)
-        records = [RecordIn(None, v.encode(), 0) for v in values]
         r = produce(
             self.broker,
             ProduceRequest(
@@ -71,7 +76,7 @@ class TxnDriver:
             ),
         )  # fmt: skip
         if r.error_code == 0 and not r.duplicate:
-            self.sequences[(topic, partition)] = seq + len(values)
+            self.sequences[(topic, partition)] = seq + len(records)
         return r
 
     def end(self, commit: bool = True) -> int:
