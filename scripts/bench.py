@@ -401,24 +401,13 @@ def end_to_end_latency(url: str, samples: int) -> tuple[float, float]:
 # ---------------------------------------------------------------- the run
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    server = os.environ.get("KIP98_DATABASE_URL") or database_url()
+Add = Callable[..., None]
+
+
+def core_cases(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:
+    """Every figure but Spark's, each case on a fresh database."""
     n = args.records
     data = rows(n)
-    results: dict[str, Any] = {"records": n, "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES}
-    figures: list[tuple[str, str, str, str]] = []
-
-    def add(name: str, value: float, fmt: str, target: str = "report") -> None:
-        results[name] = value
-        figures.append(
-            (
-                name,
-                fmt.format(value),
-                target,
-                "ok" if target == "report" or value >= float(target.split()[-1]) else "below",
-            )
-        )
-
     with console.status("raw COPY and idempotent produce"), fresh_database(server) as url:
         copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
         results["raw_copy_rows_per_s"] = n / copy_s
@@ -479,29 +468,55 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         p50, p99 = end_to_end_latency(url, args.latency_samples)
         add("commit -> idle read_committed poll p50 (ms)", p50, "{:.1f}")
         add("commit -> idle read_committed poll p99 (ms)", p99, "{:.1f}")
-    if args.spark:
-        from app.spark.bench import bench_materialize
-        from app.spark.session import build_spark_session
 
-        with console.status("Spark materialisation"), fresh_database(server) as url:
-            spark = build_spark_session("kip98-bench")
-            try:
-                sres = bench_materialize(spark, url, n_records=args.spark_records, partitions=8)
-            finally:
-                spark.stop()
-            results["spark"] = sres
-            add(
-                "Spark materialise / plain Spark JDBC read (throughput)",
-                sres["plain_read_s"] / sres["materialize_s"],
-                "{:.2f}",
-                ">= 0.5",
+
+def spark_case(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:
+    """Spark materialisation against a plain Spark JDBC read of the same rows."""
+    from app.spark.bench import bench_materialize
+    from app.spark.session import build_spark_session
+
+    with console.status("Spark materialisation"), fresh_database(server) as url:
+        spark = build_spark_session("kip98-bench")
+        try:
+            sres = bench_materialize(spark, url, n_records=args.spark_records, partitions=8)
+        finally:
+            spark.stop()
+        results["spark"] = sres
+        add(
+            "Spark materialise / plain Spark JDBC read (throughput)",
+            sres["plain_read_s"] / sres["materialize_s"],
+            "{:.2f}",
+            ">= 0.5",
+        )
+        add(
+            f"Spark materialise rows/s ({sres['records']:,} records, {sres['partitions']} partitions)",
+            sres["materialize_rows_per_s"],
+            "{:,.0f}",
+        )
+        add("plain Spark JDBC read rows/s", sres["plain_read_rows_per_s"], "{:,.0f}")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    server = os.environ.get("KIP98_DATABASE_URL") or database_url()
+    n = args.records
+    results: dict[str, Any] = {"records": n, "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES}
+    figures: list[tuple[str, str, str, str]] = []
+
+    def add(name: str, value: float, fmt: str, target: str = "report") -> None:
+        results[name] = value
+        figures.append(
+            (
+                name,
+                fmt.format(value),
+                target,
+                "ok" if target == "report" or value >= float(target.split()[-1]) else "below",
             )
-            add(
-                f"Spark materialise rows/s ({sres['records']:,} records, {sres['partitions']} partitions)",
-                sres["materialize_rows_per_s"],
-                "{:,.0f}",
-            )
-            add("plain Spark JDBC read rows/s", sres["plain_read_rows_per_s"], "{:,.0f}")
+        )
+
+    if args.only != "spark":
+        core_cases(server, args, results, add)
+    if args.spark or args.only == "spark":
+        spark_case(server, args, results, add)
     results["figures"] = figures
     results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
     return results
@@ -552,6 +567,11 @@ def main() -> None:
         "--spark", action="store_true", help="include the Spark materialisation figures"
     )
     parser.add_argument("--spark-records", type=int, default=1_000_000)
+    parser.add_argument(
+        "--only",
+        choices=["spark"],
+        help="run only this case (e.g. to iterate on Spark without the other figures)",
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results.json")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown too")
     parser.add_argument(
