@@ -470,6 +470,26 @@ def core_cases(server: str, args: argparse.Namespace, results: dict[str, Any], a
         add("commit -> idle read_committed poll p99 (ms)", p99, "{:.1f}")
 
 
+def cleaner_case(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:
+    """Retention and compaction speed, and producers' speed while the cleaner works."""
+    from app.cleaner.bench import bench_cleaner
+
+    with console.status("log cleaner"), fresh_database(server) as url:
+        c = bench_cleaner(url, args.records)
+    results["cleaner"] = c
+    add(
+        "compaction: records examined per second (10% aborted)",
+        c["compaction_examined_per_s"],
+        "{:,.0f}",
+    )
+    add("retention: records deleted per second", c["retention_deleted_per_s"], "{:,.0f}")
+    add(
+        "produce while the cleaner compacts the same partition / produce alone",
+        c["producer_with_cleaner_ratio"],
+        "{:.2f}",
+    )
+
+
 def spark_case(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:
     """Spark materialisation against a plain Spark JDBC read of the same rows."""
     from app.spark.bench import bench_materialize
@@ -513,8 +533,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
 
-    if args.only != "spark":
+    if args.only in (None, "core"):
         core_cases(server, args, results, add)
+    if args.only in (None, "cleaner"):
+        cleaner_case(server, args, results, add)
     if args.spark or args.only == "spark":
         spark_case(server, args, results, add)
     results["figures"] = figures
@@ -569,7 +591,7 @@ def main() -> None:
     parser.add_argument("--spark-records", type=int, default=1_000_000)
     parser.add_argument(
         "--only",
-        choices=["spark"],
+        choices=["core", "cleaner", "spark"],
         help="run only this case (e.g. to iterate on Spark without the other figures)",
     )
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results.json")
