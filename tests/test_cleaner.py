@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -72,6 +72,17 @@ def kv(key: str, value: str | None) -> RecordIn:
     return RecordIn(key.encode(), None if value is None else value.encode(), 0)
 
 
+class Rec(NamedTuple):
+    """A fetched record (Fetch answers plain tuples in this column order)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: str | None
+    producer_id: int
+
+
 def read(broker: Broker, topic: str, committed: bool = True, partition: int = 0) -> list[Any]:
     """Every record from the log start, as a consumer reads it."""
     with broker.engine.connect() as conn:
@@ -84,7 +95,7 @@ def read(broker: Broker, topic: str, committed: bool = True, partition: int = 0)
     while True:
         r = fetch(broker, FetchRequest(topic, partition, offset, isolation_level=level))
         assert r.error_code == 0, r
-        out.extend(r.records)
+        out.extend(Rec._make(rec) for rec in r.records)
         if r.next_offset == offset:
             return out
         offset = r.next_offset

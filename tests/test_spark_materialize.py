@@ -4,6 +4,7 @@ for their outcome, and a run killed anywhere converges on the next run."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -82,11 +83,12 @@ def fetch_committed(broker: Broker, topic: str, partition: int, start: int, end:
     while offset < end:
         r = fetch(broker, FetchRequest(topic, partition, offset, isolation_level=READ_COMMITTED))
         assert r.error_code == 0, r
-        for rec in r.records:
-            if rec.offset < end:
+        for offset, timestamp, key, value, headers, producer_id in r.records:
+            if offset < end:
+                # Fetch leaves headers as stored JSON text; the table's column reads as JSON.
+                stored = None if headers is None else json.loads(headers)
                 rows.append(
-                    (topic, partition, rec.offset, rec.key, rec.value, rec.headers,
-                     rec.timestamp, rec.producer_id)
+                    (topic, partition, offset, key, value, stored, timestamp, producer_id)
                 )  # fmt: skip
         if r.next_offset == offset:
             break

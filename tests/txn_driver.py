@@ -15,6 +15,7 @@ from app.log.fetch import fetch
 from app.protocol import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    RECORD_VALUE,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
@@ -99,7 +100,7 @@ def read_values(broker: Broker, topic: str, partition: int, committed: bool = Tr
     while True:
         r = fetch(broker, FetchRequest(topic, partition, offset, isolation_level=level))
         assert r.error_code == 0, r
-        out.extend((rec.value or b"").decode() for rec in r.records)
+        out.extend((rec[RECORD_VALUE] or b"").decode() for rec in r.records)
         if r.next_offset == offset:
             return out
         offset = r.next_offset

@@ -42,7 +42,6 @@ from app.storage.engine import retry_conflicts
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class CleanStats:
     topic: str
