@@ -58,11 +58,7 @@ def _params(meta: TxnMetadata) -> dict[str, Any]:
 
 
 def persist(conn: Connection, meta: TxnMetadata, reason: str) -> TxnMetadata:
-    """Append one event for this transition and bring the projection to it."""
-    params = _params(meta)
-    event_id = conn.execute(sql.APPEND_EVENT, {**params, "reason": reason}).scalar_one()
-    if meta.state == DEAD:
-        conn.execute(sql.DELETE_PROJECTION, {"tid": meta.transactional_id})
-    else:
-        conn.execute(sql.UPSERT_PROJECTION, {**params, "event_id": event_id})
+    """Append one event for this transition and bring the projection to it (one statement)."""
+    statement = sql.APPEND_EVENT_AND_FORGET if meta.state == DEAD else sql.APPEND_EVENT_AND_PROJECT
+    conn.execute(statement, {**_params(meta), "reason": reason})
     return meta
