@@ -1,7 +1,8 @@
 """The producer's background sender: batches out, delivery reports back.
 
 All calls to the Produce handler happen here, one batch per partition in flight, in one
-thread. A batch that fails retriably (including a lost database connection, whose outcome
+thread; batches ready at the same time go out in one request (one DB transaction, one
+COMMIT), each answered on its own, as Kafka sends one request per leader. A batch that fails retriably (including a lost database connection, whose outcome
 is unknown) is resent unchanged, with the same producer_id, producer_epoch and
 base_sequence, so the broker either appends it or recognises it and answers with the
 offsets it was first given. A batch fails for good on a non-retriable error, after
@@ -33,11 +34,13 @@ from app.client.delivery import DeliveryReport, DeliveryReports
 from app.client.message import TIMESTAMP_CREATE_TIME, Message
 from app.errors import KafkaError
 from app.log.append import produce as produce_handler
+from app.log.append import produce_many
 from app.protocol import ProduceRequest, ProduceResponse
 
 log = logging.getLogger(__name__)
 
 ProduceHandler = Callable[[Broker, ProduceRequest], ProduceResponse]
+ProduceManyHandler = Callable[[Broker, list[ProduceRequest]], list[ProduceResponse]]
 # Returns, per (topic, partition) that could not be prepared, the error to retry or fail with.
 BeforeSend = Callable[[list[Batch]], dict[tuple[str, int], KafkaError]]
 BatchFailed = Callable[[Batch, KafkaError], None]
@@ -81,6 +84,7 @@ class Sender:
         identity_provider: Callable[[], ProducerIdentity] | None = None,
         on_batch_formed: Callable[[Batch], None] | None = None,
         handler: ProduceHandler = produce_handler,
+        handler_many: ProduceManyHandler | None = produce_many,
         name: str = "kip98-producer-sender",
     ) -> None:
         self.broker = broker
@@ -98,6 +102,7 @@ class Sender:
         self.identity_provider = identity_provider
         self.on_batch_formed = on_batch_formed
         self.handler = handler
+        self.handler_many = handler_many
         # --- transaction seams (see module docstring) ---
         self.transactional_id: str | None = None
         self.is_transactional = False
@@ -185,21 +190,31 @@ class Sender:
     # --- sending -----------------------------------------------------------------------
 
     def send(self, batches: list[Batch]) -> None:
-        """One attempt for each batch; the single place the Produce handler is called."""
+        """One attempt for each batch; the single place the Produce handler is called.
+
+        Several batches go out together, in one DB transaction (``handler_many``), unless
+        ``handler`` was replaced (fault injection): then they go one at a time through it.
+        """
         if not batches:
             return
         refused: dict[tuple[str, int], KafkaError] = {}
         if self.before_send is not None:
             refused = self.before_send(batches)
+        ready: list[Batch] = []
         for batch in batches:
             error = refused.get((batch.topic, batch.partition))
-            if error is not None:
-                batch.attempts += 1
-                if error.retriable():
-                    self._retry_or_fail(batch, error)
-                else:
-                    self._fail(batch, error)
+            if error is None:
+                ready.append(batch)
                 continue
+            batch.attempts += 1
+            if error.retriable():
+                self._retry_or_fail(batch, error)
+            else:
+                self._fail(batch, error)
+        if len(ready) > 1 and self.handler is produce_handler and self.handler_many is not None:
+            self._attempt_together(ready, self.handler_many)
+            return
+        for batch in ready:
             self._attempt(batch)
 
     def _attempt(self, batch: Batch) -> None:
@@ -207,21 +222,37 @@ class Sender:
         try:
             response = self.handler(self.broker, batch.request())
         except Exception as exc:
-            if is_connection_error(exc):
-                batch.ambiguous = True
-                log.info(
-                    "produce to %s [%d]: connection lost, will retry: %s",
-                    batch.topic,
-                    batch.partition,
-                    exc,
-                )
-                self._retry_or_fail(
-                    batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}")
-                )
-            else:
-                log.exception("produce to %s [%d] failed", batch.topic, batch.partition)
-                self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
+            self._settle_exception(batch, exc)
             return
+        self._settle(batch, response)
+
+    def _attempt_together(self, batches: list[Batch], handler: ProduceManyHandler) -> None:
+        for batch in batches:
+            batch.attempts += 1
+        try:
+            responses = handler(self.broker, [b.request() for b in batches])
+        except Exception as exc:
+            for batch in batches:
+                self._settle_exception(batch, exc)
+            return
+        for batch, response in zip(batches, responses, strict=True):
+            self._settle(batch, response)
+
+    def _settle_exception(self, batch: Batch, exc: Exception) -> None:
+        if is_connection_error(exc):
+            batch.ambiguous = True
+            log.info(
+                "produce to %s [%d]: connection lost, will retry: %s",
+                batch.topic,
+                batch.partition,
+                exc,
+            )
+            self._retry_or_fail(batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}"))
+        else:
+            log.error("produce to %s [%d] failed", batch.topic, batch.partition, exc_info=exc)
+            self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
+
+    def _settle(self, batch: Batch, response: ProduceResponse) -> None:
         if response.error_code == KafkaError.NO_ERROR:
             self._succeed(batch, response.base_offset)
             return
