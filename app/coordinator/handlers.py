@@ -174,56 +174,66 @@ _EXISTING = text(
 def add_partitions_to_txn(
     broker: Broker, req: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
+    with broker.engine.begin() as conn:
+        return register_partitions(conn, broker, req)
+
+
+def register_partitions(
+    conn: Connection, broker: Broker, req: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnResponse:
+    """AddPartitionsToTxn in the caller's DB transaction: the handler's own, or a produce
+    request's that registers its partitions before appending (KIP-890's implicit add, where
+    the partition leader adds on the producer's behalf). Every refusal is answered before
+    anything is written."""
     wanted = sorted(set(req.partitions))
     try:
         if not wanted:
             raise fail(KafkaError.INVALID_REQUEST, "no partitions to add")
-        with broker.engine.begin() as conn:
-            refused = denied_checks(
-                conn, broker, needs.add_partitions_to_txn(req.transactional_id, wanted)
-            )
-            if refused:
-                if refused[0].resource_type != TOPIC:
-                    raise refusal_of(broker, refused[0])
-                topics = {c.name for c in refused}
-                results = {
-                    tp: KafkaError.TOPIC_AUTHORIZATION_FAILED
-                    if tp[0] in topics
-                    else KafkaError.OPERATION_NOT_ATTEMPTED
-                    for tp in wanted
-                }
-                return AddPartitionsToTxnResponse(
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                    results,
-                    f"not authorized: {sorted(topics)}",
-                )
-            existing = {
-                (r.topic, r.partition)
-                for r in conn.execute(
-                    _EXISTING,
-                    {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
-                )
+        refused = denied_checks(
+            conn, broker, needs.add_partitions_to_txn(req.transactional_id, wanted)
+        )
+        if refused:
+            if refused[0].resource_type != TOPIC:
+                raise refusal_of(broker, refused[0])
+            topics = {c.name for c in refused}
+            results = {
+                tp: KafkaError.TOPIC_AUTHORIZATION_FAILED
+                if tp[0] in topics
+                else KafkaError.OPERATION_NOT_ATTEMPTED
+                for tp in wanted
             }
-            missing = [tp for tp in wanted if tp not in existing]
-            if missing:
-                results = {
-                    tp: (
-                        KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-                        if tp in missing
-                        else KafkaError.OPERATION_NOT_ATTEMPTED
-                    )
-                    for tp in wanted
-                }
-                return AddPartitionsToTxnResponse(
-                    KafkaError.UNKNOWN_TOPIC_OR_PARTITION, results, f"unknown partitions: {missing}"
-                )
-            meta = check_producer(
-                load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
+            return AddPartitionsToTxnResponse(
+                KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                results,
+                f"not authorized: {sorted(topics)}",
             )
-            if meta.state == m.BEGIN and set(wanted) <= set(meta.partitions):
-                return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
-            now = broker.clock.now_ms()
-            persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
+        existing = {
+            (r.topic, r.partition)
+            for r in conn.execute(
+                _EXISTING,
+                {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
+            )
+        }
+        missing = [tp for tp in wanted if tp not in existing]
+        if missing:
+            results = {
+                tp: (
+                    KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                    if tp in missing
+                    else KafkaError.OPERATION_NOT_ATTEMPTED
+                )
+                for tp in wanted
+            }
+            return AddPartitionsToTxnResponse(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION, results, f"unknown partitions: {missing}"
+            )
+        meta = check_producer(
+            load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
+        )
+        if meta.state == m.BEGIN and set(wanted) <= set(meta.partitions):
+            return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
+        now = broker.clock.now_ms()
+        persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
         return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
     except KafkaException as exc:
         code = exc.error.code()

@@ -28,7 +28,14 @@ from app.log.producer_state import (
     is_expired,
     validate_append,
 )
-from app.protocol import NO_PRODUCER_ID, ProduceRequest, ProduceResponse, RecordIn
+from app.protocol import (
+    NO_PRODUCER_ID,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    ProduceRequest,
+    ProduceResponse,
+    RecordIn,
+)
 from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.engine import retry_conflicts
@@ -160,7 +167,6 @@ def produce(broker: Broker, req: ProduceRequest) -> ProduceResponse:
         return ProduceResponse(exc.error.code(), error_message=exc.error.str())
 
 
-@retry_conflicts
 def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[ProduceResponse]:
     """Batches for several partitions in one DB transaction, one COMMIT for all of them
     (Kafka's ProduceRequest carries every partition bound for a leader).
@@ -169,6 +175,20 @@ def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[Produce
     batch writes nothing (every refusal comes before its COPY) and the others go on.
     Partitions are locked in sorted order (DESIGN §3.3), held to the one COMMIT; a
     transactional id's row is read once, FOR SHARE, for all its batches.
+    """
+    return produce_registering(broker, requests, None)[1]
+
+
+@retry_conflicts
+def produce_registering(
+    broker: Broker, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest | None
+) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
+    """``produce_many`` that first registers ``add``'s partitions with their transaction,
+    in the same DB transaction (KIP-890's implicit AddPartitionsToTxn): the registration and
+    the batches commit together or not at all, so no batch is ever in the log of a partition
+    its coordinator does not know (rule 6). The coordinator's own rules decide the
+    registration (identity, fencing, state, ACLs); if it is refused, the batches of its
+    partitions are answered with its error and write nothing.
     """
     responses: dict[int, ProduceResponse] = {}
     valid: list[int] = []
@@ -180,13 +200,26 @@ def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[Produce
             responses[i] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
     valid.sort(key=lambda i: (requests[i].topic, requests[i].partition))
     loaded: dict[str, TxnMetadata | None] = {}
+    registered = None
     with broker.engine.begin() as conn:
+        if add is not None:
+            # The data plane asking the coordinator, as a partition leader does in KIP-890.
+            from app.coordinator.handlers import register_partitions
+
+            registered = register_partitions(conn, broker, add)
+            if registered.error_code != KafkaError.NO_ERROR:
+                for i in valid:
+                    tp = (requests[i].topic, requests[i].partition)
+                    if tp in registered.results:
+                        code = registered.results[tp]
+                        responses[i] = ProduceResponse(code, error_message=registered.error_message)
+                valid = [i for i in valid if i not in responses]
         for i in valid:
             try:
                 responses[i] = _append(broker, conn, requests[i], loaded)
             except KafkaException as exc:
                 responses[i] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
-    return [responses[i] for i in range(len(requests))]
+    return registered, [responses[i] for i in range(len(requests))]
 
 
 def _append(
