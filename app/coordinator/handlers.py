@@ -30,7 +30,7 @@ from app.coordinator.metadata import (
     txn_partition_for,
     validate_timeout,
 )
-from app.coordinator.txn_log import load_for_update, persist
+from app.coordinator.txn_log import load_for_update, load_with_lease, persist
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log.markers import write_txn_marker
@@ -282,7 +282,7 @@ def end_txn(broker: Broker, req: EndTxnRequest) -> EndTxnResponse:
 def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.end_txn(req.transactional_id))
-        meta = load_for_update(conn, req.transactional_id)
+        meta, epoch = load_with_lease(conn, req.transactional_id)
         if meta is not None and end_retry_outcome(
             meta, req.producer_id, req.producer_epoch, req.committed
         ):
@@ -297,7 +297,6 @@ def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
                 KafkaError.INVALID_TXN_STATE, f"no ongoing transaction to end (state {meta.state})"
             )
         now = broker.clock.now_ms()
-        epoch = coordinator_epoch(conn, meta.txn_partition)
         producer_id, producer_epoch = _new_identity(conn, meta, now)
         prepared = plan_end(meta, req.committed, producer_id, producer_epoch, now)
         return persist(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
@@ -313,10 +312,9 @@ def roll_forward(
     a zombie and must not write markers (TRANSACTION_COORDINATOR_FENCED).
     """
     with broker.engine.begin() as conn:
-        meta = load_for_update(conn, transactional_id)
+        meta, epoch = load_with_lease(conn, transactional_id)
         if meta is None or meta.state not in m.PREPARE:
             return meta
-        epoch = coordinator_epoch(conn, meta.txn_partition)
         if expected_epoch is not None and epoch != expected_epoch:
             raise fail(
                 KafkaError.TRANSACTION_COORDINATOR_FENCED,

@@ -18,6 +18,16 @@ TXN_COLUMNS = (
 LOAD_FOR_UPDATE = text(
     f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR UPDATE"
 )
+# The row FOR UPDATE and, in the same round trip, the coordinator epoch of its
+# transaction-log partition, its lease row FOR SHARE (0 before any lease).
+LOAD_FOR_UPDATE_WITH_LEASE = text(
+    f"""
+    SELECT {TXN_COLUMNS}, t.txn_partition,
+           COALESCE((SELECT l.coordinator_epoch FROM coordinator_leases l
+                     WHERE l.txn_partition = t.txn_partition FOR SHARE), 0) AS lease_epoch
+    FROM transactions t WHERE t.transactional_id = :tid FOR UPDATE OF t
+    """
+)
 LOAD_FOR_SHARE = text(
     f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR SHARE"
 )

@@ -39,6 +39,13 @@ def load_for_update(conn: Connection, transactional_id: str) -> TxnMetadata | No
     return None if row is None else metadata_from_row(row)
 
 
+def load_with_lease(conn: Connection, transactional_id: str) -> tuple[TxnMetadata | None, int]:
+    """``load_for_update`` and ``handlers.coordinator_epoch`` of its partition, in one round
+    trip: the metadata (None if unknown) and the lease epoch, both rows locked."""
+    row = conn.execute(sql.LOAD_FOR_UPDATE_WITH_LEASE, {"tid": transactional_id}).first()
+    return (None, 0) if row is None else (metadata_from_row(row), int(row.lease_epoch))
+
+
 def _params(meta: TxnMetadata) -> dict[str, Any]:
     return {
         "transactional_id": meta.transactional_id,
