@@ -93,20 +93,89 @@ ADVANCE_PARTITION_AND_UPSERT_PRODUCER = text(
     """
 )
 
-# The first offset of the earliest transaction still open on a partition, other than one
-# producer's (the one whose marker is being written).
-FIRST_OPEN_TXN_OFFSET = text(
+# Markers, set-based: every partition of a transaction in three statements, whatever their
+# number. The partition rows are locked in one statement, in the order a Python sort of
+# (topic, partition) gives (COLLATE "C"), with the marking producer's state read alongside.
+LOCK_PARTITIONS = text(
     """
-    SELECT min(txn_first_offset) FROM producer_states
-    WHERE topic = :topic AND partition = :partition AND producer_id <> :producer_id
-      AND txn_first_offset IS NOT NULL
+    SELECT p.topic, p.partition, p.next_offset, p.log_start_offset, p.last_stable_offset,
+           s.producer_id AS s_producer_id, s.producer_epoch AS s_producer_epoch,
+           s.last_sequence AS s_last_sequence, s.last_offset AS s_last_offset,
+           s.last_timestamp AS s_last_timestamp, s.batches AS s_batches,
+           s.coordinator_epoch AS s_coordinator_epoch, s.txn_first_offset AS s_txn_first_offset
+    FROM partitions p
+    LEFT JOIN producer_states s
+      ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = :producer_id
+    WHERE (p.topic, p.partition) IN
+          (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))
+    ORDER BY p.topic COLLATE "C", p.partition
+    FOR UPDATE OF p
     """
 )
 
-INSERT_ABORTED_TXN = text(
+# Per partition, the first offset of the earliest transaction still open other than one
+# producer's (the one whose markers are being written). A statement of its own, run once
+# the partition locks are held, so it sees every transaction opened before them.
+FIRST_OPEN_TXN_OFFSETS = text(
     """
-    INSERT INTO aborted_txns (topic, partition, producer_id, first_offset, last_offset, last_stable_offset)
-    VALUES (:topic, :partition, :producer_id, :first_offset, :last_offset, :last_stable_offset)
+    SELECT topic, partition, min(txn_first_offset) AS first_offset FROM producer_states
+    WHERE (topic, partition) IN
+          (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))
+      AND producer_id <> :producer_id AND txn_first_offset IS NOT NULL
+    GROUP BY topic, partition
+    """
+)
+
+# One statement writes all markers of a transaction: the control records, the aborted-index
+# entries (ABORT only), each partition's next offset and LSO, and the producer's state per
+# partition (as producer_state.apply_marker computed it). One row per marked partition in
+# the parallel arrays; offsets and LSOs were decided under the locks above.
+WRITE_MARKERS = text(
+    """
+    WITH m AS (
+        SELECT * FROM unnest(
+            CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
+            CAST(:lsos AS bigint[]), CAST(:closed_first_offsets AS bigint[]),
+            CAST(:s_producer_epochs AS int[]), CAST(:s_last_sequences AS int[]),
+            CAST(:s_last_offsets AS bigint[]), CAST(:s_last_timestamps AS bigint[]),
+            CAST(:s_batches AS text[]), CAST(:s_coordinator_epochs AS int[]),
+            CAST(:s_txn_first_offsets AS bigint[]))
+          AS m(topic, partition, "offset", lso, closed_first_offset, s_producer_epoch,
+               s_last_sequence, s_last_offset, s_last_timestamp, s_batches,
+               s_coordinator_epoch, s_txn_first_offset)
+    ),
+    marked AS (
+        INSERT INTO records (topic, partition, "offset", "timestamp", key, value, headers,
+            producer_id, producer_epoch, sequence, batch_base_offset, is_transactional,
+            is_control, control_type, coordinator_epoch)
+        SELECT topic, partition, "offset", :timestamp, NULL, NULL, NULL, :producer_id,
+            :producer_epoch, -1, "offset", true, true, :control_type, :coordinator_epoch
+        FROM m
+    ),
+    aborted AS (
+        INSERT INTO aborted_txns (topic, partition, producer_id, first_offset, last_offset,
+            last_stable_offset)
+        SELECT topic, partition, :producer_id, closed_first_offset, "offset", lso FROM m
+        WHERE :is_abort
+    ),
+    advanced AS (
+        UPDATE partitions p SET next_offset = m."offset" + 1, last_stable_offset = m.lso
+        FROM m WHERE p.topic = m.topic AND p.partition = m.partition
+    )
+    INSERT INTO producer_states AS s
+        (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
+         last_timestamp, batches, coordinator_epoch, txn_first_offset)
+    SELECT topic, partition, :producer_id, s_producer_epoch, s_last_sequence, s_last_offset,
+           s_last_timestamp, CAST(s_batches AS jsonb), s_coordinator_epoch, s_txn_first_offset
+    FROM m
+    ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
+        producer_epoch = EXCLUDED.producer_epoch,
+        last_sequence = EXCLUDED.last_sequence,
+        last_offset = EXCLUDED.last_offset,
+        last_timestamp = EXCLUDED.last_timestamp,
+        batches = EXCLUDED.batches,
+        coordinator_epoch = EXCLUDED.coordinator_epoch,
+        txn_first_offset = EXCLUDED.txn_first_offset
     """
 )
 
