@@ -175,20 +175,25 @@ DELETE_ABORTED_DATA = text(
     """
 )
 
-# A keyed record with a later record of the same key below the limit.
+# A keyed record with a later record of the same key below the limit. The doomed rows are
+# found once (an init plan: one sort over the range) and deleted by their row address (a
+# TID scan), a plan that stays cheap whatever the statistics say; a join on the unindexed
+# key, or on a subquery the planner thinks returns one row, can turn into a nested loop
+# over the range. Records are never updated and one cleaner works a partition at a time,
+# so the addresses hold for the statement.
 DELETE_SUPERSEDED = text(
     f"""
-    WITH latest AS (
-        SELECT key, max("offset") AS latest FROM records
-        WHERE topic = :topic AND partition = :partition
-          AND "offset" >= :log_start AND "offset" < :limit
-          AND NOT is_control AND key IS NOT NULL
-        GROUP BY key HAVING count(*) > 1
-    ), gone AS (
-        DELETE FROM records r USING latest l
-        WHERE r.topic = :topic AND r.partition = :partition
-          AND r."offset" >= :log_start AND r."offset" < l.latest
-          AND NOT r.is_control AND r.key = l.key
+    WITH gone AS (
+        DELETE FROM records r
+        WHERE r.ctid = ANY(ARRAY(
+            SELECT ctid FROM (
+                SELECT ctid, "offset", max("offset") OVER (PARTITION BY key) AS latest
+                FROM records
+                WHERE topic = :topic AND partition = :partition
+                  AND "offset" >= :log_start AND "offset" < :limit
+                  AND NOT is_control AND key IS NOT NULL
+            ) k
+            WHERE "offset" < latest))
         RETURNING {RECORD_SIZE} AS size
     )
     SELECT count(*), coalesce(sum(size), 0) FROM gone
@@ -215,14 +220,14 @@ DELETE_TOMBSTONES = text(
 # aborted-index entry goes with it, in the same statement.
 DELETE_EMPTY_MARKERS = text(
     f"""
-    WITH markers AS (
-        SELECT "offset", producer_id, "timestamp",
-               lag("offset", 1, CAST(-1 AS bigint))
-                   OVER (PARTITION BY producer_id ORDER BY "offset") AS previous
-        FROM records
-        WHERE topic = :topic AND partition = :partition AND is_control AND "offset" < :limit
-    ), empty AS (
-        SELECT m."offset" FROM markers m
+    WITH empty AS MATERIALIZED (
+        SELECT m.ctid, m."offset" FROM (
+            SELECT ctid, "offset", producer_id, "timestamp",
+                   lag("offset", 1, CAST(-1 AS bigint))
+                       OVER (PARTITION BY producer_id ORDER BY "offset") AS previous
+            FROM records
+            WHERE topic = :topic AND partition = :partition AND is_control AND "offset" < :limit
+        ) m
         WHERE m."offset" >= :log_start AND m."timestamp" < :horizon
           AND NOT EXISTS (
               SELECT 1 FROM records r
@@ -230,11 +235,12 @@ DELETE_EMPTY_MARKERS = text(
                 AND r."offset" > m.previous AND r."offset" < m."offset"
                 AND r.producer_id = m.producer_id AND NOT r.is_control)
     ), unindexed AS (
-        DELETE FROM aborted_txns a USING empty e
-        WHERE a.topic = :topic AND a.partition = :partition AND a.last_offset = e."offset"
+        DELETE FROM aborted_txns a
+        WHERE a.topic = :topic AND a.partition = :partition
+          AND a.last_offset IN (SELECT "offset" FROM empty)
     ), gone AS (
-        DELETE FROM records r USING empty e
-        WHERE r.topic = :topic AND r.partition = :partition AND r."offset" = e."offset"
+        DELETE FROM records r
+        WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM empty))
         RETURNING {RECORD_SIZE} AS size
     )
     SELECT count(*), coalesce(sum(size), 0) FROM gone
