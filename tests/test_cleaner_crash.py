@@ -68,7 +68,8 @@ def log_of(broker: Broker, topic: str) -> list[tuple[Any, ...]]:
 def test_a_cleaner_killed_anywhere_leaves_a_consistent_log(db_url: str, point: str) -> None:
     broker = Broker.connect(db_url, clock=SYSTEM_CLOCK, settings=BrokerSettings())
     workload(broker, "control")
-    assert run_kip98("topics", "clean", "control").returncode == 0
+    for _ in range(3):  # the third pass finds nothing left to do
+        assert run_kip98("topics", "clean", "control").returncode == 0
     expected_log = log_of(broker, "control")
     cleaned = latest_by_key(read(broker, "control"))
 
@@ -87,7 +88,8 @@ def test_a_cleaner_killed_anywhere_leaves_a_consistent_log(db_url: str, point: s
     assert not any(r.value.startswith(aborted) for r in read(broker, "victim") if r.value)
     assert_rebuild_equals_live(broker, SYSTEM_CLOCK)  # type: ignore[arg-type]
 
-    assert run_kip98("topics", "clean", "victim").returncode == 0
+    for _ in range(3):
+        assert run_kip98("topics", "clean", "victim").returncode == 0
     assert latest_by_key(read(broker, "victim")) == cleaned != before
     assert [r[1:] for r in log_of(broker, "victim")] == [r[1:] for r in expected_log]
     assert [r[0] for r in log_of(broker, "victim")] == [r[0] for r in expected_log]

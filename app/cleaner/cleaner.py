@@ -8,10 +8,12 @@ Order of writes, so that a process killed anywhere leaves a consistent log:
    and aborted-index entries wholly below it; the records below the log start are then
    deleted in slices, each its own transaction, so producers are never locked out for
    long and readers (which start at the log start) never see a half-deleted prefix.
-3. Compaction removes, in one transaction, aborted data, superseded values, expired
-   tombstones, then markers whose transaction has nothing left (with their aborted-index
-   entries). Aborted data always goes before its index entry, never after, so a
-   read_committed reader can never see an aborted record.
+3. Compaction removes, in one transaction: markers that have had no record of their
+   transaction left for delete.retention.ms (with an ABORT marker's aborted-index entry),
+   then aborted data, superseded values and expired tombstones; last it notes which
+   markers have just become empty. So an aborted-index entry outlives its transaction's
+   records by delete.retention.ms at least: a reader (a consumer, a Spark job) that saw
+   those records while they existed also sees the entry that hides them.
 
 Compaction never touches producer state: each producer's last batch (epoch, sequences,
 offsets) stays in ``producer_states`` and in the snapshot until the producer expires, as
@@ -144,6 +146,7 @@ def _advance_log_start(conn: Connection, key: dict[str, Any], target: int) -> No
         if evicted:
             conn.execute(sql.EVICT_SNAPSHOT_PRODUCERS, {**key, "producer_ids": evicted})
         conn.execute(sql.DROP_ABORTED_BELOW, {**key, "log_start": target})
+        conn.execute(sql.DROP_HORIZONS_BELOW, {**key, "log_start": target})
         conn.execute(sql.ADVANCE_LOG_START, {**key, "log_start": target})
     crash_point("cleaner.after_log_start")
 
@@ -196,16 +199,18 @@ def _compact(
             "log_start": part.log_start_offset,
             "limit": limit,
             "horizon": now - cfg.delete_retention_ms,
+            "now": now,
         }
         stats.examined += int(conn.execute(sql.COUNT_RANGE, params).scalar_one())
         for statement in (
+            sql.DELETE_EXPIRED_MARKERS,
             sql.DELETE_ABORTED_DATA,
             sql.DELETE_SUPERSEDED,
             sql.DELETE_TOMBSTONES,
-            sql.DELETE_EMPTY_MARKERS,
         ):
             stats.add(conn.execute(statement, params).one())
             crash_point("cleaner.mid_compaction")
+        conn.execute(sql.MARK_EMPTY_MARKERS, params)
 
 
 def clean_partition(

@@ -215,35 +215,56 @@ DELETE_TOMBSTONES = text(
     """
 )
 
-# Markers older than delete.retention.ms whose transaction has no record left (its
-# records lie between the producer's previous marker and this one). An ABORT marker's
-# aborted-index entry goes with it, in the same statement.
-DELETE_EMPTY_MARKERS = text(
+# Markers whose transaction has no record left (its records lie between the producer's
+# previous marker and this one) get their delete horizon: the time they were first seen
+# empty (KIP-534).
+MARK_EMPTY_MARKERS = text(
+    """
+    INSERT INTO cleaner_marker_horizons (topic, partition, "offset", empty_since_ms)
+    SELECT :topic, :partition, m."offset", :now FROM (
+        SELECT "offset", producer_id,
+               lag("offset", 1, CAST(-1 AS bigint))
+                   OVER (PARTITION BY producer_id ORDER BY "offset") AS previous
+        FROM records
+        WHERE topic = :topic AND partition = :partition AND is_control AND "offset" < :limit
+    ) m
+    WHERE m."offset" >= :log_start
+      AND NOT EXISTS (
+          SELECT 1 FROM records r
+          WHERE r.topic = :topic AND r.partition = :partition
+            AND r."offset" > m.previous AND r."offset" < m."offset"
+            AND r.producer_id = m.producer_id AND NOT r.is_control)
+    ON CONFLICT DO NOTHING
+    """
+)
+
+# Markers empty for longer than delete.retention.ms go, with their aborted-index entries
+# (an ABORT marker's) and their horizons, in one statement. This runs before the pass
+# removes anything else, so a marker never goes in the pass that emptied its transaction.
+DELETE_EXPIRED_MARKERS = text(
     f"""
-    WITH empty AS MATERIALIZED (
-        SELECT m.ctid, m."offset" FROM (
-            SELECT ctid, "offset", producer_id, "timestamp",
-                   lag("offset", 1, CAST(-1 AS bigint))
-                       OVER (PARTITION BY producer_id ORDER BY "offset") AS previous
-            FROM records
-            WHERE topic = :topic AND partition = :partition AND is_control AND "offset" < :limit
-        ) m
-        WHERE m."offset" >= :log_start AND m."timestamp" < :horizon
-          AND NOT EXISTS (
-              SELECT 1 FROM records r
-              WHERE r.topic = :topic AND r.partition = :partition
-                AND r."offset" > m.previous AND r."offset" < m."offset"
-                AND r.producer_id = m.producer_id AND NOT r.is_control)
+    WITH expired AS MATERIALIZED (
+        DELETE FROM cleaner_marker_horizons
+        WHERE topic = :topic AND partition = :partition AND empty_since_ms < :horizon
+        RETURNING "offset"
     ), unindexed AS (
         DELETE FROM aborted_txns a
         WHERE a.topic = :topic AND a.partition = :partition
-          AND a.last_offset IN (SELECT "offset" FROM empty)
+          AND a.last_offset IN (SELECT "offset" FROM expired)
     ), gone AS (
         DELETE FROM records r
-        WHERE r.ctid = ANY(ARRAY(SELECT ctid FROM empty))
+        WHERE r.topic = :topic AND r.partition = :partition
+          AND r."offset" = ANY(ARRAY(SELECT "offset" FROM expired)) AND r.is_control
         RETURNING {RECORD_SIZE} AS size
     )
     SELECT count(*), coalesce(sum(size), 0) FROM gone
+    """
+)
+
+DROP_HORIZONS_BELOW = text(
+    """
+    DELETE FROM cleaner_marker_horizons
+    WHERE topic = :topic AND partition = :partition AND "offset" < :log_start
     """
 )
 

@@ -149,6 +149,24 @@ log_cleaner_checkpoints = Table(
     ),
 )
 
+# Markers whose transaction has no record left, and since when (KIP-534's delete horizon):
+# a marker and its aborted-index entry go only delete.retention.ms after that, so a reader
+# that saw the transaction's records also sees the entry that hides them.
+cleaner_marker_horizons = Table(
+    "cleaner_marker_horizons",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("empty_since_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "partition", "offset"),
+    ForeignKeyConstraint(
+        ["topic", "partition"],
+        ["partitions.topic", "partitions.partition"],
+        ondelete="CASCADE",
+    ),
+)
+
 # Producer ids handed out by InitProducerId: append-only, so an id is never reused, even
 # across restarts and rebuilds (Kafka's ProducerIdManager block, as a table).
 producer_ids = Table(
