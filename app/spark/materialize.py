@@ -2,9 +2,13 @@
 
 Spark's JDBC tasks each read with their own connection and snapshot, so nothing makes
 them agree except the data itself: the driver captures every partition's log start and
-LSO in one statement, and every read is bounded by those values. Below a captured LSO the
-log never changes (and the aborted-index entries that matter were written with their
-abort markers), so any snapshot taken later returns the same rows.
+LSO in one statement, and every read is bounded by those values. Below a captured LSO
+nothing is ever added (the aborted-index entries that matter were written with their
+abort markers), so any snapshot taken later returns the same rows — or fewer, where the
+log cleaner has since compacted or deleted some: a task may miss a record compaction
+removed meanwhile (as a consumer reading a compacted topic may), but never returns an
+aborted one, since an aborted-index entry outlives its transaction's records by
+delete.retention.ms.
 
 Exactly once: Spark only ever appends to a staging table private to the run. One
 PostgreSQL transaction then moves the staged rows (a plain INSERT; should a staged row
