@@ -491,6 +491,12 @@ def cleaner_case(server: str, args: argparse.Namespace, results: dict[str, Any],
         c["producer_with_cleaner_ratio"],
         "{:.2f}",
     )
+    add("slowest produce (100 records), no cleaner (ms)", c["produce_max_ms_quiet"], "{:.1f}")
+    add(
+        f"slowest produce while retention deletes {2 * args.records:,} records (ms)",
+        c["produce_max_ms_during_retention"],
+        "{:.1f}",
+    )
 
 
 def spark_case(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:

@@ -3,7 +3,9 @@
 Cleaning throughput is records examined per second by one pass (compaction reads every
 record below the LSO; retention every record it deletes). The producer figure is a ratio
 in one run: the same idempotent appends to the partition being compacted, with a cleaner
-process cleaning it over and over, against the appends alone.
+process cleaning it over and over, against the appends alone. Whether retention locks
+producers out shows in the slowest append to a partition while a large prefix of it is
+deleted, against the slowest append to it with no cleaner about.
 """
 
 from __future__ import annotations
@@ -86,6 +88,46 @@ def _clean_until(url: str, topic: str, stop: Any, passes: Any) -> None:
         passes.value += 1
 
 
+def _produce_latencies(broker: Broker, topic: str, until: Any) -> list[float]:
+    """Batches of 100 to ``topic`` until ``until()``; each batch's seconds."""
+    ident = init_producer_id(broker, InitProducerIdRequest(None, 60_000))
+    out, seq = [], 0
+    while not until():
+        req = ProduceRequest(
+            topic, 0, _records(seq, 100), ident.producer_id, ident.producer_epoch, seq
+        )
+        started = time.perf_counter()
+        assert produce(broker, req).error_code == 0
+        out.append(time.perf_counter() - started)
+        seq += 100
+    return out
+
+
+def _retention_pass(url: str, topic: str) -> None:
+    broker = Broker.connect(url)
+    [target] = partitions_to_clean(broker, topic)
+    clean_partition(broker, topic, 0, target.config)
+
+
+def _retention_lockout(broker: Broker, url: str, n_records: int) -> dict[str, float]:
+    """The slowest produce to a partition while retention deletes ``n_records`` below its
+    new log start, against the slowest produce to it with no cleaner about."""
+    create_topic(broker, "expiring", 1, {"retention.ms": 1})
+    _idempotent(broker, "expiring", n_records, timestamp=1_000)
+    deadline = time.perf_counter() + 2.0
+    quiet = _produce_latencies(broker, "expiring", lambda: time.perf_counter() > deadline)
+    ctx = multiprocessing.get_context("spawn")
+    cleaner = ctx.Process(target=_retention_pass, args=(url, "expiring"))
+    cleaner.start()
+    busy = _produce_latencies(broker, "expiring", lambda: not cleaner.is_alive())
+    cleaner.join()
+    return {
+        "produce_max_ms_quiet": max(quiet) * 1000,
+        "produce_max_ms_during_retention": max(busy) * 1000,
+        "produce_batches_during_retention": len(busy),
+    }
+
+
 def bench_cleaner(url: str, n_records: int) -> dict[str, Any]:
     broker = Broker.connect(url)
     out: dict[str, Any] = {"records": n_records, "distinct_keys": KEYS}
@@ -118,4 +160,5 @@ def bench_cleaner(url: str, n_records: int) -> dict[str, Any]:
         cleaner.join(timeout=600)
     out["producer_with_cleaner_ratio"] = alone / busy
     out["cleaner_passes_during_produce"] = passes.value
+    out.update(_retention_lockout(broker, url, 2 * n_records))
     return out
