@@ -487,8 +487,13 @@ def cleaner_case(server: str, args: argparse.Namespace, results: dict[str, Any],
     )
     add("retention: records deleted per second", c["retention_deleted_per_s"], "{:,.0f}")
     add(
-        "produce while the cleaner compacts the same partition / produce alone",
-        c["producer_with_cleaner_ratio"],
+        "produce while the cleaner compacts the same partition, pass after pass / alone",
+        c["producer_with_cleaner_ratio_forced"],
+        "{:.2f}",
+    )
+    add(
+        "the same, passes heeding min.cleanable.dirty.ratio (the loop's way) / alone",
+        c["producer_with_cleaner_ratio_dirty_ratio"],
         "{:.2f}",
     )
     add("slowest produce (100 records), no cleaner (ms)", c["produce_max_ms_quiet"], "{:.1f}")

@@ -157,6 +157,31 @@ def test_batch_boundary_and_compaction_limit() -> None:
     assert plan.compaction_limit(30, 40) == 30
 
 
+def test_worth_compacting_follows_the_dirty_ratio() -> None:
+    assert plan.worth_compacting(0, 0, 100, 0.5)  # never compacted
+    assert not plan.worth_compacting(0, 100, 100, 0.0)  # nothing new
+    assert not plan.worth_compacting(0, 60, 100, 0.5)  # 40% dirty
+    assert plan.worth_compacting(0, 50, 100, 0.5)
+    assert plan.worth_compacting(80, 50, 100, 0.5)  # retention took the clean part
+    assert not plan.worth_compacting(100, 0, 100, 0.0)  # nothing cleanable
+
+
+def test_the_background_pass_waits_for_enough_dirty_records(
+    broker: Broker, clock: ManualClock
+) -> None:
+    create_topic(broker, "dr", 1, {**COMPACT, "min.cleanable.dirty.ratio": "0.5"})
+    idempotent(broker, "dr", 1300, 0, [kv(f"k{i}", "1") for i in range(10)])
+    cfg = cfg_of(broker, "dr")
+    assert clean_partition(broker, "dr", 0, cfg, force=False).cleaned_up_to == 10
+    idempotent(broker, "dr", 1300, 10, [kv("k0", "2"), kv("k1", "2")])  # 2 of 12 dirty
+    stats = clean_partition(broker, "dr", 0, cfg, force=False)
+    assert (stats.cleaned_up_to, stats.records_removed) == (10, 0)
+    idempotent(broker, "dr", 1300, 12, [kv(f"k{i}", "3") for i in range(2, 10)])  # 10 of 20
+    stats = clean_partition(broker, "dr", 0, cfg, force=False)
+    assert (stats.cleaned_up_to, stats.records_removed) == (20, 10)
+    assert_rebuild_equals_live(broker, clock)
+
+
 # ---------------------------------------------------------------- retention
 
 
@@ -582,6 +607,8 @@ def test_topic_configs_are_validated_and_altered(broker: Broker) -> None:
     assert "retention.msec" in e.value.args[0].str()
     with pytest.raises(KafkaException):
         create_topic(broker, "bad", 1, {"delete.retention.ms": -5})
+    with pytest.raises(KafkaException):
+        create_topic(broker, "bad", 1, {"min.cleanable.dirty.ratio": 1.5})
     with broker.engine.connect() as conn:  # nothing half-created
         assert conn.execute(text("SELECT count(*) FROM topics WHERE topic = 'bad'")).scalar() == 0
     info = create_topic(broker, "ok", 1, {"cleanup.policy": "delete, compact", "retention.ms": "5"})

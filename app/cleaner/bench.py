@@ -80,11 +80,11 @@ def _clean_once(broker: Broker, topic: str) -> tuple[float, Any]:
     return time.perf_counter() - started, stats
 
 
-def _clean_until(url: str, topic: str, stop: Any, passes: Any) -> None:
+def _clean_until(url: str, topic: str, stop: Any, passes: Any, force: bool) -> None:
     broker = Broker.connect(url)
     [target] = partitions_to_clean(broker, topic)
     while not stop.is_set():
-        clean_partition(broker, topic, 0, target.config)
+        clean_partition(broker, topic, 0, target.config, force=force)
         passes.value += 1
 
 
@@ -128,6 +128,28 @@ def _retention_lockout(broker: Broker, url: str, n_records: int) -> dict[str, fl
     }
 
 
+def _produce_while_cleaning(
+    broker: Broker, url: str, topic: str, n_records: int, force: bool
+) -> tuple[float, int]:
+    """Seconds to append ``n_records`` to ``topic`` while a cleaner process cleans it pass
+    after pass (forced full passes, or passes that heed min.cleanable.dirty.ratio as the
+    background loop does); and how many passes it made meanwhile."""
+    create_topic(broker, topic, 1, COMPACT)
+    _idempotent(broker, topic, n_records)  # work for the cleaner from the start
+    ctx = multiprocessing.get_context("spawn")
+    stop, passes = ctx.Event(), ctx.Value("i", 0)
+    cleaner = ctx.Process(target=_clean_until, args=(url, topic, stop, passes, force))
+    cleaner.start()
+    try:
+        while passes.value == 0 and cleaner.is_alive():  # let it get going
+            time.sleep(0.05)
+        seconds = _idempotent(broker, topic, n_records)
+    finally:
+        stop.set()
+        cleaner.join(timeout=600)
+    return seconds, int(passes.value)
+
+
 def bench_cleaner(url: str, n_records: int) -> dict[str, Any]:
     broker = Broker.connect(url)
     out: dict[str, Any] = {"records": n_records, "distinct_keys": KEYS}
@@ -145,20 +167,9 @@ def bench_cleaner(url: str, n_records: int) -> dict[str, Any]:
 
     create_topic(broker, "alone", 1, COMPACT)
     alone = _idempotent(broker, "alone", n_records)
-    create_topic(broker, "busy", 1, COMPACT)
-    _idempotent(broker, "busy", n_records)  # work for the cleaner from the start
-    ctx = multiprocessing.get_context("spawn")
-    stop, passes = ctx.Event(), ctx.Value("i", 0)
-    cleaner = ctx.Process(target=_clean_until, args=(url, "busy", stop, passes))
-    cleaner.start()
-    try:
-        while passes.value == 0 and cleaner.is_alive():  # let it get going
-            time.sleep(0.05)
-        busy = _idempotent(broker, "busy", n_records)
-    finally:
-        stop.set()
-        cleaner.join(timeout=600)
-    out["producer_with_cleaner_ratio"] = alone / busy
-    out["cleaner_passes_during_produce"] = passes.value
+    for label, force in (("forced", True), ("dirty_ratio", False)):
+        busy, passes = _produce_while_cleaning(broker, url, f"busy_{label}", n_records, force)
+        out[f"producer_with_cleaner_ratio_{label}"] = alone / busy
+        out[f"cleaner_passes_during_produce_{label}"] = passes
     out.update(_retention_lockout(broker, url, 2 * n_records))
     return out

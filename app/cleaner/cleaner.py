@@ -170,7 +170,12 @@ def _delete_below_log_start(conn: Connection, stats: CleanStats, slice_size: int
 
 
 def _compact(
-    conn: Connection, broker: Broker, stats: CleanStats, cfg: CleanupConfig, now: int
+    conn: Connection,
+    broker: Broker,
+    stats: CleanStats,
+    cfg: CleanupConfig,
+    now: int,
+    force: bool,
 ) -> None:
     key = {"topic": stats.topic, "partition": stats.partition}
     with conn.begin():
@@ -191,6 +196,17 @@ def _compact(
     stats.cleaned_up_to = limit
     if limit <= part.log_start_offset:
         return
+    if not force and not plan.worth_compacting(
+        part.log_start_offset, part.snapshot_offset, limit, cfg.min_cleanable_dirty_ratio
+    ):
+        # Markers whose delete horizon has passed still get their pass.
+        with conn.begin():
+            due = conn.execute(
+                sql.EXPIRED_HORIZONS, {**key, "horizon": now - cfg.delete_retention_ms}
+            ).scalar()
+        if not due:
+            stats.cleaned_up_to = part.snapshot_offset
+            return
     if limit > part.snapshot_offset:
         _take_snapshot(conn, broker, stats.topic, stats.partition, part.snapshot_offset, limit)
     with conn.begin():
@@ -214,11 +230,18 @@ def _compact(
 
 
 def clean_partition(
-    broker: Broker, topic: str, partition: int, cfg: CleanupConfig, now_ms: int | None = None
+    broker: Broker,
+    topic: str,
+    partition: int,
+    cfg: CleanupConfig,
+    now_ms: int | None = None,
+    force: bool = True,
 ) -> CleanStats:
     """Run retention (delete policy) then compaction (compact policy) on one partition.
 
-    Skipped (``stats.skipped``) when another cleaner holds the partition right now.
+    Skipped (``stats.skipped``) when another cleaner holds the partition right now. Without
+    ``force`` (the background loop), compaction waits until min.cleanable.dirty.ratio of
+    the cleanable log is new; ``kip98 topics clean`` forces a full pass.
     """
     now = broker.clock.now_ms() if now_ms is None else now_ms
     stats = CleanStats(topic, partition)
@@ -229,7 +252,7 @@ def clean_partition(
         if cfg.delete:
             _retain(conn, broker, stats, cfg, now)
         if cfg.compact:
-            _compact(conn, broker, stats, cfg, now)
+            _compact(conn, broker, stats, cfg, now, force)
         with conn.begin():
             conn.execute(
                 sql.COUNT_REMOVED,
@@ -274,7 +297,7 @@ def clean(
     out = []
     for t in targets:
         try:
-            stats = clean_partition(broker, t.topic, t.partition, t.config, now_ms)
+            stats = clean_partition(broker, t.topic, t.partition, t.config, now_ms, force=False)
         except DBAPIError as exc:
             if isinstance(exc.orig, InsufficientPrivilege):
                 raise

@@ -42,3 +42,14 @@ def batch_boundary(offset: int, base_of_next_record: int | None) -> int:
     if base_of_next_record is None:
         return offset
     return min(offset, base_of_next_record)
+
+
+def worth_compacting(
+    log_start: int, cleaned_up_to: int, limit: int, min_dirty_ratio: float
+) -> bool:
+    """Kafka's min.cleanable.dirty.ratio: compact again only once the part written since the
+    last compaction (the dirty part) is at least that share of the cleanable log, so a big
+    compacted partition with a trickle of writes is not re-read on every pass."""
+    total = limit - log_start
+    dirty = limit - max(log_start, cleaned_up_to)
+    return total > 0 and dirty > 0 and dirty >= min_dirty_ratio * total

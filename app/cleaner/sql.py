@@ -261,6 +261,14 @@ DELETE_EXPIRED_MARKERS = text(
     """
 )
 
+EXPIRED_HORIZONS = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM cleaner_marker_horizons
+        WHERE topic = :topic AND partition = :partition AND empty_since_ms < :horizon)
+    """
+)
+
 DROP_HORIZONS_BELOW = text(
     """
     DELETE FROM cleaner_marker_horizons

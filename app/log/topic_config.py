@@ -19,6 +19,7 @@ RETENTION_MS = "retention.ms"
 RETENTION_BYTES = "retention.bytes"
 DELETE_RETENTION_MS = "delete.retention.ms"
 MIN_COMPACTION_LAG_MS = "min.compaction.lag.ms"
+MIN_CLEANABLE_DIRTY_RATIO = "min.cleanable.dirty.ratio"
 
 DELETE = "delete"
 COMPACT = "compact"
@@ -34,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     RETENTION_BYTES: -1,  # no size limit
     DELETE_RETENTION_MS: 86_400_000,  # 1 day
     MIN_COMPACTION_LAG_MS: 0,
+    MIN_CLEANABLE_DIRTY_RATIO: 0.5,
 }
 
 
@@ -61,12 +63,25 @@ def _long(minimum: int) -> Callable[[Any], int]:
     return parse
 
 
+def _ratio(raw: Any) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ValueError("expected a number between 0 and 1")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError("expected a number between 0 and 1") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("expected a number between 0 and 1")
+    return value
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     CLEANUP_POLICY: _policy,
     RETENTION_MS: _long(-1),  # -1: keep forever
     RETENTION_BYTES: _long(-1),
     DELETE_RETENTION_MS: _long(0),
     MIN_COMPACTION_LAG_MS: _long(0),
+    MIN_CLEANABLE_DIRTY_RATIO: _ratio,
 }
 KNOWN_KEYS = tuple(_PARSERS)
 
@@ -102,6 +117,7 @@ class CleanupConfig:
     retention_bytes: int
     delete_retention_ms: int
     min_compaction_lag_ms: int
+    min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
     def of(cls, overrides: Mapping[str, Any] | None) -> CleanupConfig:
@@ -114,6 +130,7 @@ class CleanupConfig:
             retention_bytes=c[RETENTION_BYTES],
             delete_retention_ms=c[DELETE_RETENTION_MS],
             min_compaction_lag_ms=c[MIN_COMPACTION_LAG_MS],
+            min_cleanable_dirty_ratio=c[MIN_CLEANABLE_DIRTY_RATIO],
         )
 
 
