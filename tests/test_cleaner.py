@@ -32,7 +32,8 @@ from app.log.topic_config import CleanupConfig
 from app.log.topics import alter_topic_config, create_topic
 from app.protocol import READ_COMMITTED, READ_UNCOMMITTED, FetchRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
-from app.storage.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
+from app.storage.rebuild import rebuild_all
+from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets
 
 DAY = 86_400_000
@@ -112,15 +113,7 @@ def latest_by_key(records: list[Any]) -> dict[bytes, bytes]:
 
 def assert_rebuild_equals_live(broker: Broker, clock: ManualClock) -> None:
     expire_producer_states(broker)  # the rebuild leaves out what expiry would delete
-    with broker.engine.connect() as conn:
-        computed = projection_rows(
-            compute_partition_log(conn, clock.now_ms(), broker.settings).values()
-        )
-        live = live_rows(conn)
-    assert computed == live
-    rebuild_all(broker.engine, now_ms=clock.now_ms(), settings=broker.settings)
-    with broker.engine.connect() as conn:
-        assert live_rows(conn) == live
+    assert_partition_log_rebuilds(broker, clock.now_ms())
 
 
 def record_count(broker: Broker, topic: str) -> int:

@@ -46,7 +46,8 @@ from app.protocol import (
     WriteTxnMarkersRequest,
 )
 from app.settings import BrokerSettings
-from app.storage.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
+from app.storage.rebuild import compute_partition_log, live_rows, projection_rows
+from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 
@@ -424,14 +425,7 @@ def test_rebuild_equals_live_after_randomized_workload(broker: Broker, clock: Ma
             loop.run_once()
     with broker.engine.connect() as conn:
         assert compute_transactions(conn, broker.settings) == live_transactions(conn)
-        computed = projection_rows(
-            compute_partition_log(conn, clock.now_ms(), broker.settings).values()
-        )
-        live = live_rows(conn)
-    assert computed == live
-    rebuild_all(broker.engine, now_ms=clock.now_ms(), settings=broker.settings)
-    with broker.engine.connect() as conn:
-        assert live_rows(conn) == live
+    assert_partition_log_rebuilds(broker, clock.now_ms())
 
 
 def test_rebuild_detects_an_impossible_transition() -> None:
