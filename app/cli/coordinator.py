@@ -1,7 +1,8 @@
 """``kip98 coordinator run``: a dedicated process doing the coordinator's scheduled work.
 
-Client processes run the same loop in a thread; a dedicated one keeps timeouts and
-roll-forwards going when no client is alive (set ``KIP98_CLIENT_COORDINATOR_LOOP=0`` on
+Client processes run the same loop in a thread; a dedicated one keeps timeouts,
+roll-forwards and the log cleaner going when no client is alive (and, logged in as an
+admin, cleans where clients with the ``kip98_client`` role may not) (set ``KIP98_CLIENT_COORDINATOR_LOOP=0`` on
 the clients then). It stops cleanly on SIGINT or SIGTERM and releases its leases, so a
 successor takes over at once instead of waiting for them to lapse.
 """
@@ -21,12 +22,20 @@ from app.cli.errors import one_line
 from app.cli.output import emit, output_option
 from app.coordinator.loop import CoordinatorLoop, PassStats
 
-WORK = ("timed_out", "rolled_forward", "expired_ids", "expired_producers", "fenced")
+WORK = (
+    "timed_out",
+    "rolled_forward",
+    "expired_ids",
+    "expired_producers",
+    "cleaned_records",
+    "fenced",
+)
 LABELS = {
     "timed_out": "timed out",
     "rolled_forward": "rolled forward",
     "expired_ids": "expired transactional ids",
     "expired_producers": "expired producer states",
+    "cleaned_records": "records cleaned",
     "fenced": "leases lost",
 }
 
