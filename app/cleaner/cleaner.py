@@ -194,6 +194,7 @@ def _compact(
         limit = plan.compaction_limit(part.last_stable_offset, too_young)
         limit = _boundary(conn, stats.topic, stats.partition, limit)
     stats.cleaned_up_to = limit
+    stats.log_start_offset = part.log_start_offset
     if limit <= part.log_start_offset:
         return
     if not force and not plan.worth_compacting(
