@@ -400,6 +400,18 @@ def end_to_end_latency(url: str, samples: int) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- the run
 
+# The sections of a run, in order; ``--only`` picks some of them (all by default).
+SECTIONS = (
+    "handler",
+    "client1000",
+    "client100",
+    "parallel",
+    "transactional",
+    "small-txns",
+    "aborts",
+    "latency",
+)
+
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     server = os.environ.get("KIP98_DATABASE_URL") or database_url()
@@ -407,6 +419,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     data = rows(n)
     results: dict[str, Any] = {"records": n, "key_bytes": KEY_BYTES, "value_bytes": VALUE_BYTES}
     figures: list[tuple[str, str, str, str]] = []
+    only = set(args.only.split(",")) if args.only else None
+    unknown = (only or set()) - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown --only sections: {', '.join(sorted(unknown))}")
+
+    def wanted(section: str) -> bool:
+        return only is None or section in only
 
     def add(name: str, value: float, fmt: str, target: str = "report") -> None:
         results[name] = value
@@ -419,66 +438,79 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
 
-    with console.status("raw COPY and idempotent produce"), fresh_database(server) as url:
-        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
-        results["raw_copy_rows_per_s"] = n / copy_s
-        batched_s = best_of(args.repeats, lambda: raw_copy_batched(url, data, 1000))
-        add("raw COPY, one commit per 1000 rows / raw COPY", copy_s / batched_s, "{:.2f}")
-        handler_s = handler_produce(url, data, 1000)
-        add("handler produce (batch 1000) / raw COPY", copy_s / handler_s, "{:.2f}", ">= 0.5")
-        add(
-            "handler produce (batch 1000) / raw COPY, one commit per 1000 rows",
-            batched_s / handler_s,
-            "{:.2f}",
-        )
-    with console.status("client produce, batch 1000"), fresh_database(server) as url:
-        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
-        client_s = client_produce(url, data, 1000)
-        add("idempotent Producer (batch 1000) / raw COPY", copy_s / client_s, "{:.2f}", ">= 0.5")
-        results["idempotent_rows_per_s"] = n / client_s
-        sel_s, got = raw_select(url, "c", 0)
-        fetch_s, fetched = fetch_all(url, "c", 0, READ_UNCOMMITTED)
-        assert got == fetched == n
-        add("read_uncommitted fetch / raw SELECT", sel_s / fetch_s, "{:.2f}", ">= 0.5")
-        consume_s = consumer_read(url, "c", n)
-        add("read_committed Consumer / raw SELECT", sel_s / consume_s, "{:.2f}", ">= 0.5")
-    with console.status("client produce, batch 100"), fresh_database(server) as url:
-        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
-        add(
-            "idempotent Producer (batch 100) / raw COPY",
-            copy_s / client_produce(url, data, 100),
-            "{:.2f}",
-        )
-    with console.status("4 producers on 4 partitions"), fresh_database(server) as url:
-        one = parallel_produce(url, n, 1000, 1)
-    with fresh_database(server) as url:
-        four = parallel_produce(url, n, 1000, 4)
-        add("4 producers x 4 partitions / 1 producer (throughput)", one / four, "{:.2f}")
-    with console.status("transactional produce"), fresh_database(server) as url:
-        idem_s = idempotent_spread(url, data)
-        txn_s, _ = transactional_produce(url, data, 1000)
-        add(
-            "transactional (1000/txn, 4 partitions) / idempotent",
-            idem_s / txn_s,
-            "{:.2f}",
-            ">= 0.85",
-        )
-    with console.status("one-record transactions"), fresh_database(server) as url:
-        tps, commits = small_transactions(url, args.small_txns)
-        add("one-record transactions per second", tps, "{:.0f}")
-        add("DB commits per one-record transaction", commits, "{:.1f}")
-    with console.status("read_committed with 10% aborted"), fresh_database(server) as url:
-        build_log_with_aborts(url, n, 0.1)
-        rc_s, rc_n = fetch_all(url, "ab", 0, READ_COMMITTED)
-        ru_s, ru_n = fetch_all(url, "ab", 0, READ_UNCOMMITTED)
-        assert rc_n < ru_n
-        add(
-            "read_committed fetch (10% aborted) / read_uncommitted", ru_s / rc_s, "{:.2f}", ">= 0.8"
-        )
-    with console.status("end-to-end latency"), fresh_database(server) as url:
-        p50, p99 = end_to_end_latency(url, args.latency_samples)
-        add("commit -> idle read_committed poll p50 (ms)", p50, "{:.1f}")
-        add("commit -> idle read_committed poll p99 (ms)", p99, "{:.1f}")
+    if wanted("handler"):
+        with console.status("raw COPY and idempotent produce"), fresh_database(server) as url:
+            copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+            results["raw_copy_rows_per_s"] = n / copy_s
+            batched_s = best_of(args.repeats, lambda: raw_copy_batched(url, data, 1000))
+            add("raw COPY, one commit per 1000 rows / raw COPY", copy_s / batched_s, "{:.2f}")
+            handler_s = handler_produce(url, data, 1000)
+            add("handler produce (batch 1000) / raw COPY", copy_s / handler_s, "{:.2f}", ">= 0.5")
+            add(
+                "handler produce (batch 1000) / raw COPY, one commit per 1000 rows",
+                batched_s / handler_s,
+                "{:.2f}",
+            )
+    if wanted("client1000"):
+        with console.status("client produce, batch 1000"), fresh_database(server) as url:
+            copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+            client_s = client_produce(url, data, 1000)
+            add(
+                "idempotent Producer (batch 1000) / raw COPY", copy_s / client_s, "{:.2f}", ">= 0.5"
+            )
+            results["idempotent_rows_per_s"] = n / client_s
+            sel_s, got = raw_select(url, "c", 0)
+            fetch_s, fetched = fetch_all(url, "c", 0, READ_UNCOMMITTED)
+            assert got == fetched == n
+            add("read_uncommitted fetch / raw SELECT", sel_s / fetch_s, "{:.2f}", ">= 0.5")
+            consume_s = consumer_read(url, "c", n)
+            add("read_committed Consumer / raw SELECT", sel_s / consume_s, "{:.2f}", ">= 0.5")
+    if wanted("client100"):
+        with console.status("client produce, batch 100"), fresh_database(server) as url:
+            copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+            add(
+                "idempotent Producer (batch 100) / raw COPY",
+                copy_s / client_produce(url, data, 100),
+                "{:.2f}",
+            )
+    if wanted("parallel"):
+        with console.status("4 producers on 4 partitions"), fresh_database(server) as url:
+            one = parallel_produce(url, n, 1000, 1)
+        with fresh_database(server) as url:
+            four = parallel_produce(url, n, 1000, 4)
+            add("4 producers x 4 partitions / 1 producer (throughput)", one / four, "{:.2f}")
+    if wanted("transactional"):
+        with console.status("transactional produce"), fresh_database(server) as url:
+            idem_s = idempotent_spread(url, data)
+            txn_s, _ = transactional_produce(url, data, 1000)
+            add(
+                "transactional (1000/txn, 4 partitions) / idempotent",
+                idem_s / txn_s,
+                "{:.2f}",
+                ">= 0.85",
+            )
+    if wanted("small-txns"):
+        with console.status("one-record transactions"), fresh_database(server) as url:
+            tps, commits = small_transactions(url, args.small_txns)
+            add("one-record transactions per second", tps, "{:.0f}")
+            add("DB commits per one-record transaction", commits, "{:.1f}")
+    if wanted("aborts"):
+        with console.status("read_committed with 10% aborted"), fresh_database(server) as url:
+            build_log_with_aborts(url, n, 0.1)
+            rc_s, rc_n = fetch_all(url, "ab", 0, READ_COMMITTED)
+            ru_s, ru_n = fetch_all(url, "ab", 0, READ_UNCOMMITTED)
+            assert rc_n < ru_n
+            add(
+                "read_committed fetch (10% aborted) / read_uncommitted",
+                ru_s / rc_s,
+                "{:.2f}",
+                ">= 0.8",
+            )
+    if wanted("latency"):
+        with console.status("end-to-end latency"), fresh_database(server) as url:
+            p50, p99 = end_to_end_latency(url, args.latency_samples)
+            add("commit -> idle read_committed poll p50 (ms)", p50, "{:.1f}")
+            add("commit -> idle read_committed poll p99 (ms)", p99, "{:.1f}")
     if args.spark:
         from app.spark.bench import bench_materialize
         from app.spark.session import build_spark_session
@@ -552,6 +584,11 @@ def main() -> None:
         "--spark", action="store_true", help="include the Spark materialisation figures"
     )
     parser.add_argument("--spark-records", type=int, default=1_000_000)
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated sections to run (default all): {', '.join(SECTIONS)}",
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results.json")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown too")
     parser.add_argument(
