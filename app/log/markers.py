@@ -13,8 +13,8 @@ from sqlalchemy import Connection, text
 
 from app.errors import KafkaError, fail
 from app.log import sql
-from app.log.append import entry_from_row, entry_params
 from app.log.lso import lso_after_marker
+from app.log.partition_lock import advance_partition, lock_partition
 from app.log.producer_state import apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -43,12 +43,10 @@ def write_txn_marker(
     the marker is fenced (stale producer or coordinator epoch) or the partition is gone."""
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown control type {control_type}")
-    row = conn.execute(
-        sql.LOCK_PARTITION, {"topic": topic, "partition": partition, "producer_id": producer_id}
-    ).first()
+    row = lock_partition(conn, topic, partition, producer_id)
     if row is None:
         raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
-    entry = entry_from_row(row)
+    entry = row.producer_entry()
     verdict = validate_marker(entry, producer_epoch, coordinator_epoch)
     if not verdict.ok:
         raise fail(verdict.error_code, verdict.message)
@@ -86,12 +84,5 @@ def write_txn_marker(
             },
         )
     new_entry = apply_marker(entry, producer_id, producer_epoch, coordinator_epoch, offset, now_ms)
-    conn.execute(
-        sql.ADVANCE_PARTITION_AND_UPSERT_PRODUCER,
-        {
-            **entry_params(topic, partition, new_entry),
-            "next_offset": offset + 1,
-            "last_stable_offset": lso,
-        },
-    )
+    advance_partition(conn, topic, partition, offset + 1, lso, new_entry)
     return True
