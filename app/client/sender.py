@@ -7,11 +7,13 @@ base_sequence, so the broker either appends it or recognises it and answers with
 offsets it was first given. A batch fails for good on a non-retriable error, after
 ``retries`` attempts, or once its oldest record is older than ``message.timeout.ms``.
 
-Transactions plug in through three seams, so the transaction manager never has to form or
+Transactions plug in through four seams, so the transaction manager never has to form or
 send batches itself: ``transactional_id``/``is_transactional`` stamp the batches formed
 while a transaction is open, ``before_send`` runs just before batches go out (to register
-their partitions with AddPartitionsToTxn), and ``on_batch_failed`` hears of batches that
-failed for good (to move the transaction to an abortable state).
+their partitions with AddPartitionsToTxn), and ``on_batch_failed`` and
+``on_records_expired`` hear of batches that failed for good and of records that timed out
+before they were sent (either moves the transaction to an abortable state: a commit must
+never succeed without them).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class Sender:
         self.is_transactional = False
         self.before_send: BeforeSend | None = None
         self.on_batch_failed: BatchFailed | None = None
+        self.on_records_expired: Callable[[KafkaError], None] | None = None
 
         self._needs_identity = False
         self._stopping = False
@@ -132,6 +135,8 @@ class Sender:
                 acc.wait(self._wait_time(now, next_ready))
         if expired:
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
+            if self.on_records_expired is not None:
+                self.on_records_expired(timed_out)  # before the reports can be served
             self.reports.push([Outcome(t, p, [r], -1, timed_out, now) for t, p, r in expired])
         if self._needs_identity:
             self._renew_identity()

@@ -93,6 +93,7 @@ class Transactions:
         self._loop_key: str | None = None
         sender.before_send = self._before_send
         sender.on_batch_failed = self._on_batch_failed
+        sender.on_records_expired = self._on_records_expired
 
     # ------------------------------------------------------------ requests with retries
     def _call(self, fn: Callable[[], R], code_of: Callable[[R], int], timeout: float | None) -> R:
@@ -295,6 +296,12 @@ class Transactions:
 
     def _on_batch_failed(self, batch: Batch, error: KafkaError) -> None:
         if batch.is_transactional and self.manager.state in (tm.IN_TRANSACTION, tm.COMMITTING):
+            self.manager.fail(error)
+
+    def _on_records_expired(self, error: KafkaError) -> None:
+        """Unsent records only exist inside a transaction (abort purges them, commit flushes
+        them first), so records timing out belong to the open one: it must not commit."""
+        if self.manager.state in (tm.IN_TRANSACTION, tm.COMMITTING):
             self.manager.fail(error)
 
     def close(self) -> None:
