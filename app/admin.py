@@ -22,7 +22,15 @@ from app.log.inspect import (
     describe_producers,
     find_hanging,
 )
-from app.log.topics import TopicInfo, create_topic, delete_topic, list_topics
+from app.log.topic_config import effective
+from app.log.topics import (
+    TopicInfo,
+    alter_topic_config,
+    create_topic,
+    delete_topic,
+    describe_topic,
+    list_topics,
+)
 from app.protocol import OffsetFetchRequest
 from app.security import acls as acl_admin
 from app.security.acls import AclBindingFilter, validate_filter
@@ -37,6 +45,53 @@ class NewTopic:
     num_partitions: int = 1
     replication_factor: int = -1  # accepted for compatibility; PostgreSQL does the durability
     config: dict[str, Any] | None = None
+
+
+@dataclass(eq=False)
+class ConfigResource:
+    """confluent-kafka's ConfigResource, for topics: ``set_config`` holds the configs an
+    alter_configs call sets; describe_configs answers with ConfigEntry objects."""
+
+    restype: str
+    name: str
+    set_config_dict: dict[str, Any] = field(default_factory=dict)
+    delete_config_list: list[str] = field(default_factory=list)
+    incremental: bool = False
+
+    def set_config(self, name: str, value: Any) -> None:
+        self.set_config_dict[name] = value
+
+    def delete_config(self, name: str) -> None:
+        self.delete_config_list.append(name)
+
+    def __hash__(self) -> int:
+        return hash((str(self.restype).lower(), self.name))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConfigResource) and hash(self) == hash(other)
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str
+    # DYNAMIC_TOPIC_CONFIG when the topic overrides it, DEFAULT_CONFIG otherwise.
+    source: str
+    is_default: bool
+
+
+def _topic_resource(resource: Any) -> ConfigResource:
+    if not isinstance(resource, ConfigResource) or str(resource.restype).lower() not in (
+        "topic",
+        "resourcetype.topic",
+    ):
+        raise KafkaException(
+            KafkaError(
+                KafkaError._INVALID_ARG, f"expected a topic ConfigResource, got {resource!r}"
+            )
+        )
+    name_arg(resource.name, "name")
+    return resource
 
 
 @dataclass
@@ -86,6 +141,38 @@ class AdminClient:
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
         infos = list_topics(self._broker)
         return ClusterMetadata({i.topic: i for i in infos if topic is None or i.topic == topic})
+
+    def alter_configs(
+        self, resources: Iterable[ConfigResource], **_: Any
+    ) -> dict[ConfigResource, Future[None]]:
+        """Set topic configs. As Kafka's AlterConfigs, the given set replaces the topic's
+        overrides, unless the resource is marked ``incremental`` (then deletes and sets
+        apply on top, as IncrementalAlterConfigs / kafka-configs.sh --alter do)."""
+        checked = [_topic_resource(r) for r in resources]
+        return {r: _settled(lambda r=r: self._alter_config(r)) for r in checked}  # type: ignore[misc]
+
+    def _alter_config(self, r: ConfigResource) -> None:
+        alter_topic_config(
+            self._broker, r.name, r.set_config_dict, r.delete_config_list, r.incremental
+        )
+
+    def describe_configs(
+        self, resources: Iterable[ConfigResource], **_: Any
+    ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
+        checked = [_topic_resource(r) for r in resources]
+        return {r: _settled(lambda r=r: self._describe_config(r.name)) for r in checked}  # type: ignore[misc]
+
+    def _describe_config(self, name: str) -> dict[str, ConfigEntry]:
+        overrides = describe_topic(self._broker, name).config
+        return {
+            k: ConfigEntry(
+                k,
+                str(v),
+                "DYNAMIC_TOPIC_CONFIG" if k in overrides else "DEFAULT_CONFIG",
+                k not in overrides,
+            )
+            for k, v in effective(overrides).items()
+        }
 
     # ------------------------------------------------------------ transactions
     def list_transactions(self, states: list[str] | None = None) -> list[TransactionDescription]:

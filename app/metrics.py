@@ -20,9 +20,23 @@ from app.coordinator.machines import DEAD, TXN_STATES
 OUTCOMES = ("started", "committed", "aborted", "timed_out")
 
 _PRODUCERS = text("SELECT count(DISTINCT producer_id) FROM producer_states")
+# cleaner_lag: offsets below the LSO a compacted partition's cleaner has not reached yet
+# (Kafka's dirty section); the removed counters come from the cleaner's checkpoints.
 _PARTITIONS = text(
-    "SELECT topic, partition, high_watermark, last_stable_offset, open_transactions "
-    "FROM partition_status ORDER BY topic, partition"
+    """
+    SELECT s.topic, s.partition, s.high_watermark, s.last_stable_offset, s.open_transactions,
+           s.log_start_offset,
+           coalesce(c.records_removed, 0) AS records_removed,
+           coalesce(c.bytes_removed, 0) AS bytes_removed,
+           CASE WHEN t.config ->> 'cleanup.policy' LIKE '%compact%'
+                THEN greatest(0, s.last_stable_offset
+                                 - greatest(s.log_start_offset, coalesce(c.snapshot_offset, 0)))
+                ELSE 0 END AS cleaner_lag
+    FROM partition_status s
+    JOIN topics t ON t.topic = s.topic
+    LEFT JOIN log_cleaner_checkpoints c ON c.topic = s.topic AND c.partition = s.partition
+    ORDER BY s.topic, s.partition
+    """
 )
 _STATES = text("SELECT state, count(*) FROM transactions GROUP BY state")
 # A transaction starts when an id enters BEGIN from any other state (later
@@ -50,6 +64,10 @@ class PartitionMetrics:
     high_watermark: int
     last_stable_offset: int
     open_transactions: int
+    log_start_offset: int = 0
+    records_removed: int = 0
+    bytes_removed: int = 0
+    cleaner_lag: int = 0
 
     @property
     def lso_lag(self) -> int:
@@ -79,6 +97,10 @@ def gather(engine: Engine) -> Snapshot:
                     r.high_watermark,
                     r.last_stable_offset,
                     int(r.open_transactions),
+                    r.log_start_offset,
+                    int(r.records_removed),
+                    int(r.bytes_removed),
+                    int(r.cleaner_lag),
                 )
                 for r in conn.execute(_PARTITIONS)
             )
@@ -130,13 +152,37 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         "Producers with a transaction open on the partition.",
         labels=labels,
     )
+    log_start = GaugeMetricFamily(
+        "kip98_partition_log_start_offset",
+        "First offset still in the log (retention moves it).",
+        labels=labels,
+    )
+    removed = CounterMetricFamily(
+        "kip98_cleaner_records_removed",
+        "Records removed by retention and compaction.",
+        labels=labels,
+    )
+    removed_bytes = CounterMetricFamily(
+        "kip98_cleaner_bytes_removed",
+        "Bytes (keys, values, headers, 24 per record) removed by retention and compaction.",
+        labels=labels,
+    )
+    cleaner_lag = GaugeMetricFamily(
+        "kip98_cleaner_lag",
+        "Offsets below the LSO of a compacted partition the cleaner has not reached yet.",
+        labels=labels,
+    )
     for p in snap.partitions:
         values = [p.topic, str(p.partition)]
         hw.add_metric(values, p.high_watermark)
         lso.add_metric(values, p.last_stable_offset)
         lag.add_metric(values, p.lso_lag)
         open_txns.add_metric(values, p.open_transactions)
-    yield from (hw, lso, lag, open_txns)
+        log_start.add_metric(values, p.log_start_offset)
+        removed.add_metric(values, p.records_removed)
+        removed_bytes.add_metric(values, p.bytes_removed)
+        cleaner_lag.add_metric(values, p.cleaner_lag)
+    yield from (hw, lso, lag, open_txns, log_start, removed, removed_bytes, cleaner_lag)
     states = GaugeMetricFamily(
         "kip98_transactional_ids", "Transactional ids by coordinator state.", labels=["state"]
     )

@@ -24,6 +24,13 @@ class BrokerSettings:
     coordinator_lease_ms: int = 10_000
     # How often a coordinator loop looks for timed-out transactions and expired ids.
     coordinator_interval_ms: int = 1_000
+    # How often coordinator loops run the log cleaner (retention and compaction) over the
+    # partitions their leases cover; 0 turns background cleaning off (``kip98 topics clean``
+    # still works). Kafka: log.retention.check.interval.ms / log.cleaner.backoff.ms.
+    log_cleaner_interval_ms: int = 30_000
+    # Records below a new log start are deleted this many offsets per transaction, so a
+    # large retention pass never holds one long transaction.
+    log_cleaner_delete_slice: int = 20_000
     # Largest record batch a partition accepts (Kafka: message.max.bytes, broker side).
     message_max_bytes: int = 1_048_588
     # Whether transactional clients run a coordinator loop thread (1) or leave the work to

@@ -32,6 +32,7 @@ from app.log.inspect import abort_hanging
 from app.log.topics import create_topic, delete_topic, list_topics
 from app.protocol import (
     LATEST_TIMESTAMP,
+    RECORD_VALUE,
     AddPartitionsToTxnRequest,
     FetchRequest,
     HeartbeatRequest,
@@ -245,7 +246,7 @@ def test_fetch_and_list_offsets_need_read_or_describe(world: World) -> None:
     assert fetch(world.alice, req).error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert list_offsets(world.alice, offsets).offset == 1  # write implies describe
     world.grant("topic", "t", "read")
-    assert [r.value for r in fetch(world.alice, req).records] == [b"v"]
+    assert [r[RECORD_VALUE] for r in fetch(world.alice, req).records] == [b"v"]
 
 
 def _driver(world: World, tid: str = "tx") -> TxnDriver:
@@ -274,7 +275,7 @@ def test_a_transaction_with_the_right_acls(world: World) -> None:
     )
     assert txn_offset_commit(world.alice, commit).error_code == 0
     assert d.end(commit=True) == 0
-    assert [r.value for r in fetch(world.alice, FetchRequest("t", 0, 0)).records] == [b"a"]
+    assert [r[RECORD_VALUE] for r in fetch(world.alice, FetchRequest("t", 0, 0)).records] == [b"a"]
     assert offset_fetch(world.alice, OffsetFetchRequest("g")).offsets[("t", 0)].offset == 1
 
 

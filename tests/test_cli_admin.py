@@ -53,8 +53,10 @@ def table(stdout: str) -> tuple[list[str], list[list[str]]]:
 
 
 def test_topics_lifecycle_and_errors(db_url: str) -> None:
-    assert "Created topic t" in ok("topics", "create", "t", "--partitions", "2", "-c", "x.y=5")
-    assert ok_json("topics", "list") == [{"topic": "t", "partitions": 2, "config": {"x.y": 5}}]
+    created = ok("topics", "create", "t", "--partitions", "2", "-c", "retention.ms=5000")
+    assert "Created topic t" in created
+    listed = ok_json("topics", "list")
+    assert listed == [{"topic": "t", "partitions": 2, "config": {"retention.ms": 5000}}]
     described = ok_json("topics", "describe", "t")
     assert [p["partition"] for p in described["partitions"]] == [0, 1]
     assert {p["last_stable_offset"] for p in described["partitions"]} == {0}
@@ -73,6 +75,25 @@ def test_topics_lifecycle_and_errors(db_url: str) -> None:
     fails("topics", "create", "u", "--partitions", "0", expect="INVALID_PARTITIONS")
     fails("topics", "create", "t", expect="TOPIC_ALREADY_EXISTS")
     fails("topics", "create", "u", "--config", "novalue", expect="key=value")
+    fails(
+        "topics", "create", "u", "-c", "x.y=5", expect="INVALID_CONFIG: unknown topic config 'x.y'"
+    )
+    fails("topics", "create", "u", "-c", "cleanup.policy=shred", expect="cleanup.policy")
+    fails("topics", "alter", "t", expect="nothing to change")
+    fails("topics", "alter", "t", "-c", "retention.ms=-7", expect="INVALID_CONFIG")
+    fails("topics", "alter", "nope", "-c", "retention.ms=1", expect="UNKNOWN_TOPIC_OR_PARTITION")
+    fails("topics", "clean", "nope", expect="does not exist")
+    altered = {
+        e["name"]: e
+        for e in ok_json("topics", "alter", "t", "-c", "cleanup.policy=compact", "--delete-config", "retention.ms")
+    }  # fmt: skip
+    assert altered["cleanup.policy"] == {
+        "name": "cleanup.policy",
+        "value": "compact",
+        "source": "DYNAMIC_TOPIC_CONFIG",
+    }
+    assert altered["retention.ms"]["source"] == "DEFAULT_CONFIG"
+    assert ok_json("topics", "list")[0]["config"] == {"cleanup.policy": "compact"}
     bad_output = run("topics", "list", "--output", "xml")
     assert bad_output.returncode == 2
     assert "Traceback" not in bad_output.stderr and "--output" in bad_output.stderr
@@ -114,6 +135,20 @@ def test_produce_consume_round_trip(db_url: str) -> None:
     assert missing_key.returncode == 1
     assert "1 record(s) produced, 1 error(s)" in missing_key.stderr
     assert "Traceback" not in missing_key.stderr
+
+
+def test_topics_clean_compacts_now_and_reports(db_url: str) -> None:
+    ok("topics", "create", "c", "-c", "cleanup.policy=compact")
+    produced = run("produce", "-t", "c", "--key-separator", ":", stdin="a:1\nb:1\na:2\na:3\n")
+    assert produced.returncode == 0, produced.stderr
+    [result] = ok_json("topics", "clean", "c")
+    assert result["partition"] == 0 and result["records_removed"] == 2
+    assert result["examined"] == 4 and result["cleaned_up_to"] == 4
+    header, rows = table(ok("topics", "clean", "c"))
+    assert header[:3] == ["PARTITION", "LOG-START-OFFSET", "CLEANED-UP-TO"]
+    assert rows[0][-2] == "0"  # nothing more to remove
+    consumed = run("consume", "-t", "c", "--from-beginning", "--max-messages", "2", "--print-key")
+    assert consumed.stdout.splitlines() == ["b\t1", "a\t3"]
 
 
 def test_transactions_list_and_describe_after_a_producer(db_url: str) -> None:

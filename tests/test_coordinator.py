@@ -35,6 +35,7 @@ from app.protocol import (
     LATEST_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    RECORD_VALUE,
     EndTxnRequest,
     FetchRequest,
     FindCoordinatorRequest,
@@ -104,6 +105,36 @@ def test_commit_and_abort_across_topics(broker: Broker) -> None:
     ]
     r = fetch(broker, FetchRequest("a", 0, 0, isolation_level=READ_COMMITTED))
     assert [(a.producer_id, a.first_offset) for a in r.aborted_transactions] == [(d.producer_id, 2)]
+
+
+def test_fetch_lists_the_aborted_transactions_overlapping_its_window(broker: Broker) -> None:
+    d = txn(broker)
+    # Offsets: 0-1 aborted, 2 marker, 3-4 committed, 5 marker, 6-7 aborted, 8 marker.
+    for commit in (False, True, False):
+        assert d.send("a", 0, "x", "y").error_code == 0
+        assert d.end(commit=commit) == 0
+    pid = d.producer_id
+
+    def listed(offset: int, max_records: int | None = None, level: int = READ_COMMITTED):  # type: ignore[no-untyped-def]
+        r = fetch(
+            broker, FetchRequest("a", 0, offset, isolation_level=level, max_records=max_records)
+        )
+        assert r.error_code == 0, r
+        values = [(x[RECORD_VALUE] or b"").decode() for x in r.records]
+        return (
+            [(a.producer_id, a.first_offset) for a in r.aborted_transactions],
+            values,
+            r.next_offset,
+        )
+
+    assert listed(0) == ([(pid, 0), (pid, 6)], ["x", "y"], 9)
+    assert listed(0, max_records=5) == ([(pid, 0)], ["x", "y"], 5)
+    assert listed(1, max_records=2) == ([(pid, 0)], [], 3)
+    # An aborted transaction's range ends at its marker, as in Kafka's aborted index.
+    assert listed(2) == ([(pid, 0), (pid, 6)], ["x", "y"], 9)
+    assert listed(3, max_records=3) == ([], ["x", "y"], 6)
+    assert listed(7, max_records=1) == ([(pid, 6)], [], 8)
+    assert listed(0, level=READ_UNCOMMITTED) == ([], ["x", "y"] * 3, 9)
 
 
 def test_open_transaction_holds_back_read_committed_until_it_ends(broker: Broker) -> None:
@@ -420,10 +451,10 @@ def test_read_uncommitted_and_committed_never_show_markers(broker: Broker) -> No
     d.send("a", 0, "y")
     d.end(commit=True)
     r = fetch(broker, FetchRequest("a", 0, 0, isolation_level=READ_UNCOMMITTED))
-    assert [x.value for x in r.records] == [b"x", b"y"]
+    assert [x[RECORD_VALUE] for x in r.records] == [b"x", b"y"]
     assert r.next_offset == 4
     r = fetch(broker, FetchRequest("a", 0, 0, isolation_level=READ_COMMITTED))
-    assert [x.value for x in r.records] == [b"y"]
+    assert [x[RECORD_VALUE] for x in r.records] == [b"y"]
 
 
 def test_rebuild_equals_live_after_concurrent_workload(db_url: str) -> None:

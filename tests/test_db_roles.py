@@ -4,6 +4,7 @@ never do (deleting records, DDL, changing ACLs) — whatever the client's code t
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -14,9 +15,12 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from app.admin import AdminClient, NewTopic
+from app.broker import Broker
 from app.client.consumer import Consumer
 from app.client.producer import Producer
+from app.coordinator.loop import CoordinatorLoop
 from app.security.roles import apply_roles
+from app.settings import BrokerSettings
 from app.storage.engine import dispose_engines
 
 
@@ -82,6 +86,30 @@ def test_a_client_role_can_do_what_clients_do(login_roles: dict[str, str]) -> No
             break
     consumer.close()
     assert values == [b"paid", b"idempotent"]
+
+
+def test_only_the_admin_role_cleans_the_log(login_roles: dict[str, str]) -> None:
+    """Removing records is an admin's right: a client's coordinator loop finds it may not
+    clean and leaves it to ``kip98 coordinator run`` under an admin login."""
+    with AdminClient({"database.url": login_roles["admin"]}) as admin:
+        admin.create_topics([NewTopic("old", 1, config={"retention.ms": 1})])["old"].result()
+    with Producer({"database.url": login_roles["client"]}) as p:
+        p.produce("old", b"v", key=b"k", timestamp=1_000)
+        assert p.flush(10) == 0
+    settings = BrokerSettings(log_cleaner_interval_ms=1, transaction_log_partitions=1)
+    client_loop = CoordinatorLoop(Broker.connect(login_roles["client"], settings=settings))
+    time.sleep(0.01)
+    try:
+        assert client_loop.run_once().cleaned_records == 0
+        assert not client_loop.cleaning_allowed
+    finally:
+        client_loop.release_leases()
+    admin_loop = CoordinatorLoop(Broker.connect(login_roles["admin"], settings=settings))
+    time.sleep(0.01)
+    try:
+        assert admin_loop.run_once().cleaned_records == 1
+    finally:
+        admin_loop.release_leases()
 
 
 @pytest.mark.parametrize(

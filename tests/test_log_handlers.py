@@ -9,17 +9,22 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.client.message import decode_headers, encode_headers
 from app.clock import ManualClock
 from app.errors import KafkaError, KafkaException
 from app.log.append import produce
 from app.log.expiry import expire_producer_states
-from app.log.fetch import fetch, list_offsets
+from app.log.fetch import fetch, list_offsets, payload_bytes, trim_to_bytes
 from app.log.producer_state import INT32_MAX, increment_sequence
 from app.log.topics import create_topic, delete_topic, describe_topic, list_topics
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    READ_COMMITTED,
     READ_UNCOMMITTED,
+    RECORD_HEADERS,
+    RECORD_OFFSET,
+    RECORD_PRODUCER_ID,
     FetchRequest,
     ListOffsetsRequest,
     ProduceRequest,
@@ -201,7 +206,7 @@ def test_stale_state_is_ignored_by_append_even_before_the_expiry_loop_runs(
 def test_fetch_limits_and_out_of_range(broker: Broker) -> None:
     produce(broker, ProduceRequest("t", 0, [RecordIn(None, b"x" * 100, 0) for _ in range(50)]))
     r = fetch(broker, FetchRequest("t", 0, 10, max_bytes=500, isolation_level=READ_UNCOMMITTED))
-    assert [x.offset for x in r.records] == [10, 11, 12, 13]
+    assert [x[RECORD_OFFSET] for x in r.records] == [10, 11, 12, 13]
     assert r.next_offset == 14 and r.high_watermark == 50
     one = fetch(broker, FetchRequest("t", 0, 0, max_bytes=1, isolation_level=READ_UNCOMMITTED))
     assert len(one.records) == 1, "a record larger than max_bytes is still returned alone"
@@ -216,6 +221,41 @@ def test_fetch_limits_and_out_of_range(broker: Broker) -> None:
         fetch(broker, FetchRequest("t", 0, 0, max_bytes=0)).error_code
         == KafkaError.INVALID_FETCH_SIZE
     )
+
+
+def test_fetch_returns_plain_tuples_with_headers_as_stored_text(broker: Broker) -> None:
+    stored = encode_headers([("h", b"\x00\xff"), ("n", None)])
+    produce(
+        broker,
+        ProduceRequest(
+            "t",
+            0,
+            [RecordIn(b"k", b"v", 7, stored), RecordIn(None, None, 8), RecordIn(b"e", b"", 9, [])],
+        ),
+    )
+    for level in (READ_UNCOMMITTED, READ_COMMITTED):
+        r = fetch(broker, FetchRequest("t", 0, 0, isolation_level=level))
+        assert all(type(x) is tuple for x in r.records), "plain tuples: see RecordOut"
+        first, tombstone, empty = r.records
+        assert first[:4] == (0, 7, b"k", b"v") and tombstone[:4] == (1, 8, None, None)
+        assert isinstance(first[RECORD_HEADERS], str)
+        assert decode_headers(first[RECORD_HEADERS]) == [("h", b"\x00\xff"), ("n", None)]
+        assert tombstone[RECORD_HEADERS] is None
+        assert decode_headers(empty[RECORD_HEADERS]) == []
+        assert r.records[0][RECORD_PRODUCER_ID] == tombstone[RECORD_PRODUCER_ID]
+
+
+def test_trim_to_bytes_counts_keys_and_values_of_tuples() -> None:
+    rows = [(i, 0, key, value, None, -1) for i, (key, value) in enumerate(
+        [(None, b"x" * 10), (b"k", None), (None, None), (b"kk", b"v" * 5)]
+    )]  # fmt: skip
+    sizes = [24 + 10, 24 + 1, 24, 24 + 7]
+    assert payload_bytes(rows) == sum(sizes)
+    assert trim_to_bytes(rows, sum(sizes)) == rows
+    assert trim_to_bytes(rows, sum(sizes) - 1) == rows[:3]
+    assert trim_to_bytes(rows, sizes[0] + sizes[1]) == rows[:2]
+    assert trim_to_bytes(rows, 1) == rows[:1]
+    assert trim_to_bytes([], 1) == []
 
 
 def test_fetch_steps_over_control_records(broker: Broker) -> None:
@@ -233,9 +273,9 @@ def test_fetch_steps_over_control_records(broker: Broker) -> None:
         )
     produce(broker, ProduceRequest("t", 0, recs(2)))
     r = fetch(broker, FetchRequest("t", 0, 0, isolation_level=READ_UNCOMMITTED))
-    assert [x.offset for x in r.records] == [0, 1, 2, 4, 5]
+    assert [x[RECORD_OFFSET] for x in r.records] == [0, 1, 2, 4, 5]
     r = fetch(broker, FetchRequest("t", 0, 3, isolation_level=READ_UNCOMMITTED))
-    assert [x.offset for x in r.records] == [4, 5]
+    assert [x[RECORD_OFFSET] for x in r.records] == [4, 5]
 
 
 def test_list_offsets(broker: Broker, clock: ManualClock) -> None:

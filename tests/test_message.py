@@ -21,7 +21,13 @@ from app.client import (
     Message,
     TopicPartition,
 )
-from app.client.message import decode_headers, encode_headers, normalize_headers, to_bytes
+from app.client.message import (
+    FetchedMessage,
+    decode_headers,
+    encode_headers,
+    normalize_headers,
+    to_bytes,
+)
 
 
 def _code(info: pytest.ExceptionInfo[KafkaException]) -> int:
@@ -177,6 +183,66 @@ def test_message_headers_returns_a_copy_and_setters_coerce() -> None:
     assert (msg.value(), msg.key(), msg.headers()) == (b"v", b"k", None)
     with pytest.raises(KafkaException):
         msg.set_value(3)
+
+
+# --- FetchedMessage (a consumed record, headers decoded lazily) --------------------------
+
+
+def fetched(headers: str | None) -> FetchedMessage:
+    return FetchedMessage("t", 3, (41, 1234, b"k", b"val", headers, 9))
+
+
+def test_fetched_message_is_a_message_with_the_same_accessors() -> None:
+    msg = fetched(None)
+    assert isinstance(msg, Message)
+    assert (msg.topic(), msg.partition(), msg.offset()) == ("t", 3, 41)
+    assert (msg.key(), msg.value(), msg.len()) == (b"k", b"val", 3)
+    assert msg.timestamp() == (TIMESTAMP_CREATE_TIME, 1234)
+    assert msg.error() is None and msg.leader_epoch() is None and msg.latency() is None
+    assert msg.headers() is None
+    assert repr(msg).startswith("Message(topic='t', partition=3, offset=41")
+
+
+@pytest.mark.parametrize("stored", [None, "[]", "null"])
+def test_fetched_message_without_headers_reports_none(stored: str | None) -> None:
+    assert fetched(stored).headers() is None
+
+
+def test_fetched_message_decodes_headers_when_asked_and_returns_copies() -> None:
+    headers = [("a", b"\x00\x01"), ("n", None), ("a", b"2")]
+    msg = fetched(json.dumps(encode_headers(headers)))
+    got = msg.headers()
+    assert got == headers == Message(headers=headers).headers()
+    assert got is not None
+    got.append(("x", b"y"))
+    assert msg.headers() == headers
+
+
+def test_fetched_message_setters_replace_stored_headers_and_payload() -> None:
+    msg = fetched(json.dumps(encode_headers([("a", b"1")])))
+    msg.set_headers({"b": "2"})
+    assert msg.headers() == [("b", b"2")]
+    msg.set_headers(None)
+    assert msg.headers() is None
+    msg.set_key("kk")
+    msg.set_value(b"vv")
+    assert (msg.key(), msg.value()) == (b"kk", b"vv")
+
+
+def test_fetched_message_with_malformed_stored_headers_fails_only_on_headers() -> None:
+    msg = fetched(json.dumps([{"key": "k", "value": "!!"}]))
+    assert msg.value() == b"val"
+    with pytest.raises(KafkaException) as info:
+        msg.headers()
+    assert _code(info) == KafkaError._BAD_MSG
+
+
+@given(header_lists)
+def test_fetched_headers_equal_what_a_message_built_from_them_returns(
+    headers: list[tuple[str, bytes | None]],
+) -> None:
+    stored = json.dumps(encode_headers(headers)) if headers else None
+    assert fetched(stored).headers() == Message(headers=headers).headers()
 
 
 # --- TopicPartition ----------------------------------------------------------------------

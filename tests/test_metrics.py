@@ -8,8 +8,13 @@ from sqlalchemy import text
 
 from app.admin import AdminClient, NewTopic
 from app.broker import Broker
+from app.cleaner.cleaner import clean_partition, partitions_to_clean
+from app.clock import ManualClock
 from app.coordinator.loop import CoordinatorLoop
+from app.log.append import produce
+from app.log.topics import create_topic
 from app.metrics import Kip98Collector, Snapshot, gather, prometheus_text
+from app.protocol import ProduceRequest, RecordIn
 from tests.cli_runner import run_kip98
 from tests.txn_driver import TxnDriver
 
@@ -112,7 +117,34 @@ def test_metrics_command_in_both_formats(db_url: str) -> None:
     lines = [line.split() for line in result.stdout.splitlines()]
     assert ["producer", "ids", "live", "4"] in lines
     assert ["partitions", "with", "late", "transactions", "1"] in lines
-    assert ["t", "1", "4", "2", "2", "1"] in lines  # TOPIC PARTITION HW LSO LSO-LAG OPEN-TXNS
+    # TOPIC PARTITION LOG-START HW LSO LSO-LAG OPEN-TXNS CLEANER-LAG REMOVED
+    assert ["t", "1", "0", "4", "2", "2", "1", "0", "0"] in lines
 
     bad = run_kip98("metrics", "--format", "xml")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_cleaner_figures(db_url: str) -> None:
+    """Removed records and bytes per partition, and the compacted part not cleaned yet."""
+    clock = ManualClock()
+    broker = Broker.connect(db_url, clock=clock)
+    create_topic(broker, "kv", 1, {"cleanup.policy": "compact"})
+    for seq, value in enumerate([b"1", b"2", b"3"]):
+        r = produce(
+            broker,
+            ProduceRequest("kv", 0, [RecordIn(b"k", value, 0)], producer_id=5000,
+                           producer_epoch=0, base_sequence=seq),
+        )  # fmt: skip
+        assert r.error_code == 0
+    before = {p.topic: p for p in gather(broker.engine).partitions}["kv"]
+    assert (before.cleaner_lag, before.records_removed) == (3, 0)
+    [target] = partitions_to_clean(broker, "kv")
+    clean_partition(broker, "kv", 0, target.config)
+    after = {p.topic: p for p in gather(broker.engine).partitions}["kv"]
+    assert (after.cleaner_lag, after.records_removed) == (0, 2)
+    assert after.bytes_removed == 2 * (24 + 1 + 1)
+    exposed = samples(prometheus_text(gather(broker.engine)).decode())
+    labels = (("partition", "0"), ("topic", "kv"))
+    assert exposed[("kip98_cleaner_records_removed_total", labels)] == 2
+    assert exposed[("kip98_cleaner_bytes_removed_total", labels)] == 52
+    assert exposed[("kip98_cleaner_lag", labels)] == 0

@@ -16,6 +16,8 @@ from app.log.fetch import fetch
 from app.log.topics import create_topic
 from app.protocol import (
     READ_COMMITTED,
+    RECORD_OFFSET,
+    RECORD_VALUE,
     FetchRequest,
     OffsetAndMetadata,
     OffsetCommitRequest,
@@ -36,7 +38,7 @@ def fetch_all(broker: Broker, topic: str, partition: int) -> list[tuple[int, byt
     out, offset = [], 0
     while True:
         r = fetch(broker, FetchRequest(topic, partition, offset, isolation_level=READ_COMMITTED))
-        out.extend((x.offset, x.value) for x in r.records)
+        out.extend((x[RECORD_OFFSET], x[RECORD_VALUE]) for x in r.records)
         if r.next_offset == offset:
             return out
         offset = r.next_offset

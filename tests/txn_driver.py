@@ -15,6 +15,7 @@ from app.log.fetch import fetch
 from app.protocol import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    RECORD_VALUE,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
@@ -59,10 +60,15 @@ class TxnDriver:
     def send(
         self, topic: str, partition: int, *values: str, register: bool = True
     ) -> ProduceResponse:
+        records = [RecordIn(None, v.encode(), 0) for v in values]
+        return self.send_records(topic, partition, records, register=register)
+
+    def send_records(
+        self, topic: str, partition: int, records: list[RecordIn], register: bool = True
+    ) -> ProduceResponse:
         if register:
             assert self.add((topic, partition)) == 0
         seq = self.sequences.get((topic, partition), 0)
-        records = [RecordIn(None, v.encode(), 0) for v in values]
         r = produce(
             self.broker,
             ProduceRequest(
@@ -71,7 +77,7 @@ class TxnDriver:
             ),
         )  # fmt: skip
         if r.error_code == 0 and not r.duplicate:
-            self.sequences[(topic, partition)] = seq + len(values)
+            self.sequences[(topic, partition)] = seq + len(records)
         return r
 
     def end(self, commit: bool = True) -> int:
@@ -94,7 +100,7 @@ def read_values(broker: Broker, topic: str, partition: int, committed: bool = Tr
     while True:
         r = fetch(broker, FetchRequest(topic, partition, offset, isolation_level=level))
         assert r.error_code == 0, r
-        out.extend((rec.value or b"").decode() for rec in r.records)
+        out.extend((rec[RECORD_VALUE] or b"").decode() for rec in r.records)
         if r.next_offset == offset:
             return out
         offset = r.next_offset

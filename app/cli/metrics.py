@@ -31,16 +31,30 @@ def _summary(snap: Snapshot) -> Table:
 
 def _partitions(snap: Snapshot) -> Table:
     table = Table(title="partitions", box=None, header_style="bold", pad_edge=False)
-    for name in ("TOPIC", "PARTITION", "HIGH-WATERMARK", "LSO", "LSO-LAG", "OPEN-TXNS"):
+    names = (
+        "TOPIC",
+        "PARTITION",
+        "LOG-START-OFFSET",
+        "HIGH-WATERMARK",
+        "LSO",
+        "LSO-LAG",
+        "OPEN-TXNS",
+        "CLEANER-LAG",
+        "REMOVED",
+    )
+    for name in names:
         table.add_column(name, justify="left" if name == "TOPIC" else "right")
     for p in snap.partitions:
         table.add_row(
             p.topic,
             str(p.partition),
+            str(p.log_start_offset),
             str(p.high_watermark),
             str(p.last_stable_offset),
             str(p.lso_lag),
             str(p.open_transactions),
+            str(p.cleaner_lag),
+            str(p.records_removed),
         )
     return table
 
@@ -55,7 +69,8 @@ def _partitions(snap: Snapshot) -> Table:
     show_default=True,
 )
 def metrics(fmt: str) -> None:
-    """Producer ids, LSO lag, transactions by state and outcome, late transactions."""
+    """Producer ids, LSO lag, transactions by state and outcome, late transactions,
+    what the log cleaner removed and has yet to reach."""
     snap = gather(Broker.connect().engine)
     if fmt == "prometheus":
         sys.stdout.write(prometheus_text(snap).decode("utf-8"))

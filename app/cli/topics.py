@@ -11,13 +11,15 @@ import json
 from typing import Any
 
 import click
+from rich.progress import Progress
 from sqlalchemy import text
 
-from app.admin import AdminClient, NewTopic
+from app.admin import AdminClient, ConfigResource, NewTopic
 from app.broker import Broker
+from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.cli.errors import CliError
-from app.cli.output import emit, output_option
-from app.log.topics import describe_topic
+from app.cli.output import emit, output_option, stderr_console
+from app.log.topics import authorize_alter, describe_topic
 
 _OPEN_BY_PARTITION = text(
     "SELECT partition, open_transactions FROM partition_status WHERE topic = :topic"
@@ -109,6 +111,59 @@ def describe(name: str, output: str) -> None:
         rows,
         output,
         headers={"last_stable_offset": "LSO", "log_start_offset": "LOG-START-OFFSET"},
+    )
+
+
+@topics_group.command()
+@click.argument("name")
+@click.option(
+    "--config", "-c", "configs", multiple=True, metavar="KEY=VALUE", help="Set a config (repeat)."
+)
+@click.option(
+    "--delete-config", "deletes", multiple=True, metavar="KEY", help="Drop an override (repeat)."
+)
+@output_option
+def alter(name: str, configs: tuple[str, ...], deletes: tuple[str, ...], output: str) -> None:
+    """Change topic NAME's configs (cleanup.policy, retention.ms, ...); others stay."""
+    if not configs and not deletes:
+        raise CliError("nothing to change: give --config KEY=VALUE or --delete-config KEY")
+    resource = ConfigResource("topic", name, parse_config_pairs(configs), list(deletes), True)
+    with AdminClient() as admin:
+        admin.alter_configs([resource])[resource].result()
+        entries = admin.describe_configs([resource])[resource].result()
+    emit(
+        [{"name": e.name, "value": e.value, "source": e.source} for e in entries.values()],
+        output,
+    )
+
+
+@topics_group.command()
+@click.argument("name")
+@output_option
+def clean(name: str, output: str) -> None:
+    """Run one cleaning pass (retention, compaction) over topic NAME now."""
+    broker = Broker.connect()
+    authorize_alter(broker, name)
+    targets = partitions_to_clean(broker, name)
+    if not targets:
+        raise CliError(f"topic {name!r} does not exist")
+    results = []
+    with Progress(console=stderr_console(), transient=True) as progress:
+        task = progress.add_task(f"cleaning {name}", total=len(targets))
+        for t in targets:
+            results.append(clean_partition(broker, t.topic, t.partition, t.config).as_dict())
+            progress.advance(task)
+    emit(
+        results,
+        output,
+        columns=[
+            "partition",
+            "log_start_offset",
+            "cleaned_up_to",
+            "examined",
+            "records_removed",
+            "bytes_removed",
+        ],
     )
 
 

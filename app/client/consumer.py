@@ -195,11 +195,8 @@ class Consumer:
             backoff = min(backoff * 2, IDLE_BACKOFF_MAX_S)
 
     def _drain(self, into: list[Message], count: int) -> None:
-        while len(into) < count:
-            message = self._fetcher.next_message()
-            if message is None:
-                return
-            into.append(message)
+        if len(into) < count:
+            into.extend(self._fetcher.take(count - len(into)))
 
     # --- positions -----------------------------------------------------------------------
 

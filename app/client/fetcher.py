@@ -3,17 +3,21 @@
 A cursor's ``fetch_offset`` is where its next Fetch starts; it moves to the response's
 ``next_offset``, which already steps over control records and aborted transactions, so
 the consumer's position never stops on an offset the application cannot be given.
-Records wait in the cursor's buffer and are handed out one partition at a time in turn,
-so a busy partition cannot starve a quiet one. Positions (what commits will store) are
-derived from the cursors, nowhere else.
+A fetch's records wait in the cursor's buffer as they came (plain tuples, which the
+garbage collector soon stops tracking) and are handed out one partition at a time in
+turn, so a busy partition cannot starve a quiet one. Nothing on this path runs Python
+code per record but the Message constructor, called only as records are handed out:
+Messages that live briefly keep the collector's older generations small, where a buffer
+full of them made it sweep the whole heap again and again. Positions (what commits will
+store) are derived from the cursors, nowhere else.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from app.broker import Broker
 from app.client.connection import is_connection_error
@@ -22,9 +26,8 @@ from app.client.message import (
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
-    TIMESTAMP_CREATE_TIME,
+    FetchedMessage,
     Message,
-    decode_headers,
 )
 from app.errors import KafkaError
 from app.log.fetch import fetch, list_offsets
@@ -32,6 +35,7 @@ from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
+    RECORD_OFFSET,
     FetchRequest,
     ListOffsetsRequest,
     RecordOut,
@@ -61,7 +65,9 @@ class PartitionCursor:
     topic: str
     partition: int
     fetch_offset: int
-    buffer: deque[RecordOut] = field(default_factory=deque)
+    # Fetched records not yet handed out: buffer[taken:] (slicing a list beats popping).
+    buffer: list[RecordOut] = field(default_factory=list)
+    taken: int = 0
     low_watermark: int = OFFSET_INVALID
     high_watermark: int = OFFSET_INVALID
     last_stable_offset: int = OFFSET_INVALID
@@ -78,15 +84,29 @@ class PartitionCursor:
         return self.fetch_offset not in LOGICAL_OFFSETS
 
     @property
+    def has_buffered(self) -> bool:
+        return self.taken < len(self.buffer)
+
+    @property
     def position(self) -> int:
         """The offset of the next record the application will get."""
-        if self.buffer:
-            return self.buffer[0].offset
+        if self.has_buffered:
+            return self.buffer[self.taken][RECORD_OFFSET]
         return self.fetch_offset if self.resolved else OFFSET_INVALID
+
+    def take(self, count: int) -> list[Message]:
+        """Up to ``count`` buffered records as messages, in offset order."""
+        start = self.taken
+        chunk = self.buffer[start : start + count]
+        self.taken = start + len(chunk)
+        if self.taken == len(self.buffer):
+            self.buffer, self.taken = [], 0
+        topic, partition = self.topic, self.partition
+        return [FetchedMessage(topic, partition, record) for record in chunk]
 
     def reset(self, offset: int) -> None:
         self.fetch_offset = offset
-        self.buffer.clear()
+        self.buffer, self.taken = [], 0
         self.end_offset = None
         self.eof_reported = False
         self.event = None
@@ -102,19 +122,6 @@ class PartitionCursor:
         self.event = Message(
             topic=self.topic, partition=self.partition, offset=self.position, error=error
         )
-
-
-def to_message(topic: str, partition: int, record: RecordOut) -> Message:
-    return Message(
-        topic=topic,
-        partition=partition,
-        offset=record.offset,
-        key=record.key,
-        value=record.value,
-        headers=decode_headers(record.headers) or None,
-        timestamp=record.timestamp,
-        timestamp_type=TIMESTAMP_CREATE_TIME,
-    )
 
 
 class Fetcher:
@@ -148,42 +155,67 @@ class Fetcher:
 
     # --- handing out ---------------------------------------------------------------------
 
-    def next_message(self) -> Message | None:
-        """The next buffered record or event, taking partitions in turn."""
+    def take(self, count: int) -> list[Message]:
+        """Up to ``count`` buffered records and events, partitions taking turns.
+
+        The order is strict round robin, one record per partition at a time, starting
+        after the partition that went last. It is built a round at a time: every partition
+        with something to hand out gives a slice of an even share of what is still wanted,
+        and the slices are interleaved; with one partition the slice is the result.
+        """
         cursors = self._order
         n = len(cursors)
-        for i in range(n):
-            cursor = cursors[(self._turn + i) % n]
-            message = self._take(cursor)
-            if message is not None:
-                self._turn = (self._turn + i + 1) % n
-                return message
-        return None
+        result: list[Message] = []
+        while len(result) < count:
+            remaining = count - len(result)
+            ready = [
+                (self._turn + i) % n
+                for i in range(n)
+                if self._has_output(cursors[(self._turn + i) % n])
+            ][:remaining]
+            if not ready:
+                break
+            share = remaining // len(ready)
+            slices = [self._take(cursors[index], share) for index in ready]
+            self._turn = (ready[-1] + 1) % n
+            if len(slices) == 1:
+                result.extend(slices[0])
+            else:
+                result.extend(m for group in zip_longest(*slices) for m in group if m is not None)
+        return result
 
-    def _take(self, cursor: PartitionCursor) -> Message | None:
-        if cursor.buffer:
-            return to_message(cursor.topic, cursor.partition, cursor.buffer.popleft())
-        if cursor.event is not None:
-            event, cursor.event = cursor.event, None
-            return event
-        if (
+    def _has_output(self, cursor: PartitionCursor) -> bool:
+        return cursor.has_buffered or cursor.event is not None or self._eof_due(cursor)
+
+    def _eof_due(self, cursor: PartitionCursor) -> bool:
+        return (
             self.partition_eof
             and not cursor.eof_reported
             and cursor.end_offset is not None
             and cursor.resolved
             and cursor.fetch_offset >= cursor.end_offset
-        ):
+        )
+
+    def _take(self, cursor: PartitionCursor, count: int) -> list[Message]:
+        if cursor.has_buffered:
+            return cursor.take(count)
+        if cursor.event is not None:
+            event, cursor.event = cursor.event, None
+            return [event]
+        if self._eof_due(cursor):
             cursor.eof_reported = True
-            return Message(
-                topic=cursor.topic,
-                partition=cursor.partition,
-                offset=cursor.fetch_offset,
-                error=KafkaError(
-                    KafkaError._PARTITION_EOF,
-                    f"Fetch from broker reached end of partition at offset {cursor.fetch_offset}",
-                ),
-            )
-        return None
+            return [
+                Message(
+                    topic=cursor.topic,
+                    partition=cursor.partition,
+                    offset=cursor.fetch_offset,
+                    error=KafkaError(
+                        KafkaError._PARTITION_EOF,
+                        f"Fetch from broker reached end of partition at offset {cursor.fetch_offset}",
+                    ),
+                )
+            ]
+        return []
 
     # --- fetching ------------------------------------------------------------------------
 
@@ -191,7 +223,7 @@ class Fetcher:
         """One Fetch per partition whose buffer ran dry; a lost connection is only logged
         (the next round tries again)."""
         for cursor in list(self.cursors.values()):
-            if cursor.buffer or cursor.event is not None or cursor.stalled:
+            if cursor.has_buffered or cursor.event is not None or cursor.stalled:
                 continue
             try:
                 if not cursor.resolved and not self._resolve(cursor):
@@ -234,7 +266,8 @@ class Fetcher:
             else response.high_watermark
         )
         if response.records:
-            cursor.buffer.extend(response.records)
+            # The buffer is empty here (fill only fetches for drained cursors).
+            cursor.buffer, cursor.taken = response.records, 0
             cursor.eof_reported = False
         cursor.fetch_offset = max(cursor.fetch_offset, response.next_offset)
 

@@ -119,6 +119,7 @@ class Message:
         "_leader_epoch",
         "_offset",
         "_partition",
+        "_stored_headers",
         "_timestamp",
         "_timestamp_type",
         "_topic",
@@ -147,6 +148,7 @@ class Message:
         self._value = value
         # confluent-kafka reports "no headers" as None rather than an empty list.
         self._headers: list[Header] | None = normalize_headers(headers) or None
+        self._stored_headers: str | None = None
         if timestamp_type == TIMESTAMP_NOT_AVAILABLE:
             timestamp = -1
         self._timestamp = timestamp
@@ -171,7 +173,15 @@ class Message:
         return self._value
 
     def headers(self) -> list[Header] | None:
-        """A copy, so callers may edit it without changing the message."""
+        """A copy, so callers may edit it without changing the message.
+
+        A fetched message keeps its headers as stored (JSON text) until first asked:
+        decoding them is the costliest part of building a message, and most consumers
+        never look. Malformed stored headers raise ``_BAD_MSG`` here.
+        """
+        if self._stored_headers is not None:
+            self._headers = decode_headers(self._stored_headers) or None
+            self._stored_headers = None
         return list(self._headers) if self._headers is not None else None
 
     def timestamp(self) -> tuple[int, int]:
@@ -197,6 +207,7 @@ class Message:
 
     def set_headers(self, headers: HeadersIn) -> None:
         self._headers = normalize_headers(headers) or None
+        self._stored_headers = None
 
     def len(self) -> int:
         """Length of the value in bytes (0 without a value), like ``len(msg)``."""
@@ -215,6 +226,28 @@ class Message:
             f"Message(topic={self._topic!r}, partition={self._partition}, "
             f"offset={self._offset}, key={self._key!r}, len={self.len()})"
         )
+
+
+class FetchedMessage(Message):
+    """A consumed record, built from a fetched row (``app.protocol.RecordOut``: offset,
+    timestamp, key, value, stored headers, producer id) in one positional call.
+
+    The consumer builds one per record, so this constructor is a hot path: no argument
+    checks (the database holds only valid records) and no header decoding (see
+    ``Message.headers``). It is a ``Message`` in every respect the API shows.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, topic: str, partition: int, row: tuple[Any, ...]) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset, self._timestamp, self._key, self._value, self._stored_headers, _ = row
+        self._headers = None
+        self._timestamp_type = TIMESTAMP_CREATE_TIME
+        self._error = None
+        self._leader_epoch = None
+        self._latency = None
 
 
 class TopicPartition:

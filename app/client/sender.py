@@ -1,19 +1,22 @@
 """The producer's background sender: batches out, delivery reports back.
 
 All calls to the Produce handler happen here, one batch per partition in flight, in one
-thread. A batch that fails retriably (including a lost database connection, whose outcome
-is unknown) is resent unchanged, with the same producer_id, producer_epoch and
-base_sequence, so the broker either appends it or recognises it and answers with the
-offsets it was first given. A batch fails for good on a non-retriable error, after
-``retries`` attempts, or once its oldest record is older than ``message.timeout.ms``.
+thread; the batches ready at the same time go out in one request (one DB transaction, one
+COMMIT), each answered on its own, as Kafka sends one request per leader. A batch that
+fails retriably (including a lost database connection, whose outcome is unknown) is resent
+unchanged, with the same producer_id, producer_epoch and base_sequence, so the broker
+either appends it or recognises it and answers with the offsets it was first given. A
+batch fails for good on a non-retriable error, after ``retries`` attempts, or once its
+oldest record is older than ``message.timeout.ms``.
 
-Transactions plug in through four seams, so the transaction manager never has to form or
-send batches itself: ``transactional_id``/``is_transactional`` stamp the batches formed
-while a transaction is open, ``before_send`` runs just before batches go out (to register
-their partitions with AddPartitionsToTxn), and ``on_batch_failed`` and
-``on_records_expired`` hear of batches that failed for good and of records that timed out
-before they were sent (either moves the transaction to an abortable state: a commit must
-never succeed without them).
+Transactions plug in through seams, so the transaction manager never has to form or send
+batches itself: ``transactional_id``/``is_transactional`` stamp the batches formed while a
+transaction is open; ``send_together`` sends the ready batches, and the transaction manager
+replaces it to register their new partitions with the transaction in the same request
+(``before_send`` does that with AddPartitionsToTxn when a replaced handler takes batches
+one at a time); ``on_batch_failed`` and ``on_records_expired`` hear of batches that failed
+for good and of records that timed out before they were sent (either moves the transaction
+to an abortable state: a commit must never succeed without them).
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from app.client.connection import is_connection_error
 from app.client.delivery import DeliveryReports, Outcome
 from app.errors import KafkaError
 from app.log.append import produce as produce_handler
+from app.log.append import produce_many
 from app.protocol import ProduceRequest, ProduceResponse
 
 log = logging.getLogger(__name__)
 
 ProduceHandler = Callable[[Broker, ProduceRequest], ProduceResponse]
+# Per batch, the handler's answer, or an error decided before the handler was asked.
+SendTogether = Callable[[list[Batch]], list[ProduceResponse | KafkaError]]
 # Returns, per (topic, partition) that could not be prepared, the error to retry or fail with.
 BeforeSend = Callable[[list[Batch]], dict[tuple[str, int], KafkaError]]
 BatchFailed = Callable[[Batch, KafkaError], None]
@@ -71,6 +77,9 @@ class Sender:
         self.identity_provider = identity_provider
         self.on_batch_formed = on_batch_formed
         self.handler = handler
+        # Sends several batches in one request; the transaction manager replaces it to
+        # register new partitions in the same request.
+        self.send_together: SendTogether = self._produce_together
         # --- transaction seams (see module docstring) ---
         self.transactional_id: str | None = None
         self.is_transactional = False
@@ -161,47 +170,76 @@ class Sender:
     # --- sending -----------------------------------------------------------------------
 
     def send(self, batches: list[Batch]) -> None:
-        """One attempt for each batch; the single place the Produce handler is called."""
+        """One attempt for each batch; the single place the Produce handler is called.
+
+        The batches go out together, in one request and one DB transaction
+        (``send_together``), unless ``handler`` was replaced (fault injection): then one at a
+        time through it, each after ``before_send``.
+        """
         if not batches:
+            return
+        if self.handler is produce_handler:
+            self._attempt_together(batches)
             return
         refused: dict[tuple[str, int], KafkaError] = {}
         if self.before_send is not None:
             refused = self.before_send(batches)
         for batch in batches:
             error = refused.get((batch.topic, batch.partition))
-            if error is not None:
-                batch.attempts += 1
-                if error.retriable():
-                    self._retry_or_fail(batch, error)
-                else:
-                    self._fail(batch, error)
+            if error is None:
+                self._attempt(batch)
                 continue
-            self._attempt(batch)
+            batch.attempts += 1
+            self._settle_error(batch, error)
 
     def _attempt(self, batch: Batch) -> None:
         batch.attempts += 1
         try:
             response = self.handler(self.broker, batch.request())
         except Exception as exc:
-            if is_connection_error(exc):
-                batch.ambiguous = True
-                log.info(
-                    "produce to %s [%d]: connection lost, will retry: %s",
-                    batch.topic,
-                    batch.partition,
-                    exc,
-                )
-                self._retry_or_fail(
-                    batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}")
-                )
-            else:
-                log.exception("produce to %s [%d] failed", batch.topic, batch.partition)
-                self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
+            self._settle_exception(batch, exc)
             return
+        self._settle(batch, response)
+
+    def _attempt_together(self, batches: list[Batch]) -> None:
+        for batch in batches:
+            batch.attempts += 1
+        try:
+            outcomes = self.send_together(batches)
+        except Exception as exc:
+            for batch in batches:
+                self._settle_exception(batch, exc)
+            return
+        for batch, outcome in zip(batches, outcomes, strict=True):
+            if isinstance(outcome, KafkaError):
+                self._settle_error(batch, outcome)
+            else:
+                self._settle(batch, outcome)
+
+    def _produce_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
+        return list(produce_many(self.broker, [b.request() for b in batches]))
+
+    def _settle_exception(self, batch: Batch, exc: Exception) -> None:
+        if is_connection_error(exc):
+            batch.ambiguous = True
+            log.info(
+                "produce to %s [%d]: connection lost, will retry: %s",
+                batch.topic,
+                batch.partition,
+                exc,
+            )
+            self._retry_or_fail(batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}"))
+        else:
+            log.error("produce to %s [%d] failed", batch.topic, batch.partition, exc_info=exc)
+            self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
+
+    def _settle(self, batch: Batch, response: ProduceResponse) -> None:
         if response.error_code == KafkaError.NO_ERROR:
             self._succeed(batch, response.base_offset)
             return
-        error = KafkaError(response.error_code, response.error_message)
+        self._settle_error(batch, KafkaError(response.error_code, response.error_message))
+
+    def _settle_error(self, batch: Batch, error: KafkaError) -> None:
         if error.retriable():
             self._retry_or_fail(batch, error)
         else:

@@ -27,12 +27,15 @@ from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, 
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException
 from app.groups.offsets import txn_offset_commit
+from app.log.append import produce_many, produce_registering
 from app.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     EndTxnRequest,
     InitProducerIdRequest,
     OffsetAndMetadata,
+    ProduceResponse,
     TxnOffsetCommitRequest,
 )
 
@@ -88,10 +91,14 @@ class Transactions:
         self.manager = tm.TransactionManager()
         self.identity = ProducerIdentity()
         self._added: set[tuple[str, int]] = set()
+        # Partitions whose registration went out with batches whose fate is unknown (the
+        # connection was lost): the coordinator may or may not have them.
+        self._maybe_added: set[tuple[str, int]] = set()
         self._offsets_added = False
         self._lock = threading.Lock()
         self._loop_key: str | None = None
         sender.before_send = self._before_send
+        sender.send_together = self._send_together
         sender.on_batch_failed = self._on_batch_failed
         sender.on_records_expired = self._on_records_expired
 
@@ -148,6 +155,7 @@ class Transactions:
         self.manager.fire("begin", "begin_transaction")
         with self._lock:
             self._added.clear()
+            self._maybe_added.clear()
             self._offsets_added = False
         with self.accumulator.cond:
             self.sender.transactional_id = self.transactional_id
@@ -243,19 +251,27 @@ class Transactions:
     def _end(self, commit: bool, timeout: float | None) -> None:
         with self._lock:
             touched = bool(self._added) or self._offsets_added
-        if touched:
+            maybe = bool(self._maybe_added) and not touched
+        if touched or maybe:
             ident = self.identity
             request = EndTxnRequest(
                 self.transactional_id, ident.producer_id, ident.producer_epoch, commit
             )
             r = self._call(lambda: end_txn(self.broker, request), lambda x: x.error_code, timeout)
-            if r.error_code:
+            if maybe and r.error_code == KafkaError.INVALID_TXN_STATE:
+                # The lost registration never happened: nothing of this transaction reached
+                # the log (registration and batches commit together). Same identity; the
+                # sequences of the lost batches were never used.
+                self._set_identity(ident.producer_id, ident.producer_epoch)
+            elif r.error_code:
                 self._raise(r.error_code, r.error_message)
-            self._set_identity(r.producer_id, r.producer_epoch)
+            else:
+                self._set_identity(r.producer_id, r.producer_epoch)
         with self.accumulator.cond:
             self.sender.is_transactional = False
         with self._lock:
             self._added.clear()
+            self._maybe_added.clear()
             self._offsets_added = False
         self.manager.reset_abortable()
         self.manager.fire("completed", "commit_transaction" if commit else "abort_transaction")
@@ -270,8 +286,9 @@ class Transactions:
 
     # ------------------------------------------------------------ sender seams
     def _before_send(self, batches: list[Batch]) -> dict[tuple[str, int], KafkaError]:
-        """AddPartitionsToTxn for partitions this transaction has not registered yet."""
-        new = sorted({(b.topic, b.partition) for b in batches if b.is_transactional} - self._added)
+        """AddPartitionsToTxn for partitions this transaction has not registered yet (when
+        batches go one at a time; together, ``_send_together`` registers them)."""
+        new = self._unregistered(batches)
         if not new:
             return {}
         ident = self.identity
@@ -284,6 +301,39 @@ class Transactions:
             if not is_connection_error(exc):
                 raise
             return dict.fromkeys(new, KafkaError(KafkaError._TRANSPORT, str(exc)))
+        return self._registered(new, r)
+
+    def _send_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
+        """The batches in one request that also registers their new partitions (one DB
+        transaction: registration and data commit together or not at all)."""
+        new = self._unregistered(batches)
+        requests = [b.request() for b in batches]
+        if not new:
+            return list(produce_many(self.broker, requests))
+        ident = self.identity
+        add = AddPartitionsToTxnRequest(
+            self.transactional_id, ident.producer_id, ident.producer_epoch, new
+        )
+        try:
+            registered, responses = produce_registering(self.broker, requests, add)
+        except Exception as exc:
+            if is_connection_error(exc):
+                with self._lock:
+                    self._maybe_added.update(new)
+            raise
+        assert registered is not None
+        refused = self._registered(new, registered)
+        return [
+            refused.get((b.topic, b.partition), r) for b, r in zip(batches, responses, strict=True)
+        ]
+
+    def _unregistered(self, batches: list[Batch]) -> list[tuple[str, int]]:
+        return sorted({(b.topic, b.partition) for b in batches if b.is_transactional} - self._added)
+
+    def _registered(
+        self, new: list[tuple[str, int]], r: AddPartitionsToTxnResponse
+    ) -> dict[tuple[str, int], KafkaError]:
+        """Record a registration's answer; the error for each partition it refused."""
         if r.error_code == KafkaError.NO_ERROR:
             with self._lock:
                 self._added.update(new)

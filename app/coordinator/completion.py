@@ -1,5 +1,5 @@
-"""Completing a prepared transaction: markers on every partition, the pending offsets,
-then COMPLETE_* — one DB transaction, partitions locked in sorted order.
+"""Completing a prepared transaction: markers on every partition (set-based, partitions
+locked in sorted order), the pending offsets, then COMPLETE_* — one DB transaction.
 
 Used by EndTxn right after PREPARE, and as roll-forward by whoever next finds the
 transaction PREPARE_* (InitProducerId, the coordinator loop): PREPARE durable means the
@@ -15,10 +15,9 @@ from sqlalchemy import Connection
 from app.coordinator import machines as m
 from app.coordinator.metadata import TxnMetadata, plan_complete
 from app.coordinator.txn_log import persist
-from app.errors import KafkaError, KafkaException
 from app.faults import crash_point
 from app.groups.txn_offsets import complete_pending_offsets
-from app.log.markers import write_txn_marker
+from app.log.markers import write_txn_markers
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 
 
@@ -30,23 +29,12 @@ def complete_transaction(
     commit = meta.state == m.PREPARE_COMMIT
     producer_id, producer_epoch = meta.marker_identity
     control = CONTROL_COMMIT if commit else CONTROL_ABORT
-    for topic, partition in sorted(meta.partitions):
-        try:
-            write_txn_marker(
-                conn,
-                topic,
-                partition,
-                producer_id,
-                producer_epoch,
-                coordinator_epoch,
-                control,
-                now_ms,
-            )
-        except KafkaException as exc:
-            # A deleted topic has nothing left to mark; anything else must stop completion.
-            if exc.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
-                raise
-        crash_point("complete.after_marker")
+    # A deleted topic has nothing left to mark; a fenced marker stops completion.
+    write_txn_markers(
+        conn, meta.partitions, producer_id, producer_epoch, coordinator_epoch, control, now_ms,
+        skip_missing=True,
+    )  # fmt: skip
+    crash_point("complete.after_marker")
     if meta.has_offsets:
         complete_pending_offsets(conn, producer_id, commit, now_ms)
     crash_point("complete.before_complete")

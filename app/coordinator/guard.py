@@ -12,16 +12,22 @@ from sqlalchemy import Connection
 
 from app.coordinator import machines as m
 from app.coordinator import sql
-from app.coordinator.metadata import check_producer
+from app.coordinator.metadata import TxnMetadata, check_producer
 from app.coordinator.txn_log import metadata_from_row
 from app.errors import KafkaError, KafkaException, fail
 from app.protocol import ProduceRequest
 
 
-def check_transactional_produce(conn: Connection, req: ProduceRequest) -> None:
-    assert req.transactional_id is not None
-    row = conn.execute(sql.LOAD_FOR_SHARE, {"tid": req.transactional_id}).first()
-    meta = None if row is None else metadata_from_row(row)
+def load_for_produce(conn: Connection, transactional_id: str) -> TxnMetadata | None:
+    """The transactional id's metadata, its row taken FOR SHARE until COMMIT (so it cannot
+    change under the produce: batches of one DB transaction may share one load)."""
+    row = conn.execute(sql.LOAD_FOR_SHARE, {"tid": transactional_id}).first()
+    return None if row is None else metadata_from_row(row)
+
+
+def check_produce(meta: TxnMetadata | None, req: ProduceRequest) -> None:
+    """Refuse the batch unless its transaction is ongoing, with this identity, and has its
+    partition (``meta``: the id's metadata as ``load_for_produce`` read it)."""
     try:
         check_producer(meta, req.producer_id, req.producer_epoch)
     except KafkaException as exc:

@@ -30,7 +30,7 @@ from app.coordinator.metadata import (
     txn_partition_for,
     validate_timeout,
 )
-from app.coordinator.txn_log import load_for_update, persist
+from app.coordinator.txn_log import load_for_update, load_with_lease, persist
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log.markers import write_txn_marker
@@ -174,56 +174,66 @@ _EXISTING = text(
 def add_partitions_to_txn(
     broker: Broker, req: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
+    with broker.engine.begin() as conn:
+        return register_partitions(conn, broker, req)
+
+
+def register_partitions(
+    conn: Connection, broker: Broker, req: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnResponse:
+    """AddPartitionsToTxn in the caller's DB transaction: the handler's own, or a produce
+    request's that registers its partitions before appending (KIP-890's implicit add, where
+    the partition leader adds on the producer's behalf). Every refusal is answered before
+    anything is written."""
     wanted = sorted(set(req.partitions))
     try:
         if not wanted:
             raise fail(KafkaError.INVALID_REQUEST, "no partitions to add")
-        with broker.engine.begin() as conn:
-            refused = denied_checks(
-                conn, broker, needs.add_partitions_to_txn(req.transactional_id, wanted)
-            )
-            if refused:
-                if refused[0].resource_type != TOPIC:
-                    raise refusal_of(broker, refused[0])
-                topics = {c.name for c in refused}
-                results = {
-                    tp: KafkaError.TOPIC_AUTHORIZATION_FAILED
-                    if tp[0] in topics
-                    else KafkaError.OPERATION_NOT_ATTEMPTED
-                    for tp in wanted
-                }
-                return AddPartitionsToTxnResponse(
-                    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-                    results,
-                    f"not authorized: {sorted(topics)}",
-                )
-            existing = {
-                (r.topic, r.partition)
-                for r in conn.execute(
-                    _EXISTING,
-                    {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
-                )
+        refused = denied_checks(
+            conn, broker, needs.add_partitions_to_txn(req.transactional_id, wanted)
+        )
+        if refused:
+            if refused[0].resource_type != TOPIC:
+                raise refusal_of(broker, refused[0])
+            topics = {c.name for c in refused}
+            results = {
+                tp: KafkaError.TOPIC_AUTHORIZATION_FAILED
+                if tp[0] in topics
+                else KafkaError.OPERATION_NOT_ATTEMPTED
+                for tp in wanted
             }
-            missing = [tp for tp in wanted if tp not in existing]
-            if missing:
-                results = {
-                    tp: (
-                        KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-                        if tp in missing
-                        else KafkaError.OPERATION_NOT_ATTEMPTED
-                    )
-                    for tp in wanted
-                }
-                return AddPartitionsToTxnResponse(
-                    KafkaError.UNKNOWN_TOPIC_OR_PARTITION, results, f"unknown partitions: {missing}"
-                )
-            meta = check_producer(
-                load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
+            return AddPartitionsToTxnResponse(
+                KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                results,
+                f"not authorized: {sorted(topics)}",
             )
-            if meta.state == m.BEGIN and set(wanted) <= set(meta.partitions):
-                return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
-            now = broker.clock.now_ms()
-            persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
+        existing = {
+            (r.topic, r.partition)
+            for r in conn.execute(
+                _EXISTING,
+                {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
+            )
+        }
+        missing = [tp for tp in wanted if tp not in existing]
+        if missing:
+            results = {
+                tp: (
+                    KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                    if tp in missing
+                    else KafkaError.OPERATION_NOT_ATTEMPTED
+                )
+                for tp in wanted
+            }
+            return AddPartitionsToTxnResponse(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION, results, f"unknown partitions: {missing}"
+            )
+        meta = check_producer(
+            load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
+        )
+        if meta.state == m.BEGIN and set(wanted) <= set(meta.partitions):
+            return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
+        now = broker.clock.now_ms()
+        persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
         return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
     except KafkaException as exc:
         code = exc.error.code()
@@ -272,7 +282,7 @@ def end_txn(broker: Broker, req: EndTxnRequest) -> EndTxnResponse:
 def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.end_txn(req.transactional_id))
-        meta = load_for_update(conn, req.transactional_id)
+        meta, epoch = load_with_lease(conn, req.transactional_id)
         if meta is not None and end_retry_outcome(
             meta, req.producer_id, req.producer_epoch, req.committed
         ):
@@ -287,7 +297,6 @@ def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
                 KafkaError.INVALID_TXN_STATE, f"no ongoing transaction to end (state {meta.state})"
             )
         now = broker.clock.now_ms()
-        epoch = coordinator_epoch(conn, meta.txn_partition)
         producer_id, producer_epoch = _new_identity(conn, meta, now)
         prepared = plan_end(meta, req.committed, producer_id, producer_epoch, now)
         return persist(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
@@ -303,10 +312,9 @@ def roll_forward(
     a zombie and must not write markers (TRANSACTION_COORDINATOR_FENCED).
     """
     with broker.engine.begin() as conn:
-        meta = load_for_update(conn, transactional_id)
+        meta, epoch = load_with_lease(conn, transactional_id)
         if meta is None or meta.state not in m.PREPARE:
             return meta
-        epoch = coordinator_epoch(conn, meta.txn_partition)
         if expected_epoch is not None and epoch != expected_epoch:
             raise fail(
                 KafkaError.TRANSACTION_COORDINATOR_FENCED,

@@ -8,7 +8,9 @@ holds that partition's lease, and every takeover bumps the partition's coordinat
 - time out BEGIN transactions past transaction.timeout.ms: fence (bump epoch), then abort,
   so no LSO stays pinned by a stalled producer (DESIGN §6 rule 10);
 - expire transactional ids idle for transactional.id.expiration.ms (EMPTY/COMPLETE only);
-- expire idle producer state (whoever holds partition 0).
+- expire idle producer state (whoever holds partition 0);
+- every ``log_cleaner_interval_ms``, clean (retention, compaction) the topic partitions
+  that hash to its leases (app.cleaner).
 
 Runs as ``kip98 coordinator run`` and as a daemon thread in client processes.
 """
@@ -24,8 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sqlalchemy import Connection, TextClause
+from sqlalchemy.exc import DBAPIError
 
 from app.broker import Broker
+from app.cleaner.cleaner import clean, cleaner_partition, partitions_to_clean
 from app.coordinator import sql
 from app.coordinator.handlers import coordinator_epoch, fence_and_abort, roll_forward
 from app.coordinator.metadata import is_expirable, is_timed_out
@@ -45,6 +49,7 @@ class PassStats:
     expired_ids: int = 0
     expired_producers: int = 0
     fenced: int = 0
+    cleaned_records: int = 0
 
     def add(self, other: PassStats) -> None:
         self.rolled_forward += other.rolled_forward
@@ -52,6 +57,7 @@ class PassStats:
         self.expired_ids += other.expired_ids
         self.expired_producers += other.expired_producers
         self.fenced += other.fenced
+        self.cleaned_records += other.cleaned_records
 
 
 class CoordinatorLoop:
@@ -61,6 +67,9 @@ class CoordinatorLoop:
         self.totals = PassStats()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The first cleaning waits one interval: a process starting up has better things to do.
+        self._last_clean_ms = broker.clock.now_ms()
+        self.cleaning_allowed = True
 
     # ------------------------------------------------------------ leases
     @retry_conflicts
@@ -96,8 +105,28 @@ class CoordinatorLoop:
                 )
         if 0 in stats.leases:
             stats.expired_producers = expire_producer_states(self.broker, now)
+        interval = self.broker.settings.log_cleaner_interval_ms
+        if self.cleaning_allowed and interval > 0 and now - self._last_clean_ms >= interval:
+            self._last_clean_ms = now
+            stats.cleaned_records = self._clean(set(stats.leases), now)
         self.totals.add(stats)
         return stats
+
+    def _clean(self, leases: set[int], now: int) -> int:
+        n = self.broker.settings.transaction_log_partitions
+        mine = [
+            t
+            for t in partitions_to_clean(self.broker)
+            if cleaner_partition(t.topic, t.partition, n) in leases
+        ]
+        try:
+            return sum(s.records_removed for s in clean(self.broker, mine, now))
+        except DBAPIError as exc:
+            # A kip98_client login may not remove records: leave cleaning to a process
+            # with the admin role (``kip98 coordinator run``) and stop trying here.
+            log.warning("log cleaning disabled in this process: %s", exc.orig)
+            self.cleaning_allowed = False
+            return 0
 
     def _ids(self, statement: TextClause, params: Mapping[str, object]) -> list[str]:
         with self.broker.engine.connect() as conn:

@@ -18,26 +18,35 @@ TXN_COLUMNS = (
 LOAD_FOR_UPDATE = text(
     f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR UPDATE"
 )
+# The row FOR UPDATE and, in the same round trip, the coordinator epoch of its
+# transaction-log partition, its lease row FOR SHARE (0 before any lease).
+LOAD_FOR_UPDATE_WITH_LEASE = text(
+    f"""
+    SELECT {TXN_COLUMNS}, t.txn_partition,
+           COALESCE((SELECT l.coordinator_epoch FROM coordinator_leases l
+                     WHERE l.txn_partition = t.txn_partition FOR SHARE), 0) AS lease_epoch
+    FROM transactions t WHERE t.transactional_id = :tid FOR UPDATE OF t
+    """
+)
 LOAD_FOR_SHARE = text(
     f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR SHARE"
 )
 
-APPEND_EVENT = text(
+# Persist a transition: its event and the projection brought to it, in one statement.
+APPEND_EVENT_AND_PROJECT = text(
     f"""
-    INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
-    VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
-            :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
-            :txn_start_ms, :updated_ms, :coordinator_epoch, :reason)
-    RETURNING event_id
-    """
-)
-
-UPSERT_PROJECTION = text(
-    f"""
+    WITH event AS (
+        INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
+        VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+                :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets,
+                :timeout_ms, :txn_start_ms, :updated_ms, :coordinator_epoch, :reason)
+        RETURNING event_id
+    )
     INSERT INTO transactions ({TXN_COLUMNS}, txn_partition, last_event_id)
-    VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
-            :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
-            :txn_start_ms, :updated_ms, :coordinator_epoch, :txn_partition, :event_id)
+    SELECT :transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+           :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
+           :txn_start_ms, :updated_ms, :coordinator_epoch, :txn_partition, event_id
+    FROM event
     ON CONFLICT (transactional_id) DO UPDATE SET
         producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch,
         last_producer_id = EXCLUDED.last_producer_id,
@@ -49,7 +58,19 @@ UPSERT_PROJECTION = text(
     """
 )
 
-DELETE_PROJECTION = text("DELETE FROM transactions WHERE transactional_id = :tid")
+# A DEAD transition: its event, and the id leaves the projection.
+APPEND_EVENT_AND_FORGET = text(
+    f"""
+    WITH event AS (
+        INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
+        VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+                :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets,
+                :timeout_ms, :txn_start_ms, :updated_ms, :coordinator_epoch, :reason)
+        RETURNING event_id
+    )
+    DELETE FROM transactions WHERE transactional_id = :transactional_id
+    """
+)
 
 # Rebuild: the fold of the log is its last event per id, minus the DEAD ones.
 LAST_EVENTS = text(

@@ -39,6 +39,13 @@ def load_for_update(conn: Connection, transactional_id: str) -> TxnMetadata | No
     return None if row is None else metadata_from_row(row)
 
 
+def load_with_lease(conn: Connection, transactional_id: str) -> tuple[TxnMetadata | None, int]:
+    """``load_for_update`` and ``handlers.coordinator_epoch`` of its partition, in one round
+    trip: the metadata (None if unknown) and the lease epoch, both rows locked."""
+    row = conn.execute(sql.LOAD_FOR_UPDATE_WITH_LEASE, {"tid": transactional_id}).first()
+    return (None, 0) if row is None else (metadata_from_row(row), int(row.lease_epoch))
+
+
 def _params(meta: TxnMetadata) -> dict[str, Any]:
     return {
         "transactional_id": meta.transactional_id,
@@ -58,11 +65,7 @@ def _params(meta: TxnMetadata) -> dict[str, Any]:
 
 
 def persist(conn: Connection, meta: TxnMetadata, reason: str) -> TxnMetadata:
-    """Append one event for this transition and bring the projection to it."""
-    params = _params(meta)
-    event_id = conn.execute(sql.APPEND_EVENT, {**params, "reason": reason}).scalar_one()
-    if meta.state == DEAD:
-        conn.execute(sql.DELETE_PROJECTION, {"tid": meta.transactional_id})
-    else:
-        conn.execute(sql.UPSERT_PROJECTION, {**params, "event_id": event_id})
+    """Append one event for this transition and bring the projection to it (one statement)."""
+    statement = sql.APPEND_EVENT_AND_FORGET if meta.state == DEAD else sql.APPEND_EVENT_AND_PROJECT
+    conn.execute(statement, {**_params(meta), "reason": reason})
     return meta

@@ -2,12 +2,16 @@
 
 A read needs no lock. Offsets below the high watermark are all committed and visible
 (appends hold the partition lock to COMMIT), so reading the partition row first and then
-the records below the bound it gave returns a gapless prefix. read_committed is bounded by
-the LSO and filtered in SQL (markers and aborted transactions never leave the database).
+the records below the bound it gave returns a gapless prefix. Nor does it need a
+transaction: at READ COMMITTED every statement takes its own snapshot anyway, so a fetch
+runs in autocommit and saves the BEGIN and ROLLBACK round trips. read_committed is
+bounded by the LSO and filtered in SQL (markers and aborted transactions never leave the
+database).
 """
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection
@@ -20,6 +24,9 @@ from app.protocol import (
     LATEST_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    RECORD_KEY,
+    RECORD_OFFSET,
+    RECORD_VALUE,
     AbortedTransaction,
     FetchRequest,
     FetchResponse,
@@ -32,6 +39,9 @@ from app.security.authorizer import authorize_all
 
 RECORD_OVERHEAD_BYTES = 24
 
+_key_of = itemgetter(RECORD_KEY)
+_value_of = itemgetter(RECORD_VALUE)
+
 
 def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
     row = conn.execute(sql.PARTITION_OFFSETS, {"topic": topic, "partition": partition}).first()
@@ -40,12 +50,37 @@ def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
     return row
 
 
+def read_records(conn: Connection, statement: str, params: dict[str, object]) -> list[RecordOut]:
+    """Run a fetch statement (sql.FETCH_*) on the connection's DBAPI cursor.
+
+    psycopg builds each row as a plain tuple in C, so a record costs no Python call here;
+    SQLAlchemy's Row per record cost more than the query itself. Binary results spare
+    PostgreSQL the hex encoding of keys and values and psycopg the decoding (about a third
+    of the read's time).
+    """
+    driver = conn.connection.driver_connection
+    assert driver is not None, "a checked-out connection has its psycopg connection"
+    with driver.cursor(binary=True) as cursor:
+        cursor.execute(statement, params)
+        records: list[RecordOut] = cursor.fetchall()
+        return records
+
+
+def payload_bytes(records: list[RecordOut]) -> int:
+    """What ``trim_to_bytes`` counts for the whole list, summed in C (no loop in Python)."""
+    keys = sum(map(len, filter(None, map(_key_of, records))))
+    values = sum(map(len, filter(None, map(_value_of, records))))
+    return RECORD_OVERHEAD_BYTES * len(records) + keys + values
+
+
 def trim_to_bytes(records: list[RecordOut], max_bytes: int) -> list[RecordOut]:
     """Keep records within max_bytes, but always at least one (as Kafka returns a batch
     larger than the limit rather than stalling the consumer)."""
+    if payload_bytes(records) <= max_bytes:
+        return records
     total = 0
-    for i, r in enumerate(records):
-        total += RECORD_OVERHEAD_BYTES + len(r.key or b"") + len(r.value or b"")
+    for i, (_, _, key, value, _, _) in enumerate(records):
+        total += RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
         if total > max_bytes and i > 0:
             return records[:i]
     return records
@@ -68,44 +103,56 @@ def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
     limit = min(
         req.max_records or broker.settings.fetch_max_records, broker.settings.fetch_max_records
     )
-    with broker.engine.connect() as conn:
+    read_committed = req.isolation_level == READ_COMMITTED
+    params: dict[str, object] = {
+        "topic": req.topic,
+        "partition": req.partition,
+        "from_offset": req.fetch_offset,
+        "max_records": limit,
+        "read_committed": read_committed,
+    }
+    with broker.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         authorize_all(conn, broker, needs.fetch(req.topic))
-        part = _partition_offsets(conn, req.topic, req.partition)
+        part = conn.execute(sql.PARTITION_FOR_FETCH, params).first()
+        if part is None:
+            raise fail(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+                f"{req.topic} [{req.partition}] does not exist",
+            )
         hw, log_start, lso = part.next_offset, part.log_start_offset, part.last_stable_offset
         if req.fetch_offset < log_start or req.fetch_offset > hw:
             raise fail(
                 KafkaError.OFFSET_OUT_OF_RANGE,
                 f"offset {req.fetch_offset} is outside [{log_start}, {hw}] of {req.topic} [{req.partition}]",
             )
-        upper = lso if req.isolation_level == READ_COMMITTED else hw
-        aborted: list[AbortedTransaction] = []
+        upper = lso if read_committed else hw
         if req.fetch_offset >= upper:
-            return FetchResponse(
-                KafkaError.NO_ERROR, hw, lso, log_start, [], req.fetch_offset, aborted
-            )
+            return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, [], req.fetch_offset, [])
         # A window of ``limit`` offsets holds at most ``limit`` records, so the read is
         # bounded by offsets, not by how many records filtering happens to drop.
         window_end = min(upper, req.fetch_offset + limit)
-        params: dict[str, object] = {
-            "topic": req.topic,
-            "partition": req.partition,
-            "from_offset": req.fetch_offset,
-            "to_offset": window_end,
-            "max_records": limit,
-        }
+        params["to_offset"] = window_end
+        ranges = [
+            (pid, first, last)
+            for pid, first, last in zip(
+                part.producer_ids or (),
+                part.first_offsets or (),
+                part.last_offsets or (),
+                strict=True,
+            )
+            if first < window_end
+        ]
+        aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges]
         statement = sql.FETCH_UNCOMMITTED
-        if req.isolation_level == READ_COMMITTED:
-            ranges = conn.execute(sql.ABORTED_IN_RANGE, params).all()
-            aborted = [AbortedTransaction(r.producer_id, r.first_offset) for r in ranges]
-            if ranges:
-                statement = sql.FETCH_COMMITTED
-                params["aborted_pids"] = [r.producer_id for r in ranges]
-                params["aborted_firsts"] = [r.first_offset for r in ranges]
-                params["aborted_lasts"] = [r.last_offset for r in ranges]
-        records = list(map(RecordOut._make, conn.execute(statement, params).all()))
+        if ranges:
+            statement = sql.FETCH_COMMITTED
+            params["aborted_pids"] = [pid for pid, _, _ in ranges]
+            params["aborted_firsts"] = [first for _, first, _ in ranges]
+            params["aborted_lasts"] = [last for _, _, last in ranges]
+        records = read_records(conn, statement, params)
     kept = trim_to_bytes(records, req.max_bytes)
     # The whole window was examined unless max_bytes cut the result short.
-    next_offset = kept[-1].offset + 1 if len(kept) < len(records) else window_end
+    next_offset = kept[-1][RECORD_OFFSET] + 1 if len(kept) < len(records) else window_end
     return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, kept, next_offset, aborted)
 
 

@@ -1,32 +1,43 @@
-"""WriteTxnMarker, the partition side: a COMMIT or ABORT control record.
+"""WriteTxnMarker, the partition side: COMMIT or ABORT control records.
 
 Only the coordinator calls this (there is no client path to a control record). Under the
-partition lock it checks the producer and coordinator epochs (rule 7), writes the marker,
+partition locks it checks the producer and coordinator epochs (rule 7), writes the markers,
 closes the producer's open transaction, adds an aborted-index entry on ABORT with the LSO of
 that moment, and moves the LSO, all in the caller's DB transaction. A marker for a producer
 with no open transaction on the partition writes nothing, which makes retries idempotent.
+
+All partitions of a transaction are marked set-based, in three statements whatever their
+number (lock and read, the other open transactions, write); the rules stay the pure
+functions of ``producer_state`` and ``lso``, applied per partition in Python.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
 
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.lso import lso_after_marker
-from app.log.partition_lock import advance_partition, lock_partition
-from app.log.producer_state import apply_marker, validate_marker
+from app.log.partition_lock import PartitionRow
+from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 
-INSERT_MARKER = text(
-    """
-    INSERT INTO records (topic, partition, "offset", "timestamp", key, value, headers, producer_id,
-        producer_epoch, sequence, batch_base_offset, is_transactional, is_control, control_type,
-        coordinator_epoch)
-    VALUES (:topic, :partition, :offset, :timestamp, NULL, NULL, NULL, :producer_id,
-        :producer_epoch, -1, :offset, true, true, :control_type, :coordinator_epoch)
-    """
-)
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class _Open:
+    """A partition whose marker will be written: its producer state and the marker offset."""
+
+    topic: str
+    partition: int
+    offset: int
+    entry: ProducerEntry
 
 
 def write_txn_marker(
@@ -41,48 +52,131 @@ def write_txn_marker(
 ) -> bool:
     """Write one marker; returns whether a record was written. Raises KafkaException when
     the marker is fenced (stale producer or coordinator epoch) or the partition is gone."""
+    written = write_txn_markers(
+        conn, [(topic, partition)], producer_id, producer_epoch, coordinator_epoch,
+        control_type, now_ms,
+    )  # fmt: skip
+    return bool(written)
+
+
+def write_txn_markers(
+    conn: Connection,
+    partitions: Iterable[TopicPartition],
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    control_type: int,
+    now_ms: int,
+    *,
+    skip_missing: bool = False,
+) -> list[TopicPartition]:
+    """Write the markers of one producer's transaction on every partition; returns those
+    where a record was written, in sorted order.
+
+    Raises the first refusal in sorted (topic, partition) order, as marking them one by one
+    would, before anything is written: a fenced marker (stale producer or coordinator epoch)
+    or, unless ``skip_missing`` (a deleted topic has nothing left to mark), a partition that
+    does not exist.
+    """
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown control type {control_type}")
-    row = lock_partition(conn, topic, partition, producer_id)
-    if row is None:
-        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
-    entry = row.producer_entry()
-    verdict = validate_marker(entry, producer_epoch, coordinator_epoch)
-    if not verdict.ok:
-        raise fail(verdict.error_code, verdict.message)
-    if entry is None or entry.txn_first_offset is None:
-        return False
-    offset = row.next_offset
-    first_other = conn.execute(
-        sql.FIRST_OPEN_TXN_OFFSET,
-        {"topic": topic, "partition": partition, "producer_id": producer_id},
-    ).scalar()
-    lso = lso_after_marker(first_other, offset + 1)
+    wanted = sorted(set(partitions))
+    if not wanted:
+        return []
+    rows = _lock(conn, wanted, producer_id)
+    marked: list[_Open] = []
+    for topic, partition in wanted:
+        row = rows.get((topic, partition))
+        if row is None:
+            if skip_missing:
+                continue
+            raise fail(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist"
+            )
+        entry = row.producer_entry()
+        verdict = validate_marker(entry, producer_epoch, coordinator_epoch)
+        if not verdict.ok:
+            raise fail(verdict.error_code, verdict.message)
+        if entry is not None and entry.txn_first_offset is not None:
+            marked.append(_Open(topic, partition, row.next_offset, entry))
+    if not marked:
+        return []
+    first_others = _first_other_open_txns(conn, marked, producer_id)
+    values = [
+        _marker_values(o, first_others.get((o.topic, o.partition)), producer_id, producer_epoch,
+                       coordinator_epoch, now_ms)
+        for o in marked
+    ]  # fmt: skip
     conn.execute(
-        INSERT_MARKER,
+        sql.WRITE_MARKERS,
         {
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
+            **{column: [v[column] for v in values] for column in values[0]},
             "timestamp": now_ms,
             "producer_id": producer_id,
             "producer_epoch": producer_epoch,
             "control_type": control_type,
             "coordinator_epoch": coordinator_epoch,
+            "is_abort": control_type == CONTROL_ABORT,
         },
     )
-    if control_type == CONTROL_ABORT:
-        conn.execute(
-            sql.INSERT_ABORTED_TXN,
-            {
-                "topic": topic,
-                "partition": partition,
-                "producer_id": producer_id,
-                "first_offset": entry.txn_first_offset,
-                "last_offset": offset,
-                "last_stable_offset": lso,
-            },
-        )
-    new_entry = apply_marker(entry, producer_id, producer_epoch, coordinator_epoch, offset, now_ms)
-    advance_partition(conn, topic, partition, offset + 1, lso, new_entry)
-    return True
+    return [(o.topic, o.partition) for o in marked]
+
+
+def _lock(
+    conn: Connection, wanted: list[TopicPartition], producer_id: int
+) -> dict[TopicPartition, PartitionRow]:
+    """Lock the partition rows in sorted order; each with the producer's state on it, as
+    the Produce handler's lock reads it (the columns after topic and partition)."""
+    result = conn.execute(
+        sql.LOCK_PARTITIONS,
+        {
+            "topics": [t for t, _ in wanted],
+            "partitions": [p for _, p in wanted],
+            "producer_id": producer_id,
+        },
+    )
+    return {(row.topic, row.partition): PartitionRow(*row[2:]) for row in result}
+
+
+def _first_other_open_txns(
+    conn: Connection, marked: list[_Open], producer_id: int
+) -> dict[TopicPartition, int]:
+    rows = conn.execute(
+        sql.FIRST_OPEN_TXN_OFFSETS,
+        {
+            "topics": [o.topic for o in marked],
+            "partitions": [o.partition for o in marked],
+            "producer_id": producer_id,
+        },
+    )
+    return {(r.topic, r.partition): r.first_offset for r in rows}
+
+
+def _marker_values(
+    opened: _Open,
+    first_other: int | None,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    now_ms: int,
+) -> dict[str, Any]:
+    """One partition's share of WRITE_MARKERS: the marker offset, the LSO after it, the first
+    offset of the transaction it closes, and the producer's state after it."""
+    offset = opened.offset
+    after = apply_marker(
+        opened.entry, producer_id, producer_epoch, coordinator_epoch, offset, now_ms
+    )
+    return {
+        "topics": opened.topic,
+        "partitions": opened.partition,
+        "offsets": offset,
+        "lsos": lso_after_marker(first_other, offset + 1),
+        "closed_first_offsets": opened.entry.txn_first_offset,
+        "s_producer_epochs": after.producer_epoch,
+        "s_last_sequences": after.last_sequence,
+        "s_last_offsets": after.last_offset,
+        "s_last_timestamps": after.last_timestamp,
+        "s_batches": json.dumps([b.to_json() for b in after.batches]),
+        "s_coordinator_epochs": after.coordinator_epoch,
+        "s_txn_first_offsets": after.txn_first_offset,
+    }

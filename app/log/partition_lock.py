@@ -1,11 +1,13 @@
 """The partition row lock with the producer's state, and the write that advances both.
 
-Appends and markers share these two statements (DESIGN §3.1: the lock is taken first and
-held to COMMIT by the caller's DB transaction). They run on the psycopg connection under
-the caller's SQLAlchemy transaction: once per produced batch, SQLAlchemy's statement
-handling would cost more than the statements' own planning (psycopg prepares them after
-a few executions). (Pipelining the lock with the BEGIN was measured slower: psycopg's
-pipeline mode costs more than the round trip it saves on a local server.)
+The Produce handler's two statements around its COPY (DESIGN §3.1: the lock is taken
+first and held to COMMIT by the caller's DB transaction); markers lock all partitions of a
+transaction in one set-based statement of their own, but read the same row
+(``PartitionRow``). These two run on the psycopg connection under the caller's SQLAlchemy
+transaction: once per produced batch, SQLAlchemy's statement handling would cost more than
+the statements' own planning (psycopg prepares them after a few executions). (Pipelining
+the lock with the BEGIN was measured slower: psycopg's pipeline mode costs more than the
+round trip it saves on a local server.)
 """
 
 from __future__ import annotations

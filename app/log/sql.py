@@ -35,9 +35,9 @@ COPY_RECORDS = "COPY records ({}) FROM STDIN (FORMAT BINARY)".format(
     ", ".join(f'"{c}"' for c in COPY_RECORD_COLUMNS)
 )
 
-# The statements below run on the psycopg connection directly (``app.log.partition_lock``),
-# with psycopg's placeholders: they run once per batch on the produce path, where
-# SQLAlchemy's per-statement work shows.
+# The Produce handler's lock and advance, below, run on the psycopg connection directly
+# (``app.log.partition_lock``), with psycopg's placeholders: they run once per batch on the
+# produce path, where SQLAlchemy's per-statement work shows.
 
 # The partition row lock, and the producer's state read in the same round trip.
 LOCK_PARTITION = """
@@ -79,20 +79,90 @@ ADVANCE_PARTITION_AND_UPSERT_PRODUCER = """
         txn_first_offset = EXCLUDED.txn_first_offset
 """
 
-# The first offset of the earliest transaction still open on a partition, other than one
-# producer's (the one whose marker is being written).
-FIRST_OPEN_TXN_OFFSET = text(
+# Markers, set-based: every partition of a transaction in three statements, whatever their
+# number. The partition rows are locked in one statement, in the order a Python sort of
+# (topic, partition) gives (COLLATE "C"), with the marking producer's state read alongside:
+# after topic and partition, the columns of LOCK_PARTITION (``partition_lock.PartitionRow``).
+LOCK_PARTITIONS = text(
     """
-    SELECT min(txn_first_offset) FROM producer_states
-    WHERE topic = :topic AND partition = :partition AND producer_id <> :producer_id
-      AND txn_first_offset IS NOT NULL
+    SELECT p.topic, p.partition, p.next_offset, p.log_start_offset, p.last_stable_offset,
+           s.producer_id AS s_producer_id, s.producer_epoch AS s_producer_epoch,
+           s.last_sequence AS s_last_sequence, s.last_offset AS s_last_offset,
+           s.last_timestamp AS s_last_timestamp, s.batches AS s_batches,
+           s.coordinator_epoch AS s_coordinator_epoch, s.txn_first_offset AS s_txn_first_offset
+    FROM partitions p
+    LEFT JOIN producer_states s
+      ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = :producer_id
+    WHERE (p.topic, p.partition) IN
+          (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))
+    ORDER BY p.topic COLLATE "C", p.partition
+    FOR UPDATE OF p
     """
 )
 
-INSERT_ABORTED_TXN = text(
+# Per partition, the first offset of the earliest transaction still open other than one
+# producer's (the one whose markers are being written). A statement of its own, run once
+# the partition locks are held, so it sees every transaction opened before them.
+FIRST_OPEN_TXN_OFFSETS = text(
     """
-    INSERT INTO aborted_txns (topic, partition, producer_id, first_offset, last_offset, last_stable_offset)
-    VALUES (:topic, :partition, :producer_id, :first_offset, :last_offset, :last_stable_offset)
+    SELECT topic, partition, min(txn_first_offset) AS first_offset FROM producer_states
+    WHERE (topic, partition) IN
+          (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))
+      AND producer_id <> :producer_id AND txn_first_offset IS NOT NULL
+    GROUP BY topic, partition
+    """
+)
+
+# One statement writes all markers of a transaction: the control records, the aborted-index
+# entries (ABORT only), each partition's next offset and LSO, and the producer's state per
+# partition (as producer_state.apply_marker computed it). One row per marked partition in
+# the parallel arrays; offsets and LSOs were decided under the locks above.
+WRITE_MARKERS = text(
+    """
+    WITH m AS (
+        SELECT * FROM unnest(
+            CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
+            CAST(:lsos AS bigint[]), CAST(:closed_first_offsets AS bigint[]),
+            CAST(:s_producer_epochs AS int[]), CAST(:s_last_sequences AS int[]),
+            CAST(:s_last_offsets AS bigint[]), CAST(:s_last_timestamps AS bigint[]),
+            CAST(:s_batches AS text[]), CAST(:s_coordinator_epochs AS int[]),
+            CAST(:s_txn_first_offsets AS bigint[]))
+          AS m(topic, partition, "offset", lso, closed_first_offset, s_producer_epoch,
+               s_last_sequence, s_last_offset, s_last_timestamp, s_batches,
+               s_coordinator_epoch, s_txn_first_offset)
+    ),
+    marked AS (
+        INSERT INTO records (topic, partition, "offset", "timestamp", key, value, headers,
+            producer_id, producer_epoch, sequence, batch_base_offset, is_transactional,
+            is_control, control_type, coordinator_epoch)
+        SELECT topic, partition, "offset", :timestamp, NULL, NULL, NULL, :producer_id,
+            :producer_epoch, -1, "offset", true, true, :control_type, :coordinator_epoch
+        FROM m
+    ),
+    aborted AS (
+        INSERT INTO aborted_txns (topic, partition, producer_id, first_offset, last_offset,
+            last_stable_offset)
+        SELECT topic, partition, :producer_id, closed_first_offset, "offset", lso FROM m
+        WHERE :is_abort
+    ),
+    advanced AS (
+        UPDATE partitions p SET next_offset = m."offset" + 1, last_stable_offset = m.lso
+        FROM m WHERE p.topic = m.topic AND p.partition = m.partition
+    )
+    INSERT INTO producer_states AS s
+        (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
+         last_timestamp, batches, coordinator_epoch, txn_first_offset)
+    SELECT topic, partition, :producer_id, s_producer_epoch, s_last_sequence, s_last_offset,
+           s_last_timestamp, CAST(s_batches AS jsonb), s_coordinator_epoch, s_txn_first_offset
+    FROM m
+    ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
+        producer_epoch = EXCLUDED.producer_epoch,
+        last_sequence = EXCLUDED.last_sequence,
+        last_offset = EXCLUDED.last_offset,
+        last_timestamp = EXCLUDED.last_timestamp,
+        batches = EXCLUDED.batches,
+        coordinator_epoch = EXCLUDED.coordinator_epoch,
+        txn_first_offset = EXCLUDED.txn_first_offset
     """
 )
 
@@ -103,40 +173,61 @@ PARTITION_OFFSETS = text(
     """
 )
 
+# The fetch statements run on the DBAPI cursor (psycopg's placeholders, not SQLAlchemy's):
+# their rows are the hot path of every consumer, and psycopg builds plain tuples in C where
+# SQLAlchemy would wrap each in a Row. Columns come in RecordOut's order; headers stay JSON
+# text (decoded by the client only when asked), so no JSON is parsed per row here.
+
 # read_uncommitted: every data record in range. Markers are filtered here, in SQL.
-FETCH_UNCOMMITTED = text(
+FETCH_UNCOMMITTED = """
+    SELECT "offset", "timestamp", key, value, CAST(headers AS text), producer_id FROM records
+    WHERE topic = %(topic)s AND partition = %(partition)s
+      AND "offset" >= %(from_offset)s AND "offset" < %(to_offset)s AND NOT is_control
+    ORDER BY "offset" LIMIT %(max_records)s
     """
-    SELECT "offset", "timestamp", key, value, headers, producer_id FROM records
-    WHERE topic = :topic AND partition = :partition
-      AND "offset" >= :from_offset AND "offset" < :to_offset AND NOT is_control
-    ORDER BY "offset" LIMIT :max_records
-    """
-)
 
 # read_committed: below the LSO, without markers and without records of the aborted
-# transactions overlapping the range. Those few ranges are read first (ABORTED_IN_RANGE)
+# transactions overlapping the range. Those few ranges are read first (PARTITION_FOR_FETCH)
 # and passed in as arrays, so the filter is a tiny anti-join rather than an index probe
-# per record; with none in range, FETCH_UNCOMMITTED bounded by the LSO does the job.
-FETCH_COMMITTED = text(
-    """
-    SELECT r."offset", r."timestamp", r.key, r.value, r.headers, r.producer_id FROM records r
-    WHERE r.topic = :topic AND r.partition = :partition
-      AND r."offset" >= :from_offset AND r."offset" < :to_offset AND NOT r.is_control
-      AND NOT (r.is_transactional AND EXISTS (
-          SELECT 1 FROM unnest(CAST(:aborted_pids AS bigint[]), CAST(:aborted_firsts AS bigint[]),
-                               CAST(:aborted_lasts AS bigint[])) AS a(producer_id, first_offset, last_offset)
+# per record; with none in range, FETCH_UNCOMMITTED bounded by the LSO does the job. Their
+# offset spans, merged once into a multirange (PostgreSQL 14+), let every record outside
+# them skip the anti-join: most records, and the anti-join per record cost ~2x the scan.
+FETCH_COMMITTED = """
+    SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text), r.producer_id
+    FROM records r
+    WHERE r.topic = %(topic)s AND r.partition = %(partition)s
+      AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
+      AND NOT (r.is_transactional
+        AND r."offset" <@ (
+          SELECT range_agg(int8range(first_offset, last_offset, '[]'))
+          FROM unnest(CAST(%(aborted_firsts)s AS bigint[]), CAST(%(aborted_lasts)s AS bigint[]))
+            AS s(first_offset, last_offset))
+        AND EXISTS (
+          SELECT 1 FROM unnest(CAST(%(aborted_pids)s AS bigint[]), CAST(%(aborted_firsts)s AS bigint[]),
+                               CAST(%(aborted_lasts)s AS bigint[])) AS a(producer_id, first_offset, last_offset)
           WHERE a.producer_id = r.producer_id AND r."offset" BETWEEN a.first_offset AND a.last_offset))
-    ORDER BY r."offset" LIMIT :max_records
+    ORDER BY r."offset" LIMIT %(max_records)s
     """
-)
 
-# The aborted transactions overlapping a fetched range, as KIP-98's FetchResponse lists them.
-ABORTED_IN_RANGE = text(
+# A fetch's one look at the partition: its offsets and, in read_committed, the aborted
+# transactions that may overlap the window (as KIP-98's FetchResponse lists them), read in
+# one round trip and one snapshot. The window's end depends on the LSO read here, so the
+# ranges are bounded by the largest window and the caller drops those past the real end.
+PARTITION_FOR_FETCH = text(
     """
-    SELECT producer_id, first_offset, last_offset FROM aborted_txns
-    WHERE topic = :topic AND partition = :partition
-      AND last_offset >= :from_offset AND first_offset < :to_offset
-    ORDER BY first_offset
+    SELECT p.next_offset, p.log_start_offset, p.last_stable_offset,
+           a.producer_ids, a.first_offsets, a.last_offsets
+    FROM partitions p
+    LEFT JOIN LATERAL (
+        SELECT array_agg(producer_id ORDER BY first_offset) AS producer_ids,
+               array_agg(first_offset ORDER BY first_offset) AS first_offsets,
+               array_agg(last_offset ORDER BY first_offset) AS last_offsets
+        FROM aborted_txns
+        WHERE :read_committed AND topic = p.topic AND partition = p.partition
+          AND last_offset >= :from_offset
+          AND first_offset < CAST(:from_offset AS bigint) + :max_records
+    ) a ON true
+    WHERE p.topic = :topic AND p.partition = :partition
     """
 )
 

@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from app.broker import Broker
 from app.errors import KafkaError, fail
 from app.log.naming import validate_num_partitions, validate_topic_name
+from app.log.topic_config import altered, validate_topic_config
 from app.security import needs
 from app.security.authorizer import authorize_any
 from app.storage.engine import retry_conflicts
@@ -39,7 +40,7 @@ def create_topic(
 ) -> TopicInfo:
     validate_topic_name(name)
     validate_num_partitions(num_partitions)
-    cfg = dict(config or {})
+    cfg = validate_topic_config(config)
     try:
         with broker.engine.begin() as conn:
             authorize_any(conn, broker, needs.create_topic(name))
@@ -78,9 +79,44 @@ def delete_topic(broker: Broker, name: str) -> None:
         ).all()
         if not locked:
             raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        for table in ("records", "producer_states", "aborted_txns"):
+        for table in ("records", "producer_states", "producer_snapshots", "aborted_txns"):
             conn.execute(text(f"DELETE FROM {table} WHERE topic = :t"), {"t": name})
         conn.execute(text("DELETE FROM topics WHERE topic = :t"), {"t": name})
+
+
+@retry_conflicts
+def alter_topic_config(
+    broker: Broker,
+    name: str,
+    set_config: dict[str, Any] | None = None,
+    delete_config: list[str] | None = None,
+    incremental: bool = True,
+) -> dict[str, Any]:
+    """Change a topic's config overrides; returns the overrides now stored.
+
+    Incremental (kafka-configs.sh --add-config/--delete-config) keeps the other overrides;
+    otherwise the given set replaces them all (Kafka's AlterConfigs). Takes effect at the
+    cleaner's next pass.
+    """
+    with broker.engine.begin() as conn:
+        authorize_any(conn, broker, needs.alter_topic(name))
+        current = conn.execute(
+            text("SELECT config FROM topics WHERE topic = :t FOR UPDATE"), {"t": name}
+        ).scalar()
+        if current is None:
+            raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+        new = altered(current if incremental else {}, set_config or {}, delete_config or ())
+        conn.execute(
+            text("UPDATE topics SET config = CAST(:config AS jsonb) WHERE topic = :t"),
+            {"t": name, "config": json.dumps(new)},
+        )
+    return new
+
+
+def authorize_alter(broker: Broker, name: str) -> None:
+    """Alter on the topic (or cluster): what changing its configs or cleaning it needs."""
+    with broker.engine.connect() as conn:
+        authorize_any(conn, broker, needs.alter_topic(name))
 
 
 def list_topics(broker: Broker) -> list[TopicInfo]:

@@ -102,6 +102,12 @@ def delete_topic(topic: object) -> list[Check]:
     return [cluster_check(DELETE), *topic_checks(DELETE, [topic])]
 
 
+def alter_topic(topic: object) -> list[Check]:
+    """Alternatives: Alter on the cluster, or on the topic (Kafka's AlterConfigs asks for
+    AlterConfigs, which this ACL model folds into Alter)."""
+    return [cluster_check(ALTER), *topic_checks(ALTER, [topic])]
+
+
 def alter_acls() -> list[Check]:
     return [cluster_check(ALTER)]
 

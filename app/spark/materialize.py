@@ -2,13 +2,18 @@
 
 Spark's JDBC tasks each read with their own connection and snapshot, so nothing makes
 them agree except the data itself: the driver captures every partition's log start and
-LSO in one statement, and every read is bounded by those values. Below a captured LSO the
-log never changes (and the aborted-index entries that matter were written with their
-abort markers), so any snapshot taken later returns the same rows.
+LSO in one statement, and every read is bounded by those values. Below a captured LSO
+nothing is ever added (the aborted-index entries that matter were written with their
+abort markers), so any snapshot taken later returns the same rows — or fewer, where the
+log cleaner has since compacted or deleted some: a task may miss a record compaction
+removed meanwhile (as a consumer reading a compacted topic may), but never returns an
+aborted one, since an aborted-index entry outlives its transaction's records by
+delete.retention.ms.
 
 Exactly once: Spark only ever appends to a staging table private to the run. One
-PostgreSQL transaction then moves the staged rows (``ON CONFLICT DO NOTHING``) and
-advances ``materialization_progress`` to the captured LSOs, so a run killed at any point
+PostgreSQL transaction then moves the staged rows (a plain INSERT; should a staged row
+already be there, the move falls back to ``ON CONFLICT DO NOTHING``) and advances
+``materialization_progress`` to the captured LSOs, so a run killed at any point
 leaves the tables as they were or as they will be, and the next run starts from the
 progress that committed. Staging tables of killed runs are recognised by name and by the
 advisory lock their run no longer holds, and dropped.
@@ -24,11 +29,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, create_engine, pool, text
+from sqlalchemy.exc import IntegrityError
 
 from app.faults import crash_point
 from app.spark import sql
 from app.spark.jdbc import jdbc_url
-from app.storage.engine import retry_conflicts
+from app.storage.engine import retry_conflicts, sqlstate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,6 +50,7 @@ MAX_SLICE_OFFSETS = 500_000
 # Above this many aborted-index entries in range, let Spark pick the join strategy rather
 # than broadcasting the index to every task.
 BROADCAST_ABORTED_MAX = 1_000_000
+UNIQUE_VIOLATION = "23505"
 
 OUTPUT_COLUMNS = (
     "topic",
@@ -183,11 +190,7 @@ def _stage_and_commit(
                     "reWriteBatchedInserts": "true",
                 },
             )
-            staged = owner.execute(text(sql.count_staging(staging))).scalar_one()
-            report(
-                "stage",
-                f"{staged} rows staged in {time.monotonic() - started:.1f}s",
-            )
+            report("stage", f"staging table written in {time.monotonic() - started:.1f}s")
             crash_point("spark.materialize.staged")
             counts = _commit(engine, staging, bounds)
             report(
@@ -283,4 +286,18 @@ def _commit(
 
 
 def _move(conn: Connection, staging: str) -> dict[tuple[str, int], int]:
-    return {(t, p): int(n) for t, p, n in conn.execute(text(sql.move_staging(staging)))}
+    """Staged rows into ``read_committed_records``; new rows per partition.
+
+    The plain insert is the fast path. A unique violation means some staged row is
+    already in the table or staged twice: the savepoint undoes the partial insert and the
+    merge inserts only the new rows, so the outcome is the same either way.
+    """
+    try:
+        with conn.begin_nested():
+            counts = conn.execute(text(sql.count_staged(staging))).all()
+            conn.execute(text(sql.insert_staged(staging)))
+    except IntegrityError as exc:
+        if sqlstate(exc) != UNIQUE_VIOLATION:
+            raise
+        counts = conn.execute(text(sql.merge_staged(staging))).all()
+    return {(t, p): int(n) for t, p, n in counts}

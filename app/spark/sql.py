@@ -90,13 +90,15 @@ def check_staging_name(name: str) -> str:
 
 def create_staging(name: str) -> str:
     # Unlogged: it lives for one run and a server crash simply makes that run fail.
+    # No indexes, and no autovacuum: the move reads it whole, once, so an index or an
+    # ANALYZE triggered by the bulk insert would only take CPU from the run itself.
     # headers is text because Spark writes strings; the move casts it back to jsonb.
     return f"""
         CREATE UNLOGGED TABLE {check_staging_name(name)} (
             topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
             key bytea, value bytea, headers text, "timestamp" bigint NOT NULL,
             producer_id bigint NOT NULL
-        )
+        ) WITH (autovacuum_enabled = false)
     """
 
 
@@ -108,8 +110,38 @@ def count_staging(name: str) -> str:
     return f"SELECT count(*) FROM {check_staging_name(name)}"
 
 
-def move_staging(name: str) -> str:
-    """Insert the staged rows, answering how many were new per partition.
+def count_staged(name: str) -> str:
+    """Staged rows per partition: the run's counts once ``insert_staged`` has succeeded
+    (every staged row was then new), at the price of one scan of an unlogged table, which
+    is cheaper than returning and grouping every inserted row."""
+    return f"""
+        SELECT topic, partition, count(*) FROM {check_staging_name(name)}
+        GROUP BY topic, partition
+    """
+
+
+def insert_staged(name: str) -> str:
+    """The move as a plain INSERT: the common case, where every staged row is new.
+
+    No ``ON CONFLICT``: its speculative insertion roughly doubles the cost of the move. A
+    staged row that is already in the table (a concurrent run moved it) or staged twice
+    (a re-executed Spark task) makes this fail with a unique violation instead, and the
+    caller then falls back to ``merge_staged``. No ``ORDER BY`` either: each Spark task
+    appends its slice in offset order, so the primary key already grows at a few right
+    edges, and sorting the rows costs more than it saves.
+    """
+    return f"""
+        INSERT INTO read_committed_records
+            (topic, partition, "offset", key, value, headers, "timestamp", producer_id)
+        SELECT topic, partition, "offset", key, value, CAST(headers AS jsonb),
+               "timestamp", producer_id
+        FROM {check_staging_name(name)}
+    """
+
+
+def merge_staged(name: str) -> str:
+    """The move when ``insert_staged`` met a row that is already there: insert the new
+    rows only, answering how many there were per partition.
 
     ON CONFLICT DO NOTHING absorbs rows a retried Spark task staged twice and rows a
     concurrent run already moved; those are not counted.

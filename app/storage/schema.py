@@ -26,6 +26,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.schema import SchemaItem
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -88,23 +89,26 @@ records = Table(
 # No secondary index on records: every read is by (topic, partition, offset) range, and
 # each index would tax every append.
 
+
+def _producer_state_columns() -> list[SchemaItem]:
+    return [
+        Column("topic", Text, nullable=False),
+        Column("partition", Integer, nullable=False),
+        Column("producer_id", BigInteger, nullable=False),
+        Column("producer_epoch", SmallInteger, nullable=False),
+        Column("last_sequence", Integer, nullable=False),
+        Column("last_offset", BigInteger, nullable=False),
+        Column("last_timestamp", BigInteger, nullable=False),
+        Column("batches", JSONB, nullable=False),
+        Column("coordinator_epoch", Integer, nullable=False, server_default=text("-1")),
+        Column("txn_first_offset", BigInteger),
+        PrimaryKeyConstraint("topic", "partition", "producer_id"),
+    ]
+
+
 # Projection: per (partition, producer) the fold of its batches and markers.
 # batches holds the last five data batches as [first_seq, last_seq, first_offset, last_offset].
-producer_states = Table(
-    "producer_states",
-    metadata,
-    Column("topic", Text, nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("producer_id", BigInteger, nullable=False),
-    Column("producer_epoch", SmallInteger, nullable=False),
-    Column("last_sequence", Integer, nullable=False),
-    Column("last_offset", BigInteger, nullable=False),
-    Column("last_timestamp", BigInteger, nullable=False),
-    Column("batches", JSONB, nullable=False),
-    Column("coordinator_epoch", Integer, nullable=False, server_default=text("-1")),
-    Column("txn_first_offset", BigInteger),
-    PrimaryKeyConstraint("topic", "partition", "producer_id"),
-)
+producer_states = Table("producer_states", metadata, *_producer_state_columns())
 
 # Projection: the aborted-transaction index (KIP-98 "Aborted Transaction Index").
 aborted_txns = Table(
@@ -117,6 +121,50 @@ aborted_txns = Table(
     Column("last_offset", BigInteger, nullable=False),
     Column("last_stable_offset", BigInteger, nullable=False),
     PrimaryKeyConstraint("topic", "partition", "last_offset"),
+)
+
+# Snapshots of producer_states (Kafka's producer-state snapshot files): the fold of a
+# partition's records below log_cleaner_checkpoints.snapshot_offset, written by the cleaner
+# before it removes any record below that offset. Rebuilds start from here and fold the
+# records from snapshot_offset on; aborted_txns rows ending below it are kept as they are
+# (Kafka keeps cleaned segments' transaction indexes the same way).
+producer_snapshots = Table("producer_snapshots", metadata, *_producer_state_columns())
+
+# Per partition: where the last snapshot was taken and what cleaning has removed so far
+# (Kafka's cleaner-offset-checkpoint, plus the counters its metrics report).
+log_cleaner_checkpoints = Table(
+    "log_cleaner_checkpoints",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("snapshot_offset", BigInteger, nullable=False, server_default=text("0")),
+    Column("cleaned_ms", BigInteger, nullable=False, server_default=text("0")),
+    Column("records_removed", BigInteger, nullable=False, server_default=text("0")),
+    Column("bytes_removed", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("topic", "partition"),
+    ForeignKeyConstraint(
+        ["topic", "partition"],
+        ["partitions.topic", "partitions.partition"],
+        ondelete="CASCADE",
+    ),
+)
+
+# Markers whose transaction has no record left, and since when (KIP-534's delete horizon):
+# a marker and its aborted-index entry go only delete.retention.ms after that, so a reader
+# that saw the transaction's records also sees the entry that hides them.
+cleaner_marker_horizons = Table(
+    "cleaner_marker_horizons",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("empty_since_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "partition", "offset"),
+    ForeignKeyConstraint(
+        ["topic", "partition"],
+        ["partitions.topic", "partitions.partition"],
+        ondelete="CASCADE",
+    ),
 )
 
 # Producer ids handed out by InitProducerId: append-only, so an id is never reused, even

@@ -1,0 +1,1 @@
+"""The log cleaner: retention (cleanup.policy=delete) and transaction-aware compaction."""

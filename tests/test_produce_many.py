@@ -1,0 +1,266 @@
+"""Batches for several partitions in one request (one DB transaction): each is decided and
+answered on its own, exactly as separate requests would be, and the producer sends the
+batches it has ready together; a transactional producer registers their new partitions in
+that same request (registration and data commit together, or not at all)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.exc import OperationalError
+
+from app.broker import Broker
+from app.client import KafkaException, Producer, transactions
+from app.coordinator import machines as m
+from app.errors import KafkaError
+from app.log import append
+from app.log.append import produce, produce_many, produce_registering
+from app.log.topics import create_topic
+from app.protocol import AddPartitionsToTxnRequest, ProduceRequest, RecordIn
+from tests.txn_driver import TxnDriver, read_values, state_of
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    b = Broker.connect(db_url)
+    create_topic(b, "t", 3)
+    return b
+
+
+def batch(partition: int, seq: int, *values: str, pid: int = 7, topic: str = "t") -> ProduceRequest:
+    records = [RecordIn(None, v.encode(), 0) for v in values]
+    return ProduceRequest(topic, partition, records, producer_id=pid, producer_epoch=0,
+                          base_sequence=seq)  # fmt: skip
+
+
+def stored(broker: Broker) -> list[tuple[int, int, bytes]]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(text('SELECT partition, "offset", value FROM records ORDER BY 1, 2'))
+        return [(r[0], r[1], bytes(r[2])) for r in rows]
+
+
+def test_each_batch_is_answered_on_its_own(broker: Broker) -> None:
+    assert produce(broker, batch(1, 0, "first")).error_code == 0
+    responses = produce_many(
+        broker,
+        [
+            batch(2, 0, "a", "b"),
+            batch(1, 5, "gap"),  # out of order: refused, writes nothing
+            batch(0, 0, "c"),
+            batch(9, 0, "nowhere"),  # no such partition
+            ProduceRequest("t", 0, []),  # malformed: refused before the database
+        ],
+    )
+    assert [r.error_code for r in responses] == [
+        0,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        0,
+        KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+        KafkaError.INVALID_RECORD,
+    ]
+    assert (responses[0].base_offset, responses[2].base_offset) == (0, 0)
+    assert stored(broker) == [(0, 0, b"c"), (1, 0, b"first"), (2, 0, b"a"), (2, 1, b"b")]
+    # A retry of the whole request: the written batches are duplicates with their offsets.
+    again = produce_many(broker, [batch(2, 0, "a", "b"), batch(0, 0, "c")])
+    assert [(r.error_code, r.base_offset, r.duplicate) for r in again] == [
+        (0, 0, True),
+        (0, 0, True),
+    ]
+    assert len(stored(broker)) == 4
+
+
+def test_transactional_batches_are_checked_each(broker: Broker) -> None:
+    d = TxnDriver(broker, "many")
+    assert d.init() == 0
+    assert d.add(("t", 0)) == 0
+
+    def txn_batch(partition: int, value: str) -> ProduceRequest:
+        return ProduceRequest(
+            "t", partition, [RecordIn(None, value.encode(), 0)], producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch, base_sequence=0, transactional_id="many",
+            is_transactional=True,
+        )  # fmt: skip
+
+    responses = produce_many(broker, [txn_batch(1, "unregistered"), txn_batch(0, "ok")])
+    assert [r.error_code for r in responses] == [KafkaError.INVALID_TXN_STATE, 0]
+    d.sequences[("t", 0)] = 1
+    assert d.end(commit=True) == 0
+    assert read_values(broker, "t", 0) == ["ok"]
+    assert read_values(broker, "t", 1, committed=False) == []
+
+
+def test_ready_batches_of_several_partitions_share_one_commit(db_url: str, broker: Broker) -> None:
+    reports: list[Any] = []
+    producer = Producer({"database.url": db_url, "linger.ms": 60_000})
+    try:
+        commits = 0
+
+        def count(*_: Any) -> None:
+            nonlocal commits
+            commits += 1
+
+        event.listen(producer.broker.engine, "commit", count)
+        for i in range(9):
+            producer.produce(
+                "t", str(i), partition=i % 3, on_delivery=lambda e, m: reports.append(e)
+            )
+        assert producer.flush(30) == 0
+        assert commits == 1
+    finally:
+        producer.close()
+    assert reports == [None] * 9
+    assert [(p, o) for p, o, _ in stored(broker)] == [(p, o) for p in range(3) for o in range(3)]
+
+
+# ------------------------------------------------------------------ registering produce
+
+
+def registering(
+    d: TxnDriver, *partitions: int, epoch: int | None = None
+) -> AddPartitionsToTxnRequest:
+    return AddPartitionsToTxnRequest(
+        d.transactional_id, d.producer_id, d.producer_epoch if epoch is None else epoch,
+        [("t", p) for p in partitions],
+    )  # fmt: skip
+
+
+def txn_request(
+    d: TxnDriver, partition: int, value: str, epoch: int | None = None
+) -> ProduceRequest:
+    return ProduceRequest(
+        "t", partition, [RecordIn(None, value.encode(), 0)], producer_id=d.producer_id,
+        producer_epoch=d.producer_epoch if epoch is None else epoch, base_sequence=0,
+        transactional_id=d.transactional_id, is_transactional=True,
+    )  # fmt: skip
+
+
+def events(broker: Broker, tid: str) -> list[str]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT reason FROM transaction_log WHERE transactional_id = :t ORDER BY event_id"
+            ),
+            {"t": tid},
+        )
+        return [r[0] for r in rows]
+
+
+def test_registration_and_batches_commit_together(broker: Broker) -> None:
+    d = TxnDriver(broker, "implicit")
+    assert d.init() == 0
+    registered, responses = produce_registering(
+        broker, [txn_request(d, 2, "b"), txn_request(d, 0, "a")], registering(d, 0, 2)
+    )
+    assert registered is not None and registered.error_code == 0
+    assert [r.error_code for r in responses] == [0, 0]
+    assert state_of(broker, "implicit") == m.BEGIN
+    assert events(broker, "implicit")[-1] == "AddPartitionsToTxn"
+    d.sequences.update({("t", 0): 1, ("t", 2): 1})
+    assert d.end(commit=True) == 0
+    assert [read_values(broker, "t", p) for p in range(3)] == [["a"], [], ["b"]]
+
+
+def test_refused_registration_writes_nothing(broker: Broker) -> None:
+    d = TxnDriver(broker, "refused")
+    assert d.init() == 0
+    stale = d.producer_epoch
+    assert d.init() == 0  # a new instance: the old epoch is fenced
+    before = events(broker, "refused")
+    registered, responses = produce_registering(
+        broker, [txn_request(d, 0, "zombie", epoch=stale)], registering(d, 0, epoch=stale)
+    )
+    assert registered is not None
+    assert registered.error_code == KafkaError.PRODUCER_FENCED
+    assert [r.error_code for r in responses] == [KafkaError.PRODUCER_FENCED]
+    registered, responses = produce_registering(
+        broker, [txn_request(d, 9, "nowhere")], registering(d, 9)
+    )
+    assert registered is not None
+    assert [r.error_code for r in responses] == [KafkaError.UNKNOWN_TOPIC_OR_PARTITION]
+    assert events(broker, "refused") == before
+    assert stored(broker) == []
+
+
+def test_a_failed_request_registers_nothing(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = TxnDriver(broker, "atomic")
+    assert d.init() == 0
+
+    def broken_copy(*_: Any) -> None:
+        raise RuntimeError("COPY failed")
+
+    monkeypatch.setattr(append, "copy_payload", broken_copy)
+    with pytest.raises(RuntimeError):
+        produce_registering(broker, [txn_request(d, 0, "x")], registering(d, 0))
+    assert state_of(broker, "atomic") == m.EMPTY
+    assert events(broker, "atomic")[-1] != "AddPartitionsToTxn"
+
+
+def lost_connection() -> OperationalError:
+    return OperationalError(
+        "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
+    )
+
+
+def test_one_record_transaction_takes_three_commits(db_url: str, broker: Broker) -> None:
+    producer = Producer({"database.url": db_url, "transactional.id": "three", "linger.ms": 0})
+    try:
+        producer.init_transactions()
+        commits = 0
+
+        def count(*_: Any) -> None:
+            nonlocal commits
+            commits += 1
+
+        event.listen(producer.broker.engine, "commit", count)
+        for i in range(3):
+            producer.begin_transaction()
+            producer.produce("t", str(i), partition=i)
+            producer.commit_transaction()
+        # Produce with its registration; PREPARE; markers and COMPLETE.
+        assert commits == 9
+    finally:
+        producer.close()
+    assert [read_values(broker, "t", p) for p in range(3)] == [["0"], ["1"], ["2"]]
+
+
+@pytest.mark.parametrize("reached", [True, False])
+def test_registration_lost_with_the_connection_then_abort(
+    db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch, reached: bool
+) -> None:
+    """The registering request's answer is lost every time (``reached``: it committed),
+    until the batch times out: aborting must still leave nothing behind and an identity
+    that works."""
+    real = transactions.produce_registering
+
+    def lose_answer(*args: Any) -> Any:
+        if reached:
+            real(*args)
+        raise lost_connection()
+
+    producer = Producer(
+        {"database.url": db_url, "transactional.id": "lost", "linger.ms": 0,
+         "retry.backoff.ms": 5, "message.timeout.ms": 300}
+    )  # fmt: skip
+    try:
+        producer.init_transactions()
+        monkeypatch.setattr(transactions, "produce_registering", lose_answer)
+        failed: list[Any] = []
+        producer.begin_transaction()
+        producer.produce("t", "lost", partition=0, on_delivery=lambda e, m: failed.append(e))
+        with pytest.raises(KafkaException):
+            producer.commit_transaction()
+        assert len(failed) == 1 and failed[0] is not None
+        producer.abort_transaction()
+        assert state_of(broker, "lost") == (m.COMPLETE_ABORT if reached else m.EMPTY)
+        monkeypatch.setattr(transactions, "produce_registering", real)
+        producer.begin_transaction()
+        producer.produce("t", "next", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert read_values(broker, "t", 0) == ["next"]
