@@ -403,74 +403,124 @@ def end_to_end_latency(url: str, samples: int) -> tuple[float, float]:
 
 # ---------------------------------------------------------------- the run
 
+# The sections of a run, in order. ``--only`` takes a comma-separated list of them, or of
+# groups (``core``: every section but the cleaner's and Spark's); without it, every section
+# runs but Spark's, which ``--spark`` adds.
+CORE_SECTIONS = (
+    "handler",
+    "client1000",
+    "client100",
+    "parallel",
+    "transactional",
+    "small-txns",
+    "aborts",
+    "latency",
+)
+SECTIONS = (*CORE_SECTIONS, "cleaner", "spark")
+GROUPS = {"core": CORE_SECTIONS}
 
 Add = Callable[..., None]
+Wanted = Callable[[str], bool]
 
 
-def core_cases(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:
-    """Every figure but Spark's, each case on a fresh database."""
+def chosen_sections(only: str | None, spark: bool) -> set[str]:
+    """The sections ``--only`` (and ``--spark``) select; exits on an unknown name."""
+    if not only:
+        names = set(SECTIONS) - {"spark"}
+    else:
+        names = set()
+        for name in filter(None, (n.strip() for n in only.split(","))):
+            if name in GROUPS:
+                names.update(GROUPS[name])
+            elif name in SECTIONS:
+                names.add(name)
+            else:
+                choices = ", ".join((*GROUPS, *SECTIONS))
+                raise SystemExit(f"unknown --only section {name!r} (choose from {choices})")
+    if spark:
+        names.add("spark")
+    return names
+
+
+def core_cases(
+    server: str, args: argparse.Namespace, results: dict[str, Any], add: Add, wanted: Wanted
+) -> None:
+    """Every figure but the cleaner's and Spark's, each case on a fresh database."""
     n = args.records
     data = rows(n)
-    with console.status("raw COPY and idempotent produce"), fresh_database(server) as url:
-        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
-        results["raw_copy_rows_per_s"] = n / copy_s
-        batched_s = best_of(args.repeats, lambda: raw_copy_batched(url, data, 1000))
-        add("raw COPY, one commit per 1000 rows / raw COPY", copy_s / batched_s, "{:.2f}")
-        handler_s = handler_produce(url, data, 1000)
-        add("handler produce (batch 1000) / raw COPY", copy_s / handler_s, "{:.2f}", ">= 0.5")
-        add(
-            "handler produce (batch 1000) / raw COPY, one commit per 1000 rows",
-            batched_s / handler_s,
-            "{:.2f}",
-        )
-    with console.status("client produce, batch 1000"), fresh_database(server) as url:
-        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
-        client_s = client_produce(url, data, 1000)
-        add("idempotent Producer (batch 1000) / raw COPY", copy_s / client_s, "{:.2f}", ">= 0.5")
-        results["idempotent_rows_per_s"] = n / client_s
-        sel_s, got = raw_select(url, "c", 0)
-        fetch_s, fetched = fetch_all(url, "c", 0, READ_UNCOMMITTED)
-        assert got == fetched == n
-        add("read_uncommitted fetch / raw SELECT", sel_s / fetch_s, "{:.2f}", ">= 0.5")
-        consume_s = consumer_read(url, "c", n)
-        add("read_committed Consumer / raw SELECT", sel_s / consume_s, "{:.2f}", ">= 0.5")
-    with console.status("client produce, batch 100"), fresh_database(server) as url:
-        copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
-        add(
-            "idempotent Producer (batch 100) / raw COPY",
-            copy_s / client_produce(url, data, 100),
-            "{:.2f}",
-        )
-    with console.status("4 producers on 4 partitions"), fresh_database(server) as url:
-        one = parallel_produce(url, n, 1000, 1)
-    with fresh_database(server) as url:
-        four = parallel_produce(url, n, 1000, 4)
-        add("4 producers x 4 partitions / 1 producer (throughput)", one / four, "{:.2f}")
-    with console.status("transactional produce"), fresh_database(server) as url:
-        idem_s = idempotent_spread(url, data)
-        txn_s, _ = transactional_produce(url, data, 1000)
-        add(
-            "transactional (1000/txn, 4 partitions) / idempotent",
-            idem_s / txn_s,
-            "{:.2f}",
-            ">= 0.85",
-        )
-    with console.status("one-record transactions"), fresh_database(server) as url:
-        tps, commits = small_transactions(url, args.small_txns)
-        add("one-record transactions per second", tps, "{:.0f}")
-        add("DB commits per one-record transaction", commits, "{:.1f}")
-    with console.status("read_committed with 10% aborted"), fresh_database(server) as url:
-        build_log_with_aborts(url, n, 0.1)
-        rc_s, rc_n = fetch_all(url, "ab", 0, READ_COMMITTED)
-        ru_s, ru_n = fetch_all(url, "ab", 0, READ_UNCOMMITTED)
-        assert rc_n < ru_n
-        add(
-            "read_committed fetch (10% aborted) / read_uncommitted", ru_s / rc_s, "{:.2f}", ">= 0.8"
-        )
-    with console.status("end-to-end latency"), fresh_database(server) as url:
-        p50, p99 = end_to_end_latency(url, args.latency_samples)
-        add("commit -> idle read_committed poll p50 (ms)", p50, "{:.1f}")
-        add("commit -> idle read_committed poll p99 (ms)", p99, "{:.1f}")
+    if wanted("handler"):
+        with console.status("raw COPY and idempotent produce"), fresh_database(server) as url:
+            copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+            results["raw_copy_rows_per_s"] = n / copy_s
+            batched_s = best_of(args.repeats, lambda: raw_copy_batched(url, data, 1000))
+            add("raw COPY, one commit per 1000 rows / raw COPY", copy_s / batched_s, "{:.2f}")
+            handler_s = handler_produce(url, data, 1000)
+            add("handler produce (batch 1000) / raw COPY", copy_s / handler_s, "{:.2f}", ">= 0.5")
+            add(
+                "handler produce (batch 1000) / raw COPY, one commit per 1000 rows",
+                batched_s / handler_s,
+                "{:.2f}",
+            )
+    if wanted("client1000"):
+        with console.status("client produce, batch 1000"), fresh_database(server) as url:
+            copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+            client_s = client_produce(url, data, 1000)
+            add(
+                "idempotent Producer (batch 1000) / raw COPY", copy_s / client_s, "{:.2f}", ">= 0.5"
+            )
+            results["idempotent_rows_per_s"] = n / client_s
+            sel_s, got = raw_select(url, "c", 0)
+            fetch_s, fetched = fetch_all(url, "c", 0, READ_UNCOMMITTED)
+            assert got == fetched == n
+            add("read_uncommitted fetch / raw SELECT", sel_s / fetch_s, "{:.2f}", ">= 0.5")
+            consume_s = consumer_read(url, "c", n)
+            add("read_committed Consumer / raw SELECT", sel_s / consume_s, "{:.2f}", ">= 0.5")
+    if wanted("client100"):
+        with console.status("client produce, batch 100"), fresh_database(server) as url:
+            copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+            add(
+                "idempotent Producer (batch 100) / raw COPY",
+                copy_s / client_produce(url, data, 100),
+                "{:.2f}",
+            )
+    if wanted("parallel"):
+        with console.status("4 producers on 4 partitions"), fresh_database(server) as url:
+            one = parallel_produce(url, n, 1000, 1)
+        with fresh_database(server) as url:
+            four = parallel_produce(url, n, 1000, 4)
+            add("4 producers x 4 partitions / 1 producer (throughput)", one / four, "{:.2f}")
+    if wanted("transactional"):
+        with console.status("transactional produce"), fresh_database(server) as url:
+            idem_s = idempotent_spread(url, data)
+            txn_s, _ = transactional_produce(url, data, 1000)
+            add(
+                "transactional (1000/txn, 4 partitions) / idempotent",
+                idem_s / txn_s,
+                "{:.2f}",
+                ">= 0.85",
+            )
+    if wanted("small-txns"):
+        with console.status("one-record transactions"), fresh_database(server) as url:
+            tps, commits = small_transactions(url, args.small_txns)
+            add("one-record transactions per second", tps, "{:.0f}")
+            add("DB commits per one-record transaction", commits, "{:.1f}")
+    if wanted("aborts"):
+        with console.status("read_committed with 10% aborted"), fresh_database(server) as url:
+            build_log_with_aborts(url, n, 0.1)
+            rc_s, rc_n = fetch_all(url, "ab", 0, READ_COMMITTED)
+            ru_s, ru_n = fetch_all(url, "ab", 0, READ_UNCOMMITTED)
+            assert rc_n < ru_n
+            add(
+                "read_committed fetch (10% aborted) / read_uncommitted",
+                ru_s / rc_s,
+                "{:.2f}",
+                ">= 0.8",
+            )
+    if wanted("latency"):
+        with console.status("end-to-end latency"), fresh_database(server) as url:
+            p50, p99 = end_to_end_latency(url, args.latency_samples)
+            add("commit -> idle read_committed poll p50 (ms)", p50, "{:.1f}")
+            add("commit -> idle read_committed poll p99 (ms)", p99, "{:.1f}")
 
 
 def cleaner_case(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:
@@ -547,11 +597,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
 
-    if args.only in (None, "core"):
-        core_cases(server, args, results, add)
-    if args.only in (None, "cleaner"):
+    sections = chosen_sections(args.only, args.spark)
+    if sections & set(CORE_SECTIONS):
+        core_cases(server, args, results, add, sections.__contains__)
+    if "cleaner" in sections:
         cleaner_case(server, args, results, add)
-    if args.spark or args.only == "spark":
+    if "spark" in sections:
         spark_case(server, args, results, add)
     results["figures"] = figures
     results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
@@ -605,8 +656,6 @@ def main() -> None:
     parser.add_argument("--spark-records", type=int, default=1_000_000)
     parser.add_argument(
         "--only",
-        choices=["core", "cleaner", "spark"],
-        help="run only this case (e.g. to iterate on Spark without the other figures)",
     )
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results.json")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown too")

@@ -664,3 +664,26 @@ def test_abort_before_anything_was_sent_ends_locally(
     p.produce("alpha", b"later", partition=0)
     p.commit_transaction()
     assert read_to_end(db_url, [("alpha", 0)])[("alpha", 0)] == [(0, b"later")]
+
+
+def test_records_timing_out_unsent_make_the_transaction_abortable(
+    db_url: str, topics: dict[str, int], clients: list[Any]
+) -> None:
+    """A record that expires before it is sent never reaches the coordinator, so without
+    this the commit would end an empty transaction and succeed: the record would be lost
+    with the transaction reported committed (the process paused past message.timeout.ms)."""
+    p = txn_producer(db_url, clients, "expire", **{"transaction.timeout.ms": 1000})
+    p.init_transactions()
+    reports: list[KafkaError | None] = []
+    p.begin_transaction()
+    with p._accumulator.lock:  # the sender cannot form a batch: as if the process were paused
+        p.produce("alpha", b"lost?", partition=0, on_delivery=lambda e, m: reports.append(e))
+        time.sleep(1.2)
+    err = expect_error(lambda: p.commit_transaction(10))
+    assert err.code() == KafkaError._MSG_TIMED_OUT and err.txn_requires_abort()
+    assert [e.code() if e else None for e in reports] == [KafkaError._MSG_TIMED_OUT]
+    p.abort_transaction(10)
+    p.begin_transaction()
+    p.produce("alpha", b"kept", partition=0)
+    p.commit_transaction(10)
+    assert read_to_end(db_url, [("alpha", 0)])[("alpha", 0)] == [(0, b"kept")]

@@ -24,19 +24,18 @@ DeliveryCallback = Callable[[KafkaError | None, Any], Any]
 
 @dataclass(slots=True)
 class PendingRecord:
-    """One produced record from ``produce()`` until its delivery report is queued."""
+    """One produced record from ``produce()`` until its delivery report is served.
 
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    headers: list[Header]
-    stored_headers: list[dict[str, Any]] | None
+    ``record`` is already what the Produce handler takes (headers encoded for storage), so
+    forming a request costs no per-record work; ``headers`` are the caller's, for the
+    delivery report's Message.
+    """
+
+    record: RecordIn
+    headers: list[Header] | None
     on_delivery: DeliveryCallback | None
     enqueued: float
     size: int
-
-    def record_in(self) -> RecordIn:
-        return RecordIn(self.key, self.value, self.timestamp, self.stored_headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,22 +65,26 @@ class Batch:
     # Set after a lost connection: the batch may already be in the log.
     ambiguous: bool = False
     last_error: KafkaError | None = None
+    # Built on the first attempt; every retry sends the very same request.
+    _request: ProduceRequest | None = None
 
     @property
     def first_enqueued(self) -> float:
         return self.records[0].enqueued
 
     def request(self) -> ProduceRequest:
-        return ProduceRequest(
-            topic=self.topic,
-            partition=self.partition,
-            records=[r.record_in() for r in self.records],
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            base_sequence=self.base_sequence,
-            transactional_id=self.transactional_id,
-            is_transactional=self.is_transactional,
-        )
+        if self._request is None:
+            self._request = ProduceRequest(
+                topic=self.topic,
+                partition=self.partition,
+                records=[r.record for r in self.records],
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=self.base_sequence,
+                transactional_id=self.transactional_id,
+                is_transactional=self.is_transactional,
+            )
+        return self._request
 
 
 @dataclass(slots=True)
@@ -114,35 +117,62 @@ class BatchLimits:
 class RecordAccumulator:
     """The queues shared by ``produce()`` callers and the sender thread, under one lock.
 
-    ``cond`` is public so the sender can wait on it for new work.
+    ``cond`` is public so the sender can wait on it for new work; ``lock`` is its lock,
+    which ``produce()`` takes directly (a Condition's own ``with`` costs a Python call per
+    record).
     """
 
     def __init__(self, limits: BatchLimits) -> None:
         self.limits = limits
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self._queued_records = 0
         self._queued_bytes = 0
         # While positive, batches are sent without waiting for linger.ms (flush, close).
         self.flushing = 0
+        # True while the sender waits on ``cond``: only then can a new record be news to it.
+        self.sender_waiting = False
 
-    # --- caller side (holding cond) ------------------------------------------------------
+    # --- caller side (holding lock) ------------------------------------------------------
 
     def queued(self) -> tuple[int, int]:
         """(records, bytes) not yet formed into a batch."""
         return self._queued_records, self._queued_bytes
 
-    def append(self, topic: str, partition: int, record: PendingRecord) -> None:
+    def append(self, topic: str, partition: int, record: PendingRecord) -> bool:
+        """Queue a record; returns whether it completed a batch's worth of records or bytes
+        in its partition's queue (the sticky partitioner moves on then, as Kafka's does
+        when a batch fills, however fast records arrive)."""
+        limits = self.limits
         queue = self._queues.get((topic, partition))
         if queue is None:
             queue = self._queues[(topic, partition)] = PartitionQueue()
         queue.records.append(record)
+        before = queue.size
         queue.size += record.size
         self._queued_records += 1
         self._queued_bytes += record.size
-        # Wake the sender when its deadline changes (first record) or a batch is full.
-        if len(queue.records) == 1 or self._full(queue) or self.limits.linger_s <= 0:
+        # Wake a waiting sender when its deadline changes (first record) or a batch is full.
+        # A busy sender looks at every queue again before it waits, so it needs no wake-up:
+        # notifying it per record would cost the caller a Python call each time.
+        if self.sender_waiting and (
+            len(queue.records) == 1 or self._full(queue) or limits.linger_s <= 0
+        ):
+            self.sender_waiting = False  # woken: it looks at every queue before waiting again
             self.cond.notify_all()
+        return (
+            len(queue.records) % limits.max_records == 0
+            or before // limits.max_bytes != queue.size // limits.max_bytes
+        )
+
+    def wait(self, timeout: float | None) -> None:
+        """The sender's wait for work (holding lock)."""
+        self.sender_waiting = True
+        try:
+            self.cond.wait(timeout)
+        finally:
+            self.sender_waiting = False
 
     # --- sender side (holding cond) ------------------------------------------------------
 
@@ -183,14 +213,20 @@ class RecordAccumulator:
         return batches, next_ready
 
     def _take(self, queue: PartitionQueue) -> list[PendingRecord]:
-        records: list[PendingRecord] = []
-        size = 0
-        while queue.records and len(records) < self.limits.max_records:
-            nxt = queue.records[0]
-            if records and size + nxt.size > self.limits.max_bytes:
-                break
-            records.append(queue.records.popleft())
-            size += nxt.size
+        """The next batch's records: up to max_records, within max_bytes (at least one)."""
+        limits = self.limits
+        if len(queue.records) <= limits.max_records and queue.size <= limits.max_bytes:
+            records = list(queue.records)  # the common case: everything, no per-record work
+            queue.records.clear()
+            size = queue.size
+        else:
+            popleft = queue.records.popleft
+            records = [popleft() for _ in range(min(len(queue.records), limits.max_records))]
+            size = sum(r.size for r in records)
+            while size > limits.max_bytes and len(records) > 1:
+                record = records.pop()
+                queue.records.appendleft(record)
+                size -= record.size
         queue.size -= size
         self._queued_records -= len(records)
         self._queued_bytes -= size

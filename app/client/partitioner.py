@@ -87,9 +87,9 @@ class KeylessPartitioner:
     """Sticky choice for records without a key, like Kafka's sticky partitioner (KIP-480).
 
     Spreading keyless records one by one would make every batch tiny; sticking to one
-    partition until its batch is sent keeps batches full while still spreading load over
-    time. Switching only when the caller reports the partition it just sent from means
-    two threads finishing the same batch move the topic on once, not twice.
+    partition until its batch fills or is sent keeps batches full while still spreading
+    load over time. Switching only when the caller reports the partition it just filled or
+    sent from means two threads finishing the same batch move the topic on once, not twice.
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:

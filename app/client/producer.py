@@ -26,11 +26,9 @@ from app.client.batching import (
 )
 from app.client.closing import ClientClosedError
 from app.client.connection import client_broker, retry_connection_loss
-from app.client.delivery import DeliveryReport, DeliveryReports
+from app.client.delivery import DeliveryReports
 from app.client.message import (
-    TIMESTAMP_CREATE_TIME,
     HeadersIn,
-    Message,
     TopicPartition,
     encode_headers,
     normalize_headers,
@@ -42,9 +40,9 @@ from app.client.transactions import Transactions
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException, fail
-from app.log.append import record_size_bytes
+from app.log.copy_records import record_size_bytes
 from app.log.topics import partition_count
-from app.protocol import InitProducerIdRequest
+from app.protocol import InitProducerIdRequest, RecordIn
 from app.storage.engine import resolve_url
 
 R = TypeVar("R")
@@ -56,7 +54,7 @@ class Producer:
     Partition choice follows confluent-kafka: an explicit ``partition`` must exist
     (``KafkaException(_UNKNOWN_PARTITION)`` from ``produce()`` otherwise); keyed records
     go to Kafka's murmur2 partition of the key; keyless records stick to one partition
-    until its batch is sent (KIP-480). Producing to a topic that does not exist is not
+    until its batch fills or is sent (KIP-480). Producing to a topic that does not exist is not
     an exception: the record is accepted and its delivery report carries
     ``UNKNOWN_TOPIC_OR_PARTITION``, as a librdkafka application sees when the broker does
     not auto-create topics, so code that handles delivery errors in one place keeps working.
@@ -85,6 +83,7 @@ class Producer:
         self._request_timeout_s = cfg.get_int("request.timeout.ms") / 1000.0
         self._retry_backoff_s = cfg.get_int("retry.backoff.ms") / 1000.0
         self._transaction_timeout_ms = cfg.get_int("transaction.timeout.ms")
+        self._now_ms = self._broker.clock.now_ms
         timeout_ms = cfg.get_int("message.timeout.ms")
 
         self._keyless = KeylessPartitioner()
@@ -100,7 +99,7 @@ class Producer:
                 linger_s=cfg.get_int("linger.ms") / 1000.0,
             )
         )
-        self._reports = DeliveryReports()
+        self._reports = DeliveryReports(self._accumulator.lock)
         identity = ProducerIdentity()
         if self._idempotent and self.transactional_id is None:
             try:
@@ -188,74 +187,70 @@ class Producer:
     ) -> None:
         """Queue one record; raises BufferError when the local queue is full (serve
         delivery reports with ``poll()`` and try again), KafkaException for a bad argument,
-        an unknown partition or a record above ``message.max.bytes``."""
+        an unknown partition or a record above ``message.max.bytes``.
+
+        This runs once per record on the application's thread, so the common case (bytes
+        or str, no headers, a topic already seen) takes the shortest path: type checks
+        instead of conversions, one small object per record, one lock.
+        """
         if self._closed:
             raise ClientClosedError("Producer")
-        if not isinstance(topic, str) or not topic or "\x00" in topic:
+        # A topic found in the cache was validated when it was first produced to.
+        count = self._partitions.get(topic) if type(topic) is str else None
+        if count is None and (not isinstance(topic, str) or not topic or "\x00" in topic):
             raise fail(KafkaError._INVALID_ARG, "topic must be a non-empty str without NUL")
         if self._txn is not None:
             self._txn.check_can_produce()
-        key_bytes = to_bytes("key", key)
-        value_bytes = to_bytes("value", value)
-        header_list = normalize_headers(headers)
+        if key is not None and type(key) is not bytes:
+            key = to_bytes("key", key)
+        if value is not None and type(value) is not bytes:
+            value = to_bytes("value", value)
+        header_list = normalize_headers(headers) if headers is not None else None
         stored = encode_headers(header_list) if header_list else None
         # Sized as the broker sizes it, so a batch the client forms is never refused as too big.
-        size = record_size_bytes(key_bytes, value_bytes, stored)
+        size = record_size_bytes(key, value, stored)
         if size > self._max_message_bytes:
             raise fail(
                 KafkaError.MSG_SIZE_TOO_LARGE,
                 f"record of {size} bytes exceeds message.max.bytes={self._max_message_bytes}",
             )
-        if timestamp < 0:
-            raise fail(KafkaError._INVALID_ARG, f"invalid timestamp {timestamp}")
+        if timestamp <= 0:
+            if timestamp < 0:
+                raise fail(KafkaError._INVALID_ARG, f"invalid timestamp {timestamp}")
+            timestamp = self._now_ms()
         record = PendingRecord(
-            key=key_bytes,
-            value=value_bytes,
-            timestamp=timestamp or self._broker.clock.now_ms(),
-            headers=header_list,
-            stored_headers=stored,
-            on_delivery=on_delivery or callback,
-            enqueued=time.monotonic(),
-            size=size,
+            RecordIn(key, value, timestamp, stored),
+            header_list or None,
+            on_delivery or callback,
+            time.monotonic(),
+            size,
         )
-        count = self._partition_count(topic)
         if count is None:
-            self._reject_unknown_topic(topic, partition, record)
-            return
+            count = self._partition_count(topic)
+            if count is None:
+                self._reject_unknown_topic(topic, partition, record)
+                return
         if partition is None or partition < 0:
-            partition = choose_partition(
-                self._partitioner_name, key_bytes, topic, count, self._keyless
-            )
+            partition = choose_partition(self._partitioner_name, key, topic, count, self._keyless)
         elif partition >= count:
             raise fail(
                 KafkaError._UNKNOWN_PARTITION,
                 f"partition {partition} does not exist: {topic!r} has {count} partitions",
             )
-        with self._accumulator.cond:
-            queued = len(self._reports)
-            if queued >= self._queue_max_messages or (
-                queued and self._accumulator.queued()[1] + size > self._queue_max_bytes
-            ):
+        accumulator = self._accumulator
+        with accumulator.lock:
+            if (
+                accumulator.queued()[1] + size > self._queue_max_bytes and len(self._reports)
+            ) or not self._reports.accept(self._queue_max_messages):
                 raise BufferError("Local: Queue full")
-            self._reports.accepted()
-            self._accumulator.append(topic, partition, record)
+            filled = accumulator.append(topic, partition, record)
+        if filled:
+            self._keyless.batch_sent(topic, partition, count)
 
     def _reject_unknown_topic(self, topic: str, partition: int, record: PendingRecord) -> None:
         error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
-        message = Message(
-            topic=topic,
-            partition=partition,
-            offset=-1,
-            key=record.key,
-            value=record.value,
-            headers=record.headers or None,
-            timestamp=record.timestamp,
-            timestamp_type=TIMESTAMP_CREATE_TIME,
-            error=error,
-            latency=0.0,
-        )
         self._reports.accepted()
-        self._reports.push([DeliveryReport(record.on_delivery, error, message)])
+        self._reports.push_one(topic, partition, [record], -1, error)
 
     # --- serving delivery reports ---------------------------------------------------------
 

@@ -14,8 +14,9 @@ batches itself: ``transactional_id``/``is_transactional`` stamp the batches form
 transaction is open; ``send_together`` sends the ready batches, and the transaction manager
 replaces it to register their new partitions with the transaction in the same request
 (``before_send`` does that with AddPartitionsToTxn when a replaced handler takes batches
-one at a time); ``on_batch_failed`` hears of batches that failed for good (to move the
-transaction to an abortable state).
+one at a time); ``on_batch_failed`` and ``on_records_expired`` hear of batches that failed
+for good and of records that timed out before they were sent (either moves the transaction
+to an abortable state: a commit must never succeed without them).
 """
 
 from __future__ import annotations
@@ -26,15 +27,9 @@ import time
 from collections.abc import Callable
 
 from app.broker import Broker
-from app.client.batching import (
-    Batch,
-    PendingRecord,
-    ProducerIdentity,
-    RecordAccumulator,
-)
+from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
 from app.client.connection import is_connection_error
-from app.client.delivery import DeliveryReport, DeliveryReports
-from app.client.message import TIMESTAMP_CREATE_TIME, Message
+from app.client.delivery import DeliveryReports, Outcome
 from app.errors import KafkaError
 from app.log.append import produce as produce_handler
 from app.log.append import produce_many
@@ -48,29 +43,6 @@ SendTogether = Callable[[list[Batch]], list[ProduceResponse | KafkaError]]
 # Returns, per (topic, partition) that could not be prepared, the error to retry or fail with.
 BeforeSend = Callable[[list[Batch]], dict[tuple[str, int], KafkaError]]
 BatchFailed = Callable[[Batch, KafkaError], None]
-
-
-def report_for(
-    topic: str,
-    partition: int,
-    record: PendingRecord,
-    offset: int,
-    error: KafkaError | None,
-    now: float,
-) -> DeliveryReport:
-    message = Message(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=record.key,
-        value=record.value,
-        headers=record.headers or None,
-        timestamp=record.timestamp,
-        timestamp_type=TIMESTAMP_CREATE_TIME,
-        error=error,
-        latency=now - record.enqueued,
-    )
-    return DeliveryReport(record.on_delivery, error, message)
 
 
 class Sender:
@@ -113,6 +85,7 @@ class Sender:
         self.is_transactional = False
         self.before_send: BeforeSend | None = None
         self.on_batch_failed: BatchFailed | None = None
+        self.on_records_expired: Callable[[KafkaError], None] | None = None
 
         self._needs_identity = False
         self._stopping = False
@@ -168,10 +141,12 @@ class Sender:
                     )
                 if expired or retries or fresh:
                     break
-                acc.cond.wait(self._wait_time(now, next_ready))
+                acc.wait(self._wait_time(now, next_ready))
         if expired:
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
-            self.reports.push([report_for(t, p, r, -1, timed_out, now) for t, p, r in expired])
+            if self.on_records_expired is not None:
+                self.on_records_expired(timed_out)  # before the reports can be served
+            self.reports.push([Outcome(t, p, [r], -1, timed_out, now) for t, p, r in expired])
         if self._needs_identity:
             self._renew_identity()
             return True
@@ -290,27 +265,22 @@ class Sender:
             batch.next_attempt = retry_at
 
     def _succeed(self, batch: Batch, base_offset: int) -> None:
-        now = time.monotonic()
-        reports = [
-            report_for(batch.topic, batch.partition, r, base_offset + i, None, now)
-            for i, r in enumerate(batch.records)
-        ]
+        outcome = Outcome(
+            batch.topic, batch.partition, batch.records, base_offset, None, time.monotonic()
+        )
         with self.accumulator.cond:
             self.accumulator.complete(batch)
-        self.reports.push(reports)
+        self.reports.push([outcome])
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
-        now = time.monotonic()
-        reports = [
-            report_for(batch.topic, batch.partition, r, -1, error, now) for r in batch.records
-        ]
+        outcome = Outcome(batch.topic, batch.partition, batch.records, -1, error, time.monotonic())
         if self.on_batch_failed is not None:
             self.on_batch_failed(batch, error)
         with self.accumulator.cond:
             if batch.producer_id >= 0 and self.identity_provider is not None:
                 self._needs_identity = True
             self.accumulator.complete(batch)
-        self.reports.push(reports)
+        self.reports.push([outcome])
 
     def _renew_identity(self) -> None:
         assert self.identity_provider is not None
@@ -329,13 +299,12 @@ class Sender:
         """Called holding the lock when stopping: report everything unsent as _DESTROY."""
         acc = self.accumulator
         destroyed = KafkaError(KafkaError._DESTROY, "Local: Producer closed before delivery")
-        reports = [
-            report_for(t, p, r, -1, destroyed, now) for t, p, r in acc.expire(now, float("-inf"))
+        outcomes = [
+            Outcome(t, p, [r], -1, destroyed, now) for t, p, r in acc.expire(now, float("-inf"))
         ]
         for batch in acc.in_flight():
-            reports.extend(
-                report_for(batch.topic, batch.partition, r, -1, destroyed, now)
-                for r in batch.records
+            outcomes.append(
+                Outcome(batch.topic, batch.partition, batch.records, -1, destroyed, now)
             )
             acc.complete(batch)
-        self.reports.push(reports)
+        self.reports.push(outcomes)

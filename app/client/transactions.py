@@ -19,9 +19,9 @@ from app.broker import Broker
 from app.client import txn_manager as tm
 from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
 from app.client.connection import is_connection_error
-from app.client.delivery import DeliveryReports
+from app.client.delivery import DeliveryReports, Outcome
 from app.client.message import TopicPartition
-from app.client.sender import Sender, report_for
+from app.client.sender import Sender
 from app.coordinator import background
 from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, end_txn
 from app.coordinator.producer_id import init_producer_id
@@ -100,6 +100,7 @@ class Transactions:
         sender.before_send = self._before_send
         sender.send_together = self._send_together
         sender.on_batch_failed = self._on_batch_failed
+        sender.on_records_expired = self._on_records_expired
 
     # ------------------------------------------------------------ requests with retries
     def _call(self, fn: Callable[[], R], code_of: Callable[[R], int], timeout: float | None) -> R:
@@ -281,7 +282,7 @@ class Transactions:
         purged = KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue (transaction aborted)")
         with self.accumulator.cond:
             pending = self.accumulator.expire(now, float("-inf"))
-        self.reports.push([report_for(t, p, r, -1, purged, now) for t, p, r in pending])
+        self.reports.push([Outcome(t, p, [r], -1, purged, now) for t, p, r in pending])
 
     # ------------------------------------------------------------ sender seams
     def _before_send(self, batches: list[Batch]) -> dict[tuple[str, int], KafkaError]:
@@ -345,6 +346,12 @@ class Transactions:
 
     def _on_batch_failed(self, batch: Batch, error: KafkaError) -> None:
         if batch.is_transactional and self.manager.state in (tm.IN_TRANSACTION, tm.COMMITTING):
+            self.manager.fail(error)
+
+    def _on_records_expired(self, error: KafkaError) -> None:
+        """Unsent records only exist inside a transaction (abort purges them, commit flushes
+        them first), so records timing out belong to the open one: it must not commit."""
+        if self.manager.state in (tm.IN_TRANSACTION, tm.COMMITTING):
             self.manager.fail(error)
 
     def close(self) -> None:

@@ -5,24 +5,27 @@ partition): lock the partition row, read the producer's state, decide (pure rule
 ``producer_state``), COPY the rows, advance the partition and the producer state, COMMIT.
 The lock is held to COMMIT, so offsets are gapless and become visible in order. A
 duplicate batch writes nothing and answers with its original offsets.
+
+Per batch, the COPY payload is built in bulk (``copy_records``) and the lock and the
+advance run on psycopg directly (``partition_lock``): this is the hot path of every
+producer.
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from psycopg.types.string import BytesBinaryDumper
-from sqlalchemy import Connection, Row
+from sqlalchemy import Connection
 
 from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log import sql
+from app.log.copy_records import Columns, encode_batch, record_size_bytes
 from app.log.lso import lso_after_append
+from app.log.partition_lock import advance_partition, driver_connection, lock_partition
 from app.log.producer_state import (
     BatchMeta,
-    ProducerEntry,
     apply_append,
     increment_sequence,
     is_expired,
@@ -34,32 +37,20 @@ from app.protocol import (
     AddPartitionsToTxnResponse,
     ProduceRequest,
     ProduceResponse,
-    RecordIn,
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.engine import retry_conflicts
 
+__all__ = ["check_request", "produce", "produce_many", "produce_registering", "record_size_bytes"]
+
 if TYPE_CHECKING:
     from app.coordinator.metadata import TxnMetadata
 
-RECORD_OVERHEAD_BYTES = 24
 
-
-def record_size_bytes(
-    key: bytes | None, value: bytes | None, headers: list[dict[str, Any]] | None
-) -> int:
-    """An estimate of one record's wire size, for ``message.max.bytes`` checks."""
-    size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
-    return size + len(json.dumps(headers)) if headers else size
-
-
-def batch_size_bytes(records: list[RecordIn]) -> int:
-    return sum(record_size_bytes(r.key, r.value, r.headers) for r in records)
-
-
-def check_request(req: ProduceRequest, max_bytes: int) -> None:
-    """Shape rules a batch must meet before it touches the database."""
+def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
+    """Shape rules a batch must meet before it touches the database; returns the batch's
+    columns for the COPY."""
     if not req.records:
         raise fail(KafkaError.INVALID_RECORD, "a produce batch needs at least one record")
     if req.partition < 0:
@@ -74,95 +65,28 @@ def check_request(req: ProduceRequest, max_bytes: int) -> None:
             KafkaError.INVALID_TXN_STATE,
             "a transactional batch needs a producer id and a transactional id",
         )
-    size = batch_size_bytes(req.records)
+    columns = Columns(req.records)
+    size = columns.size_bytes()
     if size > max_bytes:
         raise fail(
             KafkaError.MSG_SIZE_TOO_LARGE,
             f"batch of {size} bytes exceeds message.max.bytes={max_bytes}",
         )
+    return columns
 
 
-def entry_from_row(row: Row[Any]) -> ProducerEntry | None:
-    if row.s_producer_id is None:
-        return None
-    return ProducerEntry(
-        producer_id=row.s_producer_id,
-        producer_epoch=row.s_producer_epoch,
-        last_sequence=row.s_last_sequence,
-        last_offset=row.s_last_offset,
-        last_timestamp=row.s_last_timestamp,
-        batches=tuple(BatchMeta.from_json(b) for b in row.s_batches),
-        coordinator_epoch=row.s_coordinator_epoch,
-        txn_first_offset=row.s_txn_first_offset,
-    )
-
-
-def entry_params(topic: str, partition: int, entry: ProducerEntry) -> dict[str, Any]:
-    return {
-        "topic": topic,
-        "partition": partition,
-        "producer_id": entry.producer_id,
-        "producer_epoch": entry.producer_epoch,
-        "last_sequence": entry.last_sequence,
-        "last_offset": entry.last_offset,
-        "last_timestamp": entry.last_timestamp,
-        "batches": json.dumps([b.to_json() for b in entry.batches]),
-        "coordinator_epoch": entry.coordinator_epoch,
-        "txn_first_offset": entry.txn_first_offset,
-    }
-
-
-def copy_rows(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+def copy_payload(conn: Connection, payload: bytes) -> None:
     """Binary COPY inside the handler's transaction (never one INSERT per record)."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    # Without this, bytea goes through DB-API's Binary dumper, written in Python.
-    raw.adapters.register_dumper(bytes, BytesBinaryDumper)
-    with raw.cursor() as cur, cur.copy(sql.COPY_RECORDS) as copy:
-        copy.set_types(list(sql.RECORD_TYPES))
-        for row in rows:
-            copy.write_row(row)
-
-
-def build_rows(
-    req: ProduceRequest, base_offset: int, now_ms: int
-) -> tuple[list[tuple[Any, ...]], int]:
-    """Rows for COPY, and the batch's max timestamp (0 or negative means 'now')."""
-    rows = []
-    max_ts = -1
-    idempotent = req.producer_id != NO_PRODUCER_ID
-    seq = req.base_sequence if idempotent else -1
-    for i, r in enumerate(req.records):
-        ts = r.timestamp if r.timestamp > 0 else now_ms
-        max_ts = max(max_ts, ts)
-        rows.append(
-            (
-                req.topic,
-                req.partition,
-                base_offset + i,
-                ts,
-                r.key,
-                r.value,
-                r.headers,
-                req.producer_id,
-                req.producer_epoch,
-                increment_sequence(seq, i) if idempotent else -1,
-                base_offset,
-                req.is_transactional,
-                False,
-                None,
-                None,
-            )
-        )
-    return rows, max_ts
+    with driver_connection(conn).cursor() as cur, cur.copy(sql.COPY_RECORDS) as copy:
+        copy.write(payload)
 
 
 @retry_conflicts
 def produce(broker: Broker, req: ProduceRequest) -> ProduceResponse:
     try:
-        check_request(req, broker.settings.message_max_bytes)
+        columns = check_request(req, broker.settings.message_max_bytes)
         with broker.engine.begin() as conn:
-            return _append(broker, conn, req)
+            return _append(broker, conn, req, columns)
     except KafkaException as exc:
         return ProduceResponse(exc.error.code(), error_message=exc.error.str())
 
@@ -191,14 +115,13 @@ def produce_registering(
     partitions are answered with its error and write nothing.
     """
     responses: dict[int, ProduceResponse] = {}
-    valid: list[int] = []
+    columns: dict[int, Columns] = {}
     for i, req in enumerate(requests):
         try:
-            check_request(req, broker.settings.message_max_bytes)
-            valid.append(i)
+            columns[i] = check_request(req, broker.settings.message_max_bytes)
         except KafkaException as exc:
             responses[i] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
-    valid.sort(key=lambda i: (requests[i].topic, requests[i].partition))
+    valid = sorted(columns, key=lambda i: (requests[i].topic, requests[i].partition))
     loaded: dict[str, TxnMetadata | None] = {}
     registered = None
     with broker.engine.begin() as conn:
@@ -216,7 +139,7 @@ def produce_registering(
                 valid = [i for i in valid if i not in responses]
         for i in valid:
             try:
-                responses[i] = _append(broker, conn, requests[i], loaded)
+                responses[i] = _append(broker, conn, requests[i], columns[i], loaded)
             except KafkaException as exc:
                 responses[i] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
     return registered, [responses[i] for i in range(len(requests))]
@@ -226,11 +149,13 @@ def _append(
     broker: Broker,
     conn: Connection,
     req: ProduceRequest,
+    columns: Columns,
     loaded: dict[str, TxnMetadata | None] | None = None,
 ) -> ProduceResponse:
     """Append one batch in the caller's DB transaction; raises KafkaException for a
-    refusal, always before writing anything. ``loaded``: transactional metadata already
-    read FOR SHARE in this DB transaction, by id."""
+    refusal, always before writing anything. ``columns``: the batch as ``check_request``
+    transposed it; ``loaded``: transactional metadata already read FOR SHARE in this DB
+    transaction, by id."""
     authorize_all(conn, broker, needs.produce(req.topic, req.transactional_id))
     if req.is_transactional:
         from app.coordinator.guard import check_produce, load_for_produce
@@ -240,29 +165,31 @@ def _append(
         if req.transactional_id not in cache:
             cache[req.transactional_id] = load_for_produce(conn, req.transactional_id)
         check_produce(cache[req.transactional_id], req)
-    row = conn.execute(
-        sql.LOCK_PARTITION,
-        {"topic": req.topic, "partition": req.partition, "producer_id": req.producer_id},
-    ).first()
+    row = lock_partition(conn, req.topic, req.partition, req.producer_id)
     if row is None:
         raise fail(
             KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} [{req.partition}] does not exist"
         )
     base_offset = row.next_offset
-    rows, max_ts = build_rows(req, base_offset, broker.clock.now_ms())
-    next_offset = base_offset + len(rows)
-    params = {"topic": req.topic, "partition": req.partition, "next_offset": next_offset}
+    count = len(columns)
+    next_offset = base_offset + count
+    timestamps = columns.stamped(broker.clock.now_ms())
+    max_ts = max(timestamps)
 
     if req.producer_id == NO_PRODUCER_ID:
         lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn=False)
-        copy_rows(conn, rows)
-        conn.execute(sql.ADVANCE_PARTITION, {**params, "last_stable_offset": lso})
+        payload = encode_batch(
+            req.topic, req.partition, base_offset, columns, timestamps,
+            NO_PRODUCER_ID, req.producer_epoch, -1, req.is_transactional,
+        )  # fmt: skip
+        copy_payload(conn, payload)
+        advance_partition(conn, req.topic, req.partition, next_offset, lso)
         return ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset)
 
-    entry = entry_from_row(row)
+    entry = row.producer_entry()
     if entry is not None and is_expired(entry, max_ts, broker.settings.producer_id_expiration_ms):
         entry = None
-    last_seq = increment_sequence(req.base_sequence, len(rows) - 1)
+    last_seq = increment_sequence(req.base_sequence, count - 1)
     verdict = validate_append(
         entry, req.producer_epoch, req.base_sequence, last_seq, req.is_transactional
     )
@@ -282,10 +209,11 @@ def _append(
         entry, req.producer_id, req.producer_epoch, batch, max_ts, req.is_transactional
     )
     lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn)
-    copy_rows(conn, rows)
+    payload = encode_batch(
+        req.topic, req.partition, base_offset, columns, timestamps,
+        req.producer_id, req.producer_epoch, req.base_sequence, req.is_transactional,
+    )  # fmt: skip
+    copy_payload(conn, payload)
     crash_point("append.after_copy")
-    conn.execute(
-        sql.ADVANCE_PARTITION_AND_UPSERT_PRODUCER,
-        {**entry_params(req.topic, req.partition, new_entry), **params, "last_stable_offset": lso},
-    )
+    advance_partition(conn, req.topic, req.partition, next_offset, lso, new_entry)
     return ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset)

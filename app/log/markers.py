@@ -18,12 +18,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row
+from sqlalchemy import Connection
 
 from app.errors import KafkaError, fail
 from app.log import sql
-from app.log.append import entry_from_row
 from app.log.lso import lso_after_marker
+from app.log.partition_lock import PartitionRow
 from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -93,7 +93,7 @@ def write_txn_markers(
             raise fail(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist"
             )
-        entry = entry_from_row(row)
+        entry = row.producer_entry()
         verdict = validate_marker(entry, producer_epoch, coordinator_epoch)
         if not verdict.ok:
             raise fail(verdict.error_code, verdict.message)
@@ -124,8 +124,9 @@ def write_txn_markers(
 
 def _lock(
     conn: Connection, wanted: list[TopicPartition], producer_id: int
-) -> dict[TopicPartition, Row[Any]]:
-    """Lock the partition rows in sorted order; each with the producer's state on it."""
+) -> dict[TopicPartition, PartitionRow]:
+    """Lock the partition rows in sorted order; each with the producer's state on it, as
+    the Produce handler's lock reads it (the columns after topic and partition)."""
     result = conn.execute(
         sql.LOCK_PARTITIONS,
         {
@@ -134,7 +135,7 @@ def _lock(
             "producer_id": producer_id,
         },
     )
-    return {(row.topic, row.partition): row for row in result}
+    return {(row.topic, row.partition): PartitionRow(*row[2:]) for row in result}
 
 
 def _first_other_open_txns(

@@ -10,47 +10,37 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-RECORD_COLUMNS = (
+# The columns of a produce's binary COPY, in the order ``app.log.copy_records`` writes
+# them: first the fields that are the same for the whole batch (and headers, NULL in most
+# batches), then a record's integers side by side, so one struct call packs them, then key
+# and value.
+COPY_RECORD_COLUMNS = (
     "topic",
     "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "value",
-    "headers",
     "producer_id",
     "producer_epoch",
-    "sequence",
     "batch_base_offset",
     "is_transactional",
     "is_control",
     "control_type",
     "coordinator_epoch",
-)
-RECORD_TYPES = (
-    "text",
-    "int4",
-    "int8",
-    "int8",
-    "bytea",
-    "bytea",
-    "jsonb",
-    "int8",
-    "int2",
-    "int4",
-    "int8",
-    "bool",
-    "bool",
-    "int2",
-    "int4",
+    "headers",
+    "offset",
+    "timestamp",
+    "sequence",
+    "key",
+    "value",
 )
 COPY_RECORDS = "COPY records ({}) FROM STDIN (FORMAT BINARY)".format(
-    ", ".join(f'"{c}"' for c in RECORD_COLUMNS)
+    ", ".join(f'"{c}"' for c in COPY_RECORD_COLUMNS)
 )
 
+# The Produce handler's lock and advance, below, run on the psycopg connection directly
+# (``app.log.partition_lock``), with psycopg's placeholders: they run once per batch on the
+# produce path, where SQLAlchemy's per-statement work shows.
+
 # The partition row lock, and the producer's state read in the same round trip.
-LOCK_PARTITION = text(
-    """
+LOCK_PARTITION = """
     SELECT p.next_offset, p.log_start_offset, p.last_stable_offset,
            s.producer_id AS s_producer_id, s.producer_epoch AS s_producer_epoch,
            s.last_sequence AS s_last_sequence, s.last_offset AS s_last_offset,
@@ -58,30 +48,27 @@ LOCK_PARTITION = text(
            s.coordinator_epoch AS s_coordinator_epoch, s.txn_first_offset AS s_txn_first_offset
     FROM partitions p
     LEFT JOIN producer_states s
-      ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = :producer_id
-    WHERE p.topic = :topic AND p.partition = :partition
+      ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = %(producer_id)s
+    WHERE p.topic = %(topic)s AND p.partition = %(partition)s
     FOR UPDATE OF p
-    """
-)
+"""
 
-ADVANCE_PARTITION = text(
-    """
-    UPDATE partitions SET next_offset = :next_offset, last_stable_offset = :last_stable_offset
-    WHERE topic = :topic AND partition = :partition
-    """
-)
+ADVANCE_PARTITION = """
+    UPDATE partitions SET next_offset = %(next_offset)s, last_stable_offset = %(last_stable_offset)s
+    WHERE topic = %(topic)s AND partition = %(partition)s
+"""
 
-ADVANCE_PARTITION_AND_UPSERT_PRODUCER = text(
-    """
+ADVANCE_PARTITION_AND_UPSERT_PRODUCER = """
     WITH advanced AS (
-        UPDATE partitions SET next_offset = :next_offset, last_stable_offset = :last_stable_offset
-        WHERE topic = :topic AND partition = :partition
+        UPDATE partitions SET next_offset = %(next_offset)s, last_stable_offset = %(last_stable_offset)s
+        WHERE topic = %(topic)s AND partition = %(partition)s
     )
     INSERT INTO producer_states AS s
         (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
          last_timestamp, batches, coordinator_epoch, txn_first_offset)
-    VALUES (:topic, :partition, :producer_id, :producer_epoch, :last_sequence, :last_offset,
-            :last_timestamp, CAST(:batches AS jsonb), :coordinator_epoch, :txn_first_offset)
+    VALUES (%(topic)s, %(partition)s, %(producer_id)s, %(producer_epoch)s, %(last_sequence)s,
+            %(last_offset)s, %(last_timestamp)s, CAST(%(batches)s AS jsonb), %(coordinator_epoch)s,
+            %(txn_first_offset)s)
     ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
         producer_epoch = EXCLUDED.producer_epoch,
         last_sequence = EXCLUDED.last_sequence,
@@ -90,12 +77,12 @@ ADVANCE_PARTITION_AND_UPSERT_PRODUCER = text(
         batches = EXCLUDED.batches,
         coordinator_epoch = EXCLUDED.coordinator_epoch,
         txn_first_offset = EXCLUDED.txn_first_offset
-    """
-)
+"""
 
 # Markers, set-based: every partition of a transaction in three statements, whatever their
 # number. The partition rows are locked in one statement, in the order a Python sort of
-# (topic, partition) gives (COLLATE "C"), with the marking producer's state read alongside.
+# (topic, partition) gives (COLLATE "C"), with the marking producer's state read alongside:
+# after topic and partition, the columns of LOCK_PARTITION (``partition_lock.PartitionRow``).
 LOCK_PARTITIONS = text(
     """
     SELECT p.topic, p.partition, p.next_offset, p.log_start_offset, p.last_stable_offset,

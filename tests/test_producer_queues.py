@@ -1,0 +1,124 @@
+"""The producer's in-memory queues without a database: batches formed within their
+limits, one outcome per batch expanded into per-record delivery reports on the serving
+thread, and a raising callback leaving the rest of a batch queued with the right offsets."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from app.client.batching import BatchLimits, PendingRecord, ProducerIdentity, RecordAccumulator
+from app.client.delivery import DeliveryReports, Outcome
+from app.errors import KafkaError
+from app.protocol import RecordIn
+
+Served = list[tuple[KafkaError | None, Any]]
+
+
+def pending(value: bytes, size: int = 10, on_delivery: Any = None) -> PendingRecord:
+    return PendingRecord(
+        RecordIn(b"k", value, 1_000), [("h", b"x")], on_delivery, time.monotonic(), size
+    )
+
+
+def test_batches_respect_record_and_byte_limits() -> None:
+    acc = RecordAccumulator(BatchLimits(max_records=4, max_bytes=35, linger_s=0))
+    identity = ProducerIdentity(7, 0)
+    with acc.lock:
+        for i in range(10):
+            acc.append("t", 0, pending(str(i).encode()))
+        (first,), _ = acc.drain(time.monotonic(), identity)
+        assert [r.record.value for r in first.records] == [b"0", b"1", b"2"]  # 30 bytes <= 35
+        assert first.base_sequence == 0
+        assert acc.queued() == (7, 70)
+        acc.complete(first)
+        (second,), _ = acc.drain(time.monotonic(), identity)
+        assert second.base_sequence == 3 and len(second.records) == 3
+        assert second.request().records == [r.record for r in second.records]
+        assert second.request() is second.request()  # retries resend the very same request
+
+
+def test_a_record_bigger_than_the_byte_limit_still_forms_a_batch() -> None:
+    acc = RecordAccumulator(BatchLimits(max_records=10, max_bytes=5, linger_s=0))
+    with acc.lock:
+        acc.append("t", 0, pending(b"big", size=50))
+        acc.append("t", 0, pending(b"next", size=50))
+        (batch,), _ = acc.drain(time.monotonic(), ProducerIdentity())
+    assert [r.record.value for r in batch.records] == [b"big"]
+    assert acc.queued() == (1, 50)
+
+
+def test_an_outcome_is_served_as_one_report_per_record() -> None:
+    reports = DeliveryReports()
+    served: Served = []
+    records = [pending(b"a"), pending(b"b", on_delivery=lambda e, m: served.append(("own", m)))]
+    reports.accepted(3)
+    reports.push([Outcome("t", 1, records, 40, None, time.monotonic())])
+    failed = KafkaError(KafkaError._MSG_TIMED_OUT, "timed out")
+    reports.push([Outcome("t", 2, [pending(b"c")], -1, failed, time.monotonic())])
+    assert len(reports) == 3
+    assert reports.serve(0, lambda e, m: served.append((e, m))) == 3
+    assert len(reports) == 0
+    assert [(e, m.partition(), m.offset(), m.value()) for e, m in served] == [
+        (None, 1, 40, b"a"),
+        ("own", 1, 41, b"b"),
+        (failed, 2, -1, b"c"),
+    ]
+    assert served[0][1].headers() == [("h", b"x")] and served[0][1].latency() >= 0
+
+
+def test_records_without_a_callback_are_counted_as_served() -> None:
+    reports = DeliveryReports()
+    reports.accepted(2)
+    reports.push([Outcome("t", 0, [pending(b"a"), pending(b"b")], 0, None, time.monotonic())])
+    assert reports.serve(0, None) == 2
+    assert len(reports) == 0
+
+
+def test_a_raising_callback_leaves_the_rest_of_the_batch_queued() -> None:
+    reports = DeliveryReports()
+    seen: list[int] = []
+
+    def callback(err: KafkaError | None, msg: Any) -> None:
+        seen.append(msg.offset())
+        if msg.offset() == 11:
+            raise RuntimeError("boom")
+
+    reports.accepted(5)
+    now = time.monotonic()
+    reports.push([Outcome("t", 0, [pending(b"x") for _ in range(3)], 10, None, now)])
+    reports.push([Outcome("t", 0, [pending(b"y") for _ in range(2)], 13, None, now)])
+    with pytest.raises(RuntimeError):
+        reports.serve(0, callback)
+    assert len(reports) == 3  # the raising callback's report counts as served
+    assert reports.serve(0, callback) == 3
+    assert seen == [10, 11, 12, 13, 14]
+
+
+def test_serve_waits_for_an_outcome_pushed_by_another_thread() -> None:
+    reports = DeliveryReports(threading.RLock())
+    reports.accepted()
+    pusher = threading.Timer(
+        0.05,
+        lambda: reports.push([Outcome("t", 0, [pending(b"a")], 5, None, time.monotonic())]),
+    )
+    pusher.start()
+    served: Served = []
+    assert reports.serve(10, lambda e, m: served.append((e, m))) == 1
+    pusher.join()
+    assert served[0][1].offset() == 5
+
+
+def test_append_tells_when_a_batch_worth_is_complete() -> None:
+    """The sticky partitioner moves on at these points, however fast records arrive."""
+    by_count = RecordAccumulator(BatchLimits(max_records=3, max_bytes=1000, linger_s=10))
+    with by_count.lock:
+        filled = [by_count.append("t", 0, pending(b"x")) for _ in range(6)]
+    assert filled == [False, False, True, False, False, True]
+    by_size = RecordAccumulator(BatchLimits(max_records=100, max_bytes=45, linger_s=10))
+    with by_size.lock:
+        filled = [by_size.append("t", 0, pending(b"x", size=20)) for _ in range(5)]
+    assert filled == [False, False, True, False, True]  # 60 bytes pass 45, 100 pass 90
