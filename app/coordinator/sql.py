@@ -32,16 +32,21 @@ LOAD_FOR_SHARE = text(
     f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR SHARE"
 )
 
+# The transition's event, inserted first in each statement that persists one.
+_EVENT = f"""
+WITH event AS (
+    INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
+    VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+            :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets,
+            :timeout_ms, :txn_start_ms, :updated_ms, :coordinator_epoch, :reason)
+    RETURNING event_id
+)
+"""
+
 # Persist a transition: its event and the projection brought to it, in one statement.
 APPEND_EVENT_AND_PROJECT = text(
     f"""
-    WITH event AS (
-        INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
-        VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
-                :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets,
-                :timeout_ms, :txn_start_ms, :updated_ms, :coordinator_epoch, :reason)
-        RETURNING event_id
-    )
+    {_EVENT}
     INSERT INTO transactions ({TXN_COLUMNS}, txn_partition, last_event_id)
     SELECT :transactional_id, :producer_id, :producer_epoch, :last_producer_id,
            :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
@@ -61,13 +66,7 @@ APPEND_EVENT_AND_PROJECT = text(
 # A DEAD transition: its event, and the id leaves the projection.
 APPEND_EVENT_AND_FORGET = text(
     f"""
-    WITH event AS (
-        INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
-        VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
-                :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets,
-                :timeout_ms, :txn_start_ms, :updated_ms, :coordinator_epoch, :reason)
-        RETURNING event_id
-    )
+    {_EVENT}
     DELETE FROM transactions WHERE transactional_id = :transactional_id
     """
 )

@@ -58,7 +58,19 @@ ADVANCE_PARTITION = """
     WHERE topic = %(topic)s AND partition = %(partition)s
 """
 
-ADVANCE_PARTITION_AND_UPSERT_PRODUCER = """
+# The producer-state upsert's tail, shared by appends and markers.
+_UPSERT_PRODUCER_STATE = """
+ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
+    producer_epoch = EXCLUDED.producer_epoch,
+    last_sequence = EXCLUDED.last_sequence,
+    last_offset = EXCLUDED.last_offset,
+    last_timestamp = EXCLUDED.last_timestamp,
+    batches = EXCLUDED.batches,
+    coordinator_epoch = EXCLUDED.coordinator_epoch,
+    txn_first_offset = EXCLUDED.txn_first_offset
+"""
+
+ADVANCE_PARTITION_AND_UPSERT_PRODUCER = f"""
     WITH advanced AS (
         UPDATE partitions SET next_offset = %(next_offset)s, last_stable_offset = %(last_stable_offset)s
         WHERE topic = %(topic)s AND partition = %(partition)s
@@ -69,14 +81,7 @@ ADVANCE_PARTITION_AND_UPSERT_PRODUCER = """
     VALUES (%(topic)s, %(partition)s, %(producer_id)s, %(producer_epoch)s, %(last_sequence)s,
             %(last_offset)s, %(last_timestamp)s, CAST(%(batches)s AS jsonb), %(coordinator_epoch)s,
             %(txn_first_offset)s)
-    ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
-        producer_epoch = EXCLUDED.producer_epoch,
-        last_sequence = EXCLUDED.last_sequence,
-        last_offset = EXCLUDED.last_offset,
-        last_timestamp = EXCLUDED.last_timestamp,
-        batches = EXCLUDED.batches,
-        coordinator_epoch = EXCLUDED.coordinator_epoch,
-        txn_first_offset = EXCLUDED.txn_first_offset
+    {_UPSERT_PRODUCER_STATE}
 """
 
 # Markers, set-based: every partition of a transaction in three statements, whatever their
@@ -118,7 +123,7 @@ FIRST_OPEN_TXN_OFFSETS = text(
 # partition (as producer_state.apply_marker computed it). One row per marked partition in
 # the parallel arrays; offsets and LSOs were decided under the locks above.
 WRITE_MARKERS = text(
-    """
+    f"""
     WITH m AS (
         SELECT * FROM unnest(
             CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
@@ -155,14 +160,7 @@ WRITE_MARKERS = text(
     SELECT topic, partition, :producer_id, s_producer_epoch, s_last_sequence, s_last_offset,
            s_last_timestamp, CAST(s_batches AS jsonb), s_coordinator_epoch, s_txn_first_offset
     FROM m
-    ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
-        producer_epoch = EXCLUDED.producer_epoch,
-        last_sequence = EXCLUDED.last_sequence,
-        last_offset = EXCLUDED.last_offset,
-        last_timestamp = EXCLUDED.last_timestamp,
-        batches = EXCLUDED.batches,
-        coordinator_epoch = EXCLUDED.coordinator_epoch,
-        txn_first_offset = EXCLUDED.txn_first_offset
+    {_UPSERT_PRODUCER_STATE}
     """
 )
 
