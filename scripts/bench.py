@@ -632,6 +632,15 @@ How to read these figures:
   commit per 1000 rows" line shows how much of the gap is the commits alone.
 - Client figures include the Python client's per-record work (validation, partitioning,
   batching, delivery reports) on top of the handler.
+- "raw SELECT" reads the same rows and columns in binary, as the fetch does, into Python.
+- The plain Spark JDBC read reads the same relation, slices and fetch size as the
+  materialisation, so the ratio is what filtering, staging and the exactly-once move cost.
+- Cleaner figures: compaction throughput counts the records one forced pass examined (a
+  partition of 10,000 keys updated over and over, one transaction in ten aborted);
+  producer ratios append to the partition being compacted while a cleaner process cleans
+  it pass after pass, with forced full passes or heeding `min.cleanable.dirty.ratio` as
+  the background loop does. The slowest-produce lines show whether retention deleting a
+  large prefix locks producers out (it deletes in slices, one transaction each).
 """
 
 
@@ -656,6 +665,10 @@ def main() -> None:
     parser.add_argument("--spark-records", type=int, default=1_000_000)
     parser.add_argument(
         "--only",
+        metavar="SECTIONS",
+        help="comma-separated sections to run (core, "
+        + ", ".join(SECTIONS)
+        + "); default: all but spark",
     )
     parser.add_argument("--json", type=Path, default=ROOT / "bench-results.json")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown too")
