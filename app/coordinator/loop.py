@@ -22,10 +22,10 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Connection, TextClause
+from psycopg.errors import InsufficientPrivilege
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from app.broker import Broker
@@ -93,9 +93,10 @@ class CoordinatorLoop:
     def run_once(self) -> PassStats:
         stats = PassStats(leases=self.acquire_leases())
         now = self.broker.clock.now_ms()
+        work = self._pass_work(list(stats.leases), now)
         for txn_partition, epoch in sorted(stats.leases.items()):
             try:
-                self._work_partition(txn_partition, epoch, now, stats)
+                self._work_partition(work.get(txn_partition, []), epoch, stats)
             except KafkaException as exc:
                 if exc.error.code() != KafkaError.TRANSACTION_COORDINATOR_FENCED:
                     raise
@@ -122,26 +123,38 @@ class CoordinatorLoop:
         try:
             return sum(s.records_removed for s in clean(self.broker, mine, now))
         except DBAPIError as exc:
+            if not isinstance(exc.orig, InsufficientPrivilege):
+                raise
             # A kip98_client login may not remove records: leave cleaning to a process
             # with the admin role (``kip98 coordinator run``) and stop trying here.
             log.warning("log cleaning disabled in this process: %s", exc.orig)
             self.cleaning_allowed = False
             return 0
 
-    def _ids(self, statement: TextClause, params: Mapping[str, object]) -> list[str]:
+    def _pass_work(self, txn_partitions: list[int], now: int) -> dict[int, list[tuple[str, str]]]:
+        """{txn_partition: [(work, transactional_id)]} in the order to do it."""
+        work: dict[int, list[tuple[str, str]]] = {}
+        if not txn_partitions:
+            return work
+        params = {
+            "txn_partitions": txn_partitions,
+            "now": now,
+            "expiration_ms": self.broker.settings.transactional_id_expiration_ms,
+        }
         with self.broker.engine.connect() as conn:
-            return [r[0] for r in conn.execute(statement, dict(params))]
+            for r in conn.execute(sql.PASS_WORK, params):
+                work.setdefault(r.txn_partition, []).append((r.work, r.transactional_id))
+        return work
 
-    def _work_partition(self, txn_partition: int, epoch: int, now: int, stats: PassStats) -> None:
-        base = {"txn_partition": txn_partition, "now": now}
-        for tid in self._ids(sql.PREPARED, base):
-            roll_forward(self.broker, tid, expected_epoch=epoch)
-            stats.rolled_forward += 1
-        for tid in self._ids(sql.TIMED_OUT, base):
-            stats.timed_out += self._time_out(tid, epoch)
-        params = {**base, "expiration_ms": self.broker.settings.transactional_id_expiration_ms}
-        for tid in self._ids(sql.EXPIRABLE, params):
-            stats.expired_ids += self._expire(tid, epoch)
+    def _work_partition(self, work: list[tuple[str, str]], epoch: int, stats: PassStats) -> None:
+        for kind, tid in work:
+            if kind == "prepared":
+                roll_forward(self.broker, tid, expected_epoch=epoch)
+                stats.rolled_forward += 1
+            elif kind == "timed_out":
+                stats.timed_out += self._time_out(tid, epoch)
+            else:
+                stats.expired_ids += self._expire(tid, epoch)
 
     def _check_lease(self, conn: Connection, txn_partition: int, epoch: int) -> None:
         current = coordinator_epoch(conn, txn_partition)

@@ -115,16 +115,24 @@ LEASE_EPOCH_FOR_SHARE = text(
 
 # ---------------------------------------------------------------- loop scans
 
-TIMED_OUT = text(
-    "SELECT transactional_id FROM transactions WHERE txn_partition = :txn_partition AND state = 'BEGIN' "
-    "AND txn_start_ms + timeout_ms < :now ORDER BY transactional_id"
-)
-PREPARED = text(
-    "SELECT transactional_id FROM transactions WHERE txn_partition = :txn_partition "
-    "AND state IN ('PREPARE_COMMIT', 'PREPARE_ABORT') ORDER BY transactional_id"
-)
-EXPIRABLE = text(
-    "SELECT transactional_id FROM transactions WHERE txn_partition = :txn_partition "
-    "AND state IN ('EMPTY', 'COMPLETE_COMMIT', 'COMPLETE_ABORT') AND updated_ms + :expiration_ms < :now "
-    "ORDER BY transactional_id"
+# A pass's work on the transaction-log partitions it leases, in one query: per partition,
+# transactions left PREPARE_* to roll forward, then BEGIN ones past their timeout, then ids
+# idle past transactional.id.expiration.ms. Each is checked again under its row lock.
+PASS_WORK = text(
+    """
+    SELECT txn_partition, transactional_id,
+           CASE WHEN state IN ('PREPARE_COMMIT', 'PREPARE_ABORT') THEN 'prepared'
+                WHEN state = 'BEGIN' THEN 'timed_out'
+                ELSE 'expirable' END AS work
+    FROM transactions
+    WHERE txn_partition = ANY(:txn_partitions)
+      AND (state IN ('PREPARE_COMMIT', 'PREPARE_ABORT')
+           OR (state = 'BEGIN' AND txn_start_ms + timeout_ms < :now)
+           OR (state IN ('EMPTY', 'COMPLETE_COMMIT', 'COMPLETE_ABORT')
+               AND updated_ms + :expiration_ms < :now))
+    ORDER BY txn_partition,
+             CASE WHEN state IN ('PREPARE_COMMIT', 'PREPARE_ABORT') THEN 0
+                  WHEN state = 'BEGIN' THEN 1 ELSE 2 END,
+             transactional_id
+    """
 )
