@@ -22,7 +22,7 @@ from app.broker import Broker
 from app.cleaner import plan
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.client import Consumer, TopicPartition
-from app.clock import ManualClock
+from app.clock import Clock, ManualClock
 from app.coordinator.loop import CoordinatorLoop
 from app.errors import KafkaError, KafkaException
 from app.log.append import produce
@@ -111,7 +111,7 @@ def latest_by_key(records: list[Any]) -> dict[bytes, bytes]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def assert_rebuild_equals_live(broker: Broker, clock: ManualClock) -> None:
+def assert_rebuild_equals_live(broker: Broker, clock: Clock) -> None:
     expire_producer_states(broker)  # the rebuild leaves out what expiry would delete
     assert_partition_log_rebuilds(broker, clock.now_ms())
 

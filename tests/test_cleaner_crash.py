@@ -86,11 +86,11 @@ def test_a_cleaner_killed_anywhere_leaves_a_consistent_log(db_url: str, point: s
     assert latest_by_key(read(broker, "victim")) in (before, cleaned)
     aborted = (b"v1-", b"v4-", b"v7-", b"v10-")
     assert not any(r.value.startswith(aborted) for r in read(broker, "victim") if r.value)
-    assert_rebuild_equals_live(broker, SYSTEM_CLOCK)  # type: ignore[arg-type]
+    assert_rebuild_equals_live(broker, SYSTEM_CLOCK)
 
     for _ in range(3):
         assert run_kip98("topics", "clean", "victim").returncode == 0
     assert latest_by_key(read(broker, "victim")) == cleaned != before
     assert [r[1:] for r in log_of(broker, "victim")] == [r[1:] for r in expected_log]
     assert [r[0] for r in log_of(broker, "victim")] == [r[0] for r in expected_log]
-    assert_rebuild_equals_live(broker, SYSTEM_CLOCK)  # type: ignore[arg-type]
+    assert_rebuild_equals_live(broker, SYSTEM_CLOCK)

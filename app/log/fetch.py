@@ -2,7 +2,8 @@
 
 A read needs no lock. Offsets below the high watermark are all committed and visible
 (appends hold the partition lock to COMMIT), so reading the partition row first and then
-the records below the bound it gave returns a gapless prefix. Nor does it need a
+the records below the bound it gave returns every record there is up to it (gaps are only
+what the log cleaner removed, below the LSO; offsets never move). Nor does it need a
 transaction: at READ COMMITTED every statement takes its own snapshot anyway, so a fetch
 runs in autocommit and saves the BEGIN and ROLLBACK round trips. read_committed is
 bounded by the LSO and filtered in SQL (markers and aborted transactions never leave the

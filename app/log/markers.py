@@ -13,7 +13,6 @@ functions of ``producer_state`` and ``lso``, applied per partition in Python.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -176,7 +175,7 @@ def _marker_values(
         "s_last_sequences": after.last_sequence,
         "s_last_offsets": after.last_offset,
         "s_last_timestamps": after.last_timestamp,
-        "s_batches": json.dumps([b.to_json() for b in after.batches]),
+        "s_batches": after.batches_json(),
         "s_coordinator_epochs": after.coordinator_epoch,
         "s_txn_first_offsets": after.txn_first_offset,
     }

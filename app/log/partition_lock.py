@@ -12,14 +12,13 @@ round trip it saves on a local server.)
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple
 
 from psycopg import Connection as PgConnection
 from sqlalchemy import Connection
 
 from app.log import sql
-from app.log.producer_state import BatchMeta, ProducerEntry
+from app.log.producer_state import ProducerEntry
 
 
 class PartitionRow(NamedTuple):
@@ -41,15 +40,15 @@ class PartitionRow(NamedTuple):
         if self.s_producer_id is None:
             return None
         assert self.s_batches is not None
-        return ProducerEntry(
-            producer_id=self.s_producer_id,
-            producer_epoch=self.s_producer_epoch,  # type: ignore[arg-type]
-            last_sequence=self.s_last_sequence,  # type: ignore[arg-type]
-            last_offset=self.s_last_offset,  # type: ignore[arg-type]
-            last_timestamp=self.s_last_timestamp,  # type: ignore[arg-type]
-            batches=tuple(BatchMeta.from_json(b) for b in self.s_batches),
-            coordinator_epoch=self.s_coordinator_epoch,  # type: ignore[arg-type]
-            txn_first_offset=self.s_txn_first_offset,
+        return ProducerEntry.from_columns(
+            self.s_producer_id,
+            self.s_producer_epoch,  # type: ignore[arg-type]
+            self.s_last_sequence,  # type: ignore[arg-type]
+            self.s_last_offset,  # type: ignore[arg-type]
+            self.s_last_timestamp,  # type: ignore[arg-type]
+            self.s_batches,
+            self.s_coordinator_epoch,  # type: ignore[arg-type]
+            self.s_txn_first_offset,
         )
 
 
@@ -97,7 +96,7 @@ def advance_partition(
             last_sequence=entry.last_sequence,
             last_offset=entry.last_offset,
             last_timestamp=entry.last_timestamp,
-            batches=json.dumps([b.to_json() for b in entry.batches]),
+            batches=entry.batches_json(),
             coordinator_epoch=entry.coordinator_epoch,
             txn_first_offset=entry.txn_first_offset,
         )

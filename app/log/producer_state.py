@@ -10,6 +10,7 @@ producer with no state (new, or expired) may start at any sequence.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from app.errors import KafkaError
@@ -43,6 +44,34 @@ class ProducerEntry:
     batches: tuple[BatchMeta, ...]
     coordinator_epoch: int = -1
     txn_first_offset: int | None = None
+
+    @classmethod
+    def from_columns(
+        cls,
+        producer_id: int,
+        producer_epoch: int,
+        last_sequence: int,
+        last_offset: int,
+        last_timestamp: int,
+        batches: list[list[int]],
+        coordinator_epoch: int,
+        txn_first_offset: int | None,
+    ) -> ProducerEntry:
+        """From the columns of producer_states / producer_snapshots, in their order."""
+        return cls(
+            producer_id,
+            producer_epoch,
+            last_sequence,
+            last_offset,
+            last_timestamp,
+            tuple(BatchMeta.from_json(b) for b in batches),
+            coordinator_epoch,
+            txn_first_offset,
+        )
+
+    def batches_json(self) -> str:
+        """The ``batches`` column as stored (JSON)."""
+        return json.dumps([b.to_json() for b in self.batches])
 
 
 @dataclass(frozen=True)

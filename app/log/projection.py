@@ -85,17 +85,9 @@ SNAPSHOT_ABORTED = text(
 
 
 def entry_of(row: Any) -> ProducerEntry:
-    """A producer_states / producer_snapshots row as the fold's value."""
-    return ProducerEntry(
-        producer_id=row.producer_id,
-        producer_epoch=row.producer_epoch,
-        last_sequence=row.last_sequence,
-        last_offset=row.last_offset,
-        last_timestamp=row.last_timestamp,
-        batches=tuple(BatchMeta.from_json(b) for b in row.batches),
-        coordinator_epoch=row.coordinator_epoch,
-        txn_first_offset=row.txn_first_offset,
-    )
+    """A producer_states / producer_snapshots row (columns in ``_ENTRY_COLUMNS`` order,
+    topic and partition first) as the fold's value."""
+    return ProducerEntry.from_columns(*row[2:])
 
 
 def entry_row(topic: str, partition: int, e: ProducerEntry) -> tuple[Any, ...]:

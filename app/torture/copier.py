@@ -10,14 +10,21 @@ must equal input order.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from app.client import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from app.torture.history import FAIL, INFO, INVOKE, OK, HistoryWriter
-from app.torture.workload import COPY_TOPIC, TOPIC, TXN_TIMEOUT_MS, StopFlag, describe, records_of
+from app.torture.workload import (
+    COPY_TOPIC,
+    TOPIC,
+    TXN_TIMEOUT_MS,
+    StopFlag,
+    describe,
+    records_of,
+    run_until_stopped,
+)
 
 GROUP = "torture-copiers"
 BATCH = 50
@@ -47,6 +54,10 @@ class TortureCopier:
         self.txns = 0
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
+
+    @property
+    def incarnation(self) -> int:
+        return self.args.incarnation
 
     def _connect(self) -> None:
         base = {"database.url": self.args.url}
@@ -156,21 +167,11 @@ class TortureCopier:
         self._disconnect()
 
     def run(self) -> None:
-        self.hist.record(OK, "start", incarnation=self.args.incarnation)
-        while not self.flags.stop:
-            if self.producer is None:
-                try:
-                    self._connect()
-                except Exception as exc:
-                    self.hist.record(INFO, "init", error=describe(exc))
-                    self._disconnect()
-                    time.sleep(0.5)
-                    continue
-            try:
-                self._copy_once()
-            except Exception as exc:  # a failed poll or rewind: start again from the group
-                self.hist.record(INFO, "consumer", error=describe(exc))
-                self._disconnect()
-        self._disconnect()
-        self.hist.record(OK, "stop")
-        self.hist.close()
+        run_until_stopped(self, self._step)
+
+    def _step(self) -> None:
+        try:
+            self._copy_once()
+        except Exception as exc:  # a failed poll or rewind: start again from the group
+            self.hist.record(INFO, "consumer", error=describe(exc))
+            self._disconnect()

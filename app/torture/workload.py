@@ -18,11 +18,11 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from app.client import (
     OFFSET_BEGINNING,
@@ -85,6 +85,41 @@ class StopFlag:
         self.stall = True
 
 
+class Reconnecting(Protocol):
+    """What the torture processes share: a history, a stop flag, and clients that are
+    made again whenever a fault has taken them away."""
+
+    hist: HistoryWriter
+    flags: StopFlag
+    producer: Any
+
+    @property
+    def incarnation(self) -> int: ...
+
+    def _connect(self) -> None: ...
+
+    def _disconnect(self) -> None: ...
+
+
+def run_until_stopped(w: Reconnecting, step: Callable[[], None]) -> None:
+    """Until stopped: (re)make the clients when there are none, then do one ``step``; the
+    history is framed by start and stop events."""
+    w.hist.record(OK, "start", incarnation=w.incarnation)
+    while not w.flags.stop:
+        if w.producer is None:
+            try:
+                w._connect()
+            except Exception as exc:
+                w.hist.record(INFO, "init", error=describe(exc))
+                w._disconnect()
+                time.sleep(0.5)
+                continue
+        step()
+    w._disconnect()
+    w.hist.record(OK, "stop")
+    w.hist.close()
+
+
 @dataclass
 class WorkerArgs:
     index: int
@@ -109,6 +144,10 @@ class Worker:
         self.producer: Producer | None = None
         self.consumer: Consumer | None = None
         self.all_partitions = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+
+    @property
+    def incarnation(self) -> int:
+        return self.args.incarnation
 
     # ------------------------------------------------------------ clients
     def _connect(self) -> None:
@@ -256,20 +295,10 @@ class Worker:
             self._disconnect()
 
     def run(self) -> None:
-        self.hist.record(OK, "start", incarnation=self.args.incarnation)
-        while not self.flags.stop:
-            if self.producer is None:
-                try:
-                    self._connect()
-                except Exception as exc:
-                    self.hist.record(INFO, "init", error=describe(exc))
-                    self._disconnect()
-                    time.sleep(0.5)
-                    continue
-            self._transaction()
-            if self.producer is not None:
-                self._between()
-            time.sleep(self.rng.uniform(0.01, 0.08))
-        self._disconnect()
-        self.hist.record(OK, "stop")
-        self.hist.close()
+        run_until_stopped(self, self._step)
+
+    def _step(self) -> None:
+        self._transaction()
+        if self.producer is not None:
+            self._between()
+        time.sleep(self.rng.uniform(0.01, 0.08))
