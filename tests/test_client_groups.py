@@ -33,29 +33,13 @@ from app.client import (
     Producer,
     TopicPartition,
 )
-from tests.client_helpers import create_topics
+from tests.client_helpers import create_topics, group_consumer
 
 ROOT = Path(__file__).resolve().parents[1]
 Key = tuple[str, int]
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def group_consumer(db_url: str, clients: list[Any], group: str, **extra: Any) -> Consumer:
-    c = Consumer(
-        {
-            "database.url": db_url,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 3000,
-            "heartbeat.interval.ms": 200,
-            **extra,
-        }
-    )
-    clients.append(c)
-    return c
 
 
 def fill(db_url: str, topic: str, partitions: int, per_partition: int, tag: str = "v") -> None:

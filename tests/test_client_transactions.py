@@ -27,7 +27,7 @@ from app.client import (
 )
 from app.groups.offsets import offset_fetch
 from app.protocol import OffsetFetchRequest
-from tests.client_helpers import create_topics
+from tests.client_helpers import create_topics, group_consumer
 
 TOPICS = {"alpha": 3, "beta": 2, "gamma": 4}
 Key = tuple[str, int]
@@ -156,22 +156,6 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> N
     while not predicate():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"
         time.sleep(0.05)
-
-
-def group_consumer(db_url: str, clients: list[Any], group: str, **extra: Any) -> Consumer:
-    c = Consumer(
-        {
-            "database.url": db_url,
-            "group.id": group,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 3000,
-            "heartbeat.interval.ms": 200,
-            **extra,
-        }
-    )
-    clients.append(c)
-    return c
 
 
 def wait_assigned(consumers: list[Consumer], expected_total: int) -> None:
