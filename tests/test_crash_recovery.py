@@ -33,14 +33,19 @@ def broker(db_url: str) -> Broker:
 
 
 def run_child(
-    db_url: str, crash_at: str | None, tid: str = "crash", timeout_ms: int = 60_000
+    db_url: str,
+    crash_at: str | None,
+    tid: str = "crash",
+    timeout_ms: int = 60_000,
+    combined: bool = False,
 ) -> int:
     env = {**os.environ, "KIP98_DATABASE_URL": db_url}
     env.pop("KIP98_CRASH_AT", None)
     if crash_at:
         env["KIP98_CRASH_AT"] = crash_at
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.crash_child", tid, str(timeout_ms)],
+        [sys.executable, "-m", "tests.crash_child", tid, str(timeout_ms),
+         "combined" if combined else "separate"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return proc.returncode
@@ -86,6 +91,31 @@ def test_crash_after_prepare_is_completed_by_the_next_instance(db_url: str, brok
     successor = TxnDriver(broker, "crash")
     assert successor.init() == 0
     assert committed_everywhere(broker, "crash") and settled(broker)
+
+
+def test_combined_commit_without_crash_commits(db_url: str, broker: Broker) -> None:
+    assert run_child(db_url, None, combined=True) == 0
+    assert committed_everywhere(broker, "crash") and settled(broker)
+    assert state_of(broker, "crash") == m.COMPLETE_COMMIT
+
+
+@pytest.mark.parametrize(
+    "crash_at",
+    ["append.after_copy", "end_txn.after_prepare", "complete.after_marker",
+     "complete.before_complete"],
+)  # fmt: skip
+def test_crash_inside_a_combined_commit_leaves_nothing(
+    db_url: str, broker: Broker, crash_at: str
+) -> None:
+    """The last batches, PREPARE, markers and COMPLETE are one DB transaction: killed
+    anywhere inside it, none of it happened (the registration included), and the next
+    instance starts clean."""
+    assert run_child(db_url, crash_at, combined=True) == -signal.SIGKILL
+    assert state_of(broker, "crash") == m.EMPTY
+    assert nothing_visible(broker) and settled(broker)
+    successor = TxnDriver(broker, "crash")
+    assert successor.init() == 0
+    assert nothing_visible(broker) and settled(broker)
 
 
 def test_crash_mid_append_aborts_by_fencing(db_url: str, broker: Broker) -> None:

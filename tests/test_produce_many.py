@@ -94,7 +94,7 @@ def test_transactional_batches_are_checked_each(broker: Broker) -> None:
 
 def test_ready_batches_of_several_partitions_share_one_commit(db_url: str, broker: Broker) -> None:
     reports: list[Any] = []
-    producer = Producer({"database.url": db_url, "linger.ms": 60_000})
+    producer = Producer({"database.url": db_url, "linger.ms": 10_000})
     try:
         commits = 0
 
@@ -206,23 +206,48 @@ def lost_connection() -> OperationalError:
     )
 
 
-def test_one_record_transaction_takes_three_commits(db_url: str, broker: Broker) -> None:
-    producer = Producer({"database.url": db_url, "transactional.id": "three", "linger.ms": 0})
+def count_commits(producer: Producer) -> list[int]:
+    """A one-element list counting the DB commits of ``producer``'s engine from now on."""
+    commits = [0]
+
+    def count(*_: Any) -> None:
+        commits[0] += 1
+
+    event.listen(producer.broker.engine, "commit", count)
+    return commits
+
+
+def test_one_record_transaction_takes_one_commit(db_url: str, broker: Broker) -> None:
+    """The record waits out its linger until the commit, and goes with the EndTxn: the
+    registration, the append, PREPARE, markers and COMPLETE in one DB transaction."""
+    producer = Producer({"database.url": db_url, "transactional.id": "one", "linger.ms": 10_000})
     try:
         producer.init_transactions()
-        commits = 0
-
-        def count(*_: Any) -> None:
-            nonlocal commits
-            commits += 1
-
-        event.listen(producer.broker.engine, "commit", count)
+        commits = count_commits(producer)
         for i in range(3):
             producer.begin_transaction()
             producer.produce("t", str(i), partition=i)
             producer.commit_transaction()
+        assert commits[0] == 3
+    finally:
+        producer.close()
+    assert [read_values(broker, "t", p) for p in range(3)] == [["0"], ["1"], ["2"]]
+    assert events(broker, "one")[-3:] == ["AddPartitionsToTxn", "EndTxn", "markers written"]
+
+
+def test_transaction_flushed_before_commit_takes_three_commits(db_url: str, broker: Broker) -> None:
+    """Nothing left to send at commit: a bare EndTxn, PREPARE then completion."""
+    producer = Producer({"database.url": db_url, "transactional.id": "three", "linger.ms": 10_000})
+    try:
+        producer.init_transactions()
+        commits = count_commits(producer)
+        for i in range(3):
+            producer.begin_transaction()
+            producer.produce("t", str(i), partition=i)
+            assert producer.flush(30) == 0
+            producer.commit_transaction()
         # Produce with its registration; PREPARE; markers and COMPLETE.
-        assert commits == 9
+        assert commits[0] == 9
     finally:
         producer.close()
     assert [read_values(broker, "t", p) for p in range(3)] == [["0"], ["1"], ["2"]]
@@ -233,8 +258,8 @@ def test_registration_lost_with_the_connection_then_abort(
     db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch, reached: bool
 ) -> None:
     """The registering request's answer is lost every time (``reached``: it committed),
-    until the batch times out: aborting must still leave nothing behind and an identity
-    that works."""
+    until the batch times out (flushed before the commit, so it goes without the EndTxn):
+    aborting must still leave nothing behind and an identity that works."""
     real = transactions.produce_registering
 
     def lose_answer(*args: Any) -> Any:
@@ -252,6 +277,7 @@ def test_registration_lost_with_the_connection_then_abort(
         failed: list[Any] = []
         producer.begin_transaction()
         producer.produce("t", "lost", partition=0, on_delivery=lambda e, m: failed.append(e))
+        assert producer.flush(30) == 0
         with pytest.raises(KafkaException):
             producer.commit_transaction()
         assert len(failed) == 1 and failed[0] is not None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.coordinator.commit_request import CommitResponse, produce_and_end_txn
 from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, end_txn
 from app.coordinator.producer_id import init_producer_id
 from app.log.append import produce
@@ -80,17 +81,51 @@ class TxnDriver:
             self.sequences[(topic, partition)] = seq + len(records)
         return r
 
+    def requests(self, *batches: tuple[str, int, str]) -> list[ProduceRequest]:
+        """One-record transactional batches (topic, partition, value), numbered after what
+        this driver sent before (the numbers are not taken: see ``commit_with``)."""
+        return [
+            ProduceRequest(
+                topic, partition, [RecordIn(None, value.encode(), 0)], self.producer_id,
+                self.producer_epoch, self.sequences.get((topic, partition), 0),
+                self.transactional_id, True,
+            )
+            for topic, partition, value in batches
+        ]  # fmt: skip
+
+    def commit_with(
+        self, requests: list[ProduceRequest], register: list[tuple[str, int]] | None = None
+    ) -> CommitResponse:
+        """The commit as one request carrying ``requests``, registering ``register``."""
+        add = None
+        if register:
+            add = AddPartitionsToTxnRequest(
+                self.transactional_id, self.producer_id, self.producer_epoch, register
+            )
+        end = EndTxnRequest(self.transactional_id, self.producer_id, self.producer_epoch, True)
+        r = produce_and_end_txn(self.broker, requests, add, end)
+        if r.end.error_code == 0:
+            self._ended(r.end.producer_id, r.end.producer_epoch)
+        else:
+            for req, b in zip(requests, r.batches, strict=True):
+                if b.error_code == 0 and not b.duplicate:
+                    self.sequences[(req.topic, req.partition)] = req.base_sequence + 1
+        return r
+
     def end(self, commit: bool = True) -> int:
         r = end_txn(
             self.broker,
             EndTxnRequest(self.transactional_id, self.producer_id, self.producer_epoch, commit),
         )
         if r.error_code == 0:
-            # KIP-890: the next transaction uses the identity EndTxn returned.
-            if (r.producer_id, r.producer_epoch) != (self.producer_id, self.producer_epoch):
-                self.sequences.clear()
-            self.producer_id, self.producer_epoch = r.producer_id, r.producer_epoch
+            self._ended(r.producer_id, r.producer_epoch)
         return r.error_code
+
+    def _ended(self, producer_id: int, producer_epoch: int) -> None:
+        # KIP-890: the next transaction uses the identity EndTxn returned.
+        if (producer_id, producer_epoch) != (self.producer_id, self.producer_epoch):
+            self.sequences.clear()
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
 
 
 def read_values(broker: Broker, topic: str, partition: int, committed: bool = True) -> list[str]:

@@ -64,6 +64,10 @@ class Batch:
     next_attempt: float = 0.0
     # Set after a lost connection: the batch may already be in the log.
     ambiguous: bool = False
+    # Sent with its transaction's EndTxn (a commit's last batches): if its outcome is
+    # unknown, the transaction may have committed with it, so it is retried until the
+    # answer is known rather than failed by message.timeout.ms (see ``Sender``).
+    ends_transaction: bool = False
     last_error: KafkaError | None = None
     # Built on the first attempt; every retry sends the very same request.
     _request: ProduceRequest | None = None

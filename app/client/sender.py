@@ -7,7 +7,10 @@ fails retriably (including a lost database connection, whose outcome is unknown)
 unchanged, with the same producer_id, producer_epoch and base_sequence, so the broker
 either appends it or recognises it and answers with the offsets it was first given. A
 batch fails for good on a non-retriable error, after ``retries`` attempts, or once its
-oldest record is older than ``message.timeout.ms``.
+oldest record is older than ``message.timeout.ms`` (unless it went out with its
+transaction's EndTxn and its outcome is unknown: reporting it failed could contradict a
+transaction that committed with it, so the commit's own timeout, which is retriable,
+governs instead).
 
 Transactions plug in through seams, so the transaction manager never has to form or send
 batches itself: ``transactional_id``/``is_transactional`` stamp the batches formed while a
@@ -251,7 +254,12 @@ class Sender:
         if batch.attempts > self.max_retries:
             self._fail(batch, error)
             return
-        if self.message_timeout_s and retry_at - batch.first_enqueued >= self.message_timeout_s:
+        unresolved_commit = batch.ends_transaction and batch.ambiguous
+        if (
+            self.message_timeout_s
+            and retry_at - batch.first_enqueued >= self.message_timeout_s
+            and not unresolved_commit
+        ):
             self._fail(
                 batch,
                 KafkaError(

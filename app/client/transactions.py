@@ -5,6 +5,11 @@ client-side state machine (``txn_manager``) honest: commit flushes first and ref
 end a transaction any of whose batches failed; abort purges what was never sent; every
 EndTxn answer carries the (producer_id, epoch) of the next transaction (KIP-890), which
 becomes the sender's identity with sequences back at 0.
+
+The flush of a commit usually carries the transaction's last batches: when they are all
+that is left, they go out with the EndTxn in one request (``commit_request``), so a
+transaction whose records fit its linger costs one DB transaction. Its answer is kept for
+``_end``; a request whose outcome is unknown is retried as it was, never as a bare EndTxn.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from app.client.delivery import DeliveryReports, Outcome
 from app.client.message import TopicPartition
 from app.client.sender import Sender
 from app.coordinator import background
+from app.coordinator.commit_request import produce_and_end_txn
 from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, end_txn
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException
@@ -33,6 +39,7 @@ from app.protocol import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     OffsetAndMetadata,
     ProduceResponse,
@@ -51,6 +58,11 @@ RETRY_CODES = frozenset(
         KafkaError.COORDINATOR_NOT_AVAILABLE,
     }
 )
+
+
+# A commit's combined answer that leaves the ending to a bare EndTxn (its batches have all
+# been delivered by then).
+NOT_ENDED = RETRY_CODES | {KafkaError.OPERATION_NOT_ATTEMPTED}
 
 
 @dataclass(frozen=True)
@@ -95,6 +107,8 @@ class Transactions:
         # connection was lost): the coordinator may or may not have them.
         self._maybe_added: set[tuple[str, int]] = set()
         self._offsets_added = False
+        # The EndTxn answer of a commit that went out with the last batches (sender thread).
+        self._ended: EndTxnResponse | None = None
         self._lock = threading.Lock()
         self._loop_key: str | None = None
         sender.before_send = self._before_send
@@ -157,6 +171,7 @@ class Transactions:
             self._added.clear()
             self._maybe_added.clear()
             self._offsets_added = False
+            self._ended = None
         with self.accumulator.cond:
             self.sender.transactional_id = self.transactional_id
             self.sender.is_transactional = True
@@ -252,7 +267,13 @@ class Transactions:
         with self._lock:
             touched = bool(self._added) or self._offsets_added
             maybe = bool(self._maybe_added) and not touched
-        if touched or maybe:
+            ended, self._ended = self._ended, None
+        if commit and ended is not None and ended.error_code not in NOT_ENDED:
+            # Ended with the last batches; their delivery was settled by the flush.
+            if ended.error_code:
+                self._raise(ended.error_code, ended.error_message)
+            self._set_identity(ended.producer_id, ended.producer_epoch)
+        elif touched or maybe:
             ident = self.identity
             request = EndTxnRequest(
                 self.transactional_id, ident.producer_id, ident.producer_epoch, commit
@@ -273,6 +294,7 @@ class Transactions:
             self._added.clear()
             self._maybe_added.clear()
             self._offsets_added = False
+            self._ended = None
         self.manager.reset_abortable()
         self.manager.fire("completed", "commit_transaction" if commit else "abort_transaction")
 
@@ -305,27 +327,54 @@ class Transactions:
 
     def _send_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
         """The batches in one request that also registers their new partitions (one DB
-        transaction: registration and data commit together or not at all)."""
+        transaction: registration and data commit together or not at all), and ends the
+        transaction too when they are the last batches of a commit."""
         new = self._unregistered(batches)
         requests = [b.request() for b in batches]
-        if not new:
+        end = self._final_commit(batches)
+        with self._lock:
+            self._ended = None  # an earlier answer is void once anything is sent again
+        if not new and end is None:
             return list(produce_many(self.broker, requests))
         ident = self.identity
-        add = AddPartitionsToTxnRequest(
-            self.transactional_id, ident.producer_id, ident.producer_epoch, new
-        )
+        add = None
+        if new:
+            add = AddPartitionsToTxnRequest(
+                self.transactional_id, ident.producer_id, ident.producer_epoch, new
+            )
         try:
-            registered, responses = produce_registering(self.broker, requests, add)
+            if end is not None:
+                for batch in batches:
+                    batch.ends_transaction = True
+                combined = produce_and_end_txn(self.broker, requests, add, end)
+                with self._lock:
+                    self._ended = combined.end
+                registered, responses = combined.registered, combined.batches
+            else:
+                assert add is not None
+                registered, responses = produce_registering(self.broker, requests, add)
         except Exception as exc:
             if is_connection_error(exc):
                 with self._lock:
                     self._maybe_added.update(new)
             raise
-        assert registered is not None
+        if registered is None:
+            return list(responses)
         refused = self._registered(new, registered)
         return [
             refused.get((b.topic, b.partition), r) for b, r in zip(batches, responses, strict=True)
         ]
+
+    def _final_commit(self, batches: list[Batch]) -> EndTxnRequest | None:
+        """The EndTxn to send with ``batches`` if they are all a committing transaction
+        still has to send (nothing queued, nothing else in flight); else None."""
+        if self.manager.state != tm.COMMITTING or not all(b.is_transactional for b in batches):
+            return None
+        with self.accumulator.cond:
+            if self.accumulator.queued()[0] or len(self.accumulator.in_flight()) != len(batches):
+                return None
+        ident = self.identity
+        return EndTxnRequest(self.transactional_id, ident.producer_id, ident.producer_epoch, True)
 
     def _unregistered(self, batches: list[Batch]) -> list[tuple[str, int]]:
         return sorted({(b.topic, b.partition) for b in batches if b.is_transactional} - self._added)

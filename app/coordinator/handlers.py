@@ -2,7 +2,8 @@
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, FindCoordinator, WriteTxnMarkers.
 
 Each request is one DB transaction serialised on the transactional id's row (EndTxn is
-two: PREPARE, then completion, so PREPARE is durable on its own as the point of no return).
+two: PREPARE, then completion, so PREPARE is durable on its own as the point of no return;
+``commit_request`` ends a transaction in the same DB transaction as its last batches).
 Refusals come back as Kafka error codes in the response, never as exceptions.
 """
 
@@ -175,16 +176,24 @@ def add_partitions_to_txn(
     broker: Broker, req: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
     with broker.engine.begin() as conn:
-        return register_partitions(conn, broker, req)
+        return register_partitions(conn, broker, req)[0]
 
 
 def register_partitions(
-    conn: Connection, broker: Broker, req: AddPartitionsToTxnRequest
-) -> AddPartitionsToTxnResponse:
+    conn: Connection,
+    broker: Broker,
+    req: AddPartitionsToTxnRequest,
+    locked: TxnMetadata | None = None,
+) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
     """AddPartitionsToTxn in the caller's DB transaction: the handler's own, or a produce
     request's that registers its partitions before appending (KIP-890's implicit add, where
     the partition leader adds on the producer's behalf). Every refusal is answered before
-    anything is written."""
+    anything is written.
+
+    Also returns the transaction as registered (None on a refusal), its row locked FOR
+    UPDATE until the caller commits: a produce request checks its batches against it
+    instead of reading the row again. ``locked``: the metadata, if the caller already read
+    it FOR UPDATE in this DB transaction."""
     wanted = sorted(set(req.partitions))
     try:
         if not wanted:
@@ -206,7 +215,7 @@ def register_partitions(
                 KafkaError.TOPIC_AUTHORIZATION_FAILED,
                 results,
                 f"not authorized: {sorted(topics)}",
-            )
+            ), None
         existing = {
             (r.topic, r.partition)
             for r in conn.execute(
@@ -226,18 +235,18 @@ def register_partitions(
             }
             return AddPartitionsToTxnResponse(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION, results, f"unknown partitions: {missing}"
-            )
-        meta = check_producer(
-            load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
-        )
-        if meta.state == m.BEGIN and set(wanted) <= set(meta.partitions):
-            return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
-        now = broker.clock.now_ms()
-        persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
-        return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
+            ), None
+        if locked is None:
+            locked = load_for_update(conn, req.transactional_id)
+        meta = check_producer(locked, req.producer_id, req.producer_epoch)
+        if not (meta.state == m.BEGIN and set(wanted) <= set(meta.partitions)):
+            now = broker.clock.now_ms()
+            meta = persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
+        return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0)), meta
     except KafkaException as exc:
         code = exc.error.code()
-        return AddPartitionsToTxnResponse(code, dict.fromkeys(wanted, code), exc.error.str())
+        response = AddPartitionsToTxnResponse(code, dict.fromkeys(wanted, code), exc.error.str())
+        return response, None
 
 
 @retry_conflicts
@@ -283,23 +292,30 @@ def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.end_txn(req.transactional_id))
         meta, epoch = load_with_lease(conn, req.transactional_id)
-        if meta is not None and end_retry_outcome(
-            meta, req.producer_id, req.producer_epoch, req.committed
-        ):
-            return meta
-        meta = check_producer(meta, req.producer_id, req.producer_epoch)
-        if meta.state in m.PREPARE:
-            raise fail(
-                KafkaError.CONCURRENT_TRANSACTIONS, f"transaction is completing ({meta.state})"
-            )
-        if meta.state != m.BEGIN:
-            raise fail(
-                KafkaError.INVALID_TXN_STATE, f"no ongoing transaction to end (state {meta.state})"
-            )
-        now = broker.clock.now_ms()
-        producer_id, producer_epoch = _new_identity(conn, meta, now)
-        prepared = plan_end(meta, req.committed, producer_id, producer_epoch, now)
-        return persist(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
+        return prepare_in(conn, broker, req, meta, epoch)
+
+
+def prepare_in(
+    conn: Connection, broker: Broker, req: EndTxnRequest, meta: TxnMetadata | None, epoch: int
+) -> TxnMetadata:
+    """EndTxn's step (1) in the caller's DB transaction, on the metadata ``load_with_lease``
+    read (row locked): PREPARE_* with the next identity, or the current metadata for a retry
+    of an EndTxn that already ended the transaction. Refusals raise before any write."""
+    if meta is not None and end_retry_outcome(
+        meta, req.producer_id, req.producer_epoch, req.committed
+    ):
+        return meta
+    meta = check_producer(meta, req.producer_id, req.producer_epoch)
+    if meta.state in m.PREPARE:
+        raise fail(KafkaError.CONCURRENT_TRANSACTIONS, f"transaction is completing ({meta.state})")
+    if meta.state != m.BEGIN:
+        raise fail(
+            KafkaError.INVALID_TXN_STATE, f"no ongoing transaction to end (state {meta.state})"
+        )
+    now = broker.clock.now_ms()
+    producer_id, producer_epoch = _new_identity(conn, meta, now)
+    prepared = plan_end(meta, req.committed, producer_id, producer_epoch, now)
+    return persist(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
 
 
 @retry_conflicts

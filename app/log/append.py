@@ -13,6 +13,7 @@ producer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
@@ -21,11 +22,19 @@ from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log import sql
-from app.log.copy_records import Columns, encode_batch, record_size_bytes
+from app.log.copy_records import Columns, copy_payload_of, encode_rows, record_size_bytes
 from app.log.lso import lso_after_append
-from app.log.partition_lock import advance_partition, driver_connection, lock_partition
+from app.log.partition_lock import (
+    PartitionRow,
+    advance_partition,
+    advance_partitions,
+    driver_connection,
+    lock_partition,
+    lock_partitions,
+)
 from app.log.producer_state import (
     BatchMeta,
+    ProducerEntry,
     apply_append,
     increment_sequence,
     is_expired,
@@ -42,7 +51,15 @@ from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.engine import retry_conflicts
 
-__all__ = ["check_request", "produce", "produce_many", "produce_registering", "record_size_bytes"]
+__all__ = [
+    "append_batches",
+    "check_request",
+    "produce",
+    "produce_many",
+    "produce_registering",
+    "record_size_bytes",
+    "recorded_batch",
+]
 
 if TYPE_CHECKING:
     from app.coordinator.metadata import TxnMetadata
@@ -86,9 +103,10 @@ def produce(broker: Broker, req: ProduceRequest) -> ProduceResponse:
     try:
         columns = check_request(req, broker.settings.message_max_bytes)
         with broker.engine.begin() as conn:
-            return _append(broker, conn, req, columns)
+            admit(broker, conn, req, {})
+            return _append_one(broker, conn, req, columns)
     except KafkaException as exc:
-        return ProduceResponse(exc.error.code(), error_message=exc.error.str())
+        return _refusal(exc)
 
 
 def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[ProduceResponse]:
@@ -96,9 +114,11 @@ def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[Produce
     (Kafka's ProduceRequest carries every partition bound for a leader).
 
     Each batch is decided and answered on its own, as with separate requests: a refused
-    batch writes nothing (every refusal comes before its COPY) and the others go on.
-    Partitions are locked in sorted order (DESIGN §3.3), held to the one COMMIT; a
-    transactional id's row is read once, FOR SHARE, for all its batches.
+    batch writes nothing (every refusal comes before the COPY) and the others go on. The
+    partitions are locked in sorted order (DESIGN §3.3) in one statement and held to the
+    one COMMIT, the accepted batches written with one COPY and the partitions advanced with
+    one statement, whatever their number; a transactional id's row is read once, FOR SHARE,
+    for all its batches.
     """
     return produce_registering(broker, requests, None)[1]
 
@@ -114,58 +134,170 @@ def produce_registering(
     registration (identity, fencing, state, ACLs); if it is refused, the batches of its
     partitions are answered with its error and write nothing.
     """
+    with broker.engine.begin() as conn:
+        return append_batches(conn, broker, requests, add, {})
+
+
+def append_batches(
+    conn: Connection,
+    broker: Broker,
+    requests: list[ProduceRequest],
+    add: AddPartitionsToTxnRequest | None,
+    loaded: dict[str, TxnMetadata | None],
+) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
+    """``produce_registering`` in the caller's DB transaction. ``loaded``: transactional
+    metadata already read in it, by id (``add``'s FOR UPDATE, if there)."""
     responses: dict[int, ProduceResponse] = {}
     columns: dict[int, Columns] = {}
     for i, req in enumerate(requests):
         try:
             columns[i] = check_request(req, broker.settings.message_max_bytes)
         except KafkaException as exc:
-            responses[i] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
-    valid = sorted(columns, key=lambda i: (requests[i].topic, requests[i].partition))
-    loaded: dict[str, TxnMetadata | None] = {}
+            responses[i] = _refusal(exc)
     registered = None
-    with broker.engine.begin() as conn:
-        if add is not None:
-            # The data plane asking the coordinator, as a partition leader does in KIP-890.
-            from app.coordinator.handlers import register_partitions
+    if add is not None:
+        # The data plane asking the coordinator, as a partition leader does in KIP-890.
+        from app.coordinator.handlers import register_partitions
 
-            registered = register_partitions(conn, broker, add)
-            if registered.error_code != KafkaError.NO_ERROR:
-                for i in valid:
-                    tp = (requests[i].topic, requests[i].partition)
-                    if tp in registered.results:
-                        code = registered.results[tp]
-                        responses[i] = ProduceResponse(code, error_message=registered.error_message)
-                valid = [i for i in valid if i not in responses]
-        for i in valid:
+        registered, meta = register_partitions(conn, broker, add, loaded.get(add.transactional_id))
+        if meta is not None:
+            loaded[add.transactional_id] = meta
+        elif registered.error_code != KafkaError.NO_ERROR:
+            for i in columns:
+                tp = (requests[i].topic, requests[i].partition)
+                if tp in registered.results:
+                    code = registered.results[tp]
+                    responses[i] = ProduceResponse(code, error_message=registered.error_message)
+    admitted = []
+    for i in sorted(columns, key=lambda i: (requests[i].topic, requests[i].partition)):
+        if i not in responses:
             try:
-                responses[i] = _append(broker, conn, requests[i], columns[i], loaded)
+                admit(broker, conn, requests[i], loaded)
+                admitted.append(i)
             except KafkaException as exc:
-                responses[i] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
+                responses[i] = _refusal(exc)
+    responses.update(_append_all(broker, conn, requests, columns, admitted))
     return registered, [responses[i] for i in range(len(requests))]
 
 
-def _append(
+def admit(
     broker: Broker,
     conn: Connection,
     req: ProduceRequest,
-    columns: Columns,
-    loaded: dict[str, TxnMetadata | None] | None = None,
-) -> ProduceResponse:
-    """Append one batch in the caller's DB transaction; raises KafkaException for a
-    refusal, always before writing anything. ``columns``: the batch as ``check_request``
-    transposed it; ``loaded``: transactional metadata already read FOR SHARE in this DB
-    transaction, by id."""
+    loaded: dict[str, TxnMetadata | None],
+) -> None:
+    """The checks before any partition is locked: the ACLs and, for a transactional batch,
+    its transaction (rule 6). ``loaded``: transactional metadata already read in this DB
+    transaction, by id; filled as ids are read (FOR SHARE)."""
     authorize_all(conn, broker, needs.produce(req.topic, req.transactional_id))
     if req.is_transactional:
         from app.coordinator.guard import check_produce, load_for_produce
 
         assert req.transactional_id is not None
-        cache = {} if loaded is None else loaded
-        if req.transactional_id not in cache:
-            cache[req.transactional_id] = load_for_produce(conn, req.transactional_id)
-        check_produce(cache[req.transactional_id], req)
-    row = lock_partition(conn, req.topic, req.partition, req.producer_id)
+        if req.transactional_id not in loaded:
+            loaded[req.transactional_id] = load_for_produce(conn, req.transactional_id)
+        check_produce(loaded[req.transactional_id], req)
+
+
+def _append_all(
+    broker: Broker,
+    conn: Connection,
+    requests: list[ProduceRequest],
+    columns: dict[int, Columns],
+    admitted: list[int],
+) -> dict[int, ProduceResponse]:
+    """Append the admitted batches (distinct partitions expected): one lock statement, one
+    COPY, one advance. Batches for the same partition twice in one request are appended one
+    after the other instead, each seeing the previous one's offsets and producer state."""
+    partitions = [(requests[i].topic, requests[i].partition) for i in admitted]
+    if len(set(partitions)) < len(partitions):
+        return {i: _append_one(broker, conn, requests[i], columns[i]) for i in admitted}
+    rows = lock_partitions(
+        conn, [(*tp, requests[i].producer_id) for i, tp in zip(admitted, partitions, strict=True)]
+    )
+    responses: dict[int, ProduceResponse] = {}
+    plans: list[tuple[ProduceRequest, AppendPlan]] = []
+    for i in admitted:
+        req = requests[i]
+        try:
+            plan = plan_append(broker, req, columns[i], rows.get((req.topic, req.partition)))
+        except KafkaException as exc:
+            responses[i] = _refusal(exc)
+            continue
+        responses[i] = plan.response
+        if plan.rows:
+            plans.append((req, plan))
+    if plans:
+        copy_payload(conn, copy_payload_of(plan.rows for _, plan in plans))
+        crash_point("append.after_copy")
+        advance_partitions(
+            conn,
+            [(req.topic, req.partition, plan.next_offset, plan.lso) for req, plan in plans],
+            [(req.topic, req.partition, plan.entry) for req, plan in plans if plan.entry],
+        )
+    return responses
+
+
+def _append_one(
+    broker: Broker, conn: Connection, req: ProduceRequest, columns: Columns
+) -> ProduceResponse:
+    """One batch: the lock, its COPY and the advance, each a statement of its own."""
+    try:
+        row = lock_partition(conn, req.topic, req.partition, req.producer_id)
+        plan = plan_append(broker, req, columns, row)
+    except KafkaException as exc:
+        return _refusal(exc)
+    if plan.rows:
+        copy_payload(conn, copy_payload_of((plan.rows,)))
+        crash_point("append.after_copy")
+        advance_partition(conn, req.topic, req.partition, plan.next_offset, plan.lso, plan.entry)
+    return plan.response
+
+
+def recorded_batch(conn: Connection, req: ProduceRequest) -> ProduceResponse:
+    """The answer to a batch known to be in the log already (its request committed and is
+    being retried): a duplicate, with the offsets it was given (-1 if the log no longer
+    has it)."""
+    params = {
+        "topic": req.topic,
+        "partition": req.partition,
+        "producer_id": req.producer_id,
+        "producer_epoch": req.producer_epoch,
+        "base_sequence": req.base_sequence,
+    }
+    with driver_connection(conn).cursor() as cur:
+        row = cur.execute(sql.RECORDED_BATCH, params).fetchone()
+    base_offset, log_start = (-1, -1) if row is None else (row[0], row[1])
+    return ProduceResponse(
+        KafkaError.NO_ERROR,
+        -1 if base_offset is None else base_offset,
+        log_start,
+        duplicate=True,
+    )
+
+
+def _refusal(exc: KafkaException) -> ProduceResponse:
+    return ProduceResponse(exc.error.code(), error_message=exc.error.str())
+
+
+@dataclass(frozen=True)
+class AppendPlan:
+    """What one batch does to its locked partition: the answer and, unless the batch is a
+    duplicate, its COPY rows, the partition's next offset and LSO after it, and the
+    producer's state after it (None for a producer without id)."""
+
+    response: ProduceResponse
+    rows: bytes = b""
+    next_offset: int = -1
+    lso: int = -1
+    entry: ProducerEntry | None = None
+
+
+def plan_append(
+    broker: Broker, req: ProduceRequest, columns: Columns, row: PartitionRow | None
+) -> AppendPlan:
+    """Decide one batch against its locked partition row (``row``; None if the partition
+    does not exist); raises KafkaException for a refusal. Nothing is written here."""
     if row is None:
         raise fail(
             KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} [{req.partition}] does not exist"
@@ -174,18 +306,17 @@ def _append(
     count = len(columns)
     next_offset = base_offset + count
     timestamps = columns.stamped(broker.clock.now_ms())
-    max_ts = max(timestamps)
+    accepted = ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset)
 
     if req.producer_id == NO_PRODUCER_ID:
         lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn=False)
-        payload = encode_batch(
+        rows = encode_rows(
             req.topic, req.partition, base_offset, columns, timestamps,
             NO_PRODUCER_ID, req.producer_epoch, -1, req.is_transactional,
         )  # fmt: skip
-        copy_payload(conn, payload)
-        advance_partition(conn, req.topic, req.partition, next_offset, lso)
-        return ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset)
+        return AppendPlan(accepted, rows, next_offset, lso)
 
+    max_ts = max(timestamps)
     entry = row.producer_entry()
     if entry is not None and is_expired(entry, max_ts, broker.settings.producer_id_expiration_ms):
         entry = None
@@ -194,11 +325,13 @@ def _append(
         entry, req.producer_epoch, req.base_sequence, last_seq, req.is_transactional
     )
     if verdict.duplicate_of is not None:
-        return ProduceResponse(
-            KafkaError.NO_ERROR,
-            verdict.duplicate_of.first_offset,
-            row.log_start_offset,
-            duplicate=True,
+        return AppendPlan(
+            ProduceResponse(
+                KafkaError.NO_ERROR,
+                verdict.duplicate_of.first_offset,
+                row.log_start_offset,
+                duplicate=True,
+            )
         )
     if not verdict.ok:
         raise fail(verdict.error_code, verdict.message)
@@ -209,11 +342,8 @@ def _append(
         entry, req.producer_id, req.producer_epoch, batch, max_ts, req.is_transactional
     )
     lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn)
-    payload = encode_batch(
+    rows = encode_rows(
         req.topic, req.partition, base_offset, columns, timestamps,
         req.producer_id, req.producer_epoch, req.base_sequence, req.is_transactional,
     )  # fmt: skip
-    copy_payload(conn, payload)
-    crash_point("append.after_copy")
-    advance_partition(conn, req.topic, req.partition, next_offset, lso, new_entry)
-    return ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset)
+    return AppendPlan(accepted, rows, next_offset, lso, new_entry)

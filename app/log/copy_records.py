@@ -106,7 +106,12 @@ def _sequences(base_sequence: int, count: int) -> Iterable[int]:
     return [increment_sequence(base_sequence, i) for i in range(count)]
 
 
-def encode_batch(
+def copy_payload_of(batches: Iterable[bytes]) -> bytes:
+    """One COPY payload for the rows of several batches (``encode_rows``)."""
+    return b"".join(chain((SIGNATURE,), batches, (TRAILER,)))
+
+
+def encode_rows(
     topic: str,
     partition: int,
     base_offset: int,
@@ -117,7 +122,7 @@ def encode_batch(
     base_sequence: int,
     is_transactional: bool,
 ) -> bytes:
-    """The whole COPY payload (signature to trailer) of one data batch.
+    """The rows of one data batch in binary COPY format, without signature and trailer.
 
     ``base_sequence`` is -1 for a non-idempotent batch (every record's sequence is -1).
     """
@@ -154,4 +159,4 @@ def encode_batch(
         )
     else:
         rows = zip(repeat(prefix + _NULL), integers, keys, value_lengths_packed, values)
-    return b"".join(chain((SIGNATURE,), chain.from_iterable(rows), (TRAILER,)))
+    return b"".join(chain.from_iterable(rows))

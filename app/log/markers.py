@@ -22,11 +22,9 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.lso import lso_after_marker
-from app.log.partition_lock import PartitionRow
+from app.log.partition_lock import TopicPartition, lock_partitions
 from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -82,7 +80,7 @@ def write_txn_markers(
     wanted = sorted(set(partitions))
     if not wanted:
         return []
-    rows = _lock(conn, wanted, producer_id)
+    rows = lock_partitions(conn, [(t, p, producer_id) for t, p in wanted])
     marked: list[_Open] = []
     for topic, partition in wanted:
         row = rows.get((topic, partition))
@@ -119,22 +117,6 @@ def write_txn_markers(
         },
     )
     return [(o.topic, o.partition) for o in marked]
-
-
-def _lock(
-    conn: Connection, wanted: list[TopicPartition], producer_id: int
-) -> dict[TopicPartition, PartitionRow]:
-    """Lock the partition rows in sorted order; each with the producer's state on it, as
-    the Produce handler's lock reads it (the columns after topic and partition)."""
-    result = conn.execute(
-        sql.LOCK_PARTITIONS,
-        {
-            "topics": [t for t, _ in wanted],
-            "partitions": [p for _, p in wanted],
-            "producer_id": producer_id,
-        },
-    )
-    return {(row.topic, row.partition): PartitionRow(*row[2:]) for row in result}
 
 
 def _first_other_open_txns(

@@ -1,17 +1,17 @@
 """The partition row lock with the producer's state, and the write that advances both.
 
 The Produce handler's two statements around its COPY (DESIGN §3.1: the lock is taken
-first and held to COMMIT by the caller's DB transaction); markers lock all partitions of a
-transaction in one set-based statement of their own, but read the same row
-(``PartitionRow``). These two run on the psycopg connection under the caller's SQLAlchemy
-transaction: once per produced batch, SQLAlchemy's statement handling would cost more than
-the statements' own planning (psycopg prepares them after a few executions). (Pipelining
-the lock with the BEGIN was measured slower: psycopg's pipeline mode costs more than the
-round trip it saves on a local server.)
+first and held to COMMIT by the caller's DB transaction), for one partition or, set-based,
+for all partitions of a request (markers lock theirs the same way). They run on the psycopg
+connection under the caller's SQLAlchemy transaction: once per produced batch,
+SQLAlchemy's statement handling would cost more than the statements' own planning (psycopg
+prepares them after a few executions). (Pipelining the lock with the BEGIN was measured
+slower: psycopg's pipeline mode costs more than the round trip it saves on a local server.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from psycopg import Connection as PgConnection
@@ -102,3 +102,49 @@ def advance_partition(
         )
     with driver_connection(conn).cursor() as cur:
         cur.execute(statement, params)
+
+
+TopicPartition = tuple[str, int]
+
+
+def lock_partitions(
+    conn: Connection, wanted: Sequence[tuple[str, int, int]]
+) -> dict[TopicPartition, PartitionRow]:
+    """Lock the rows of ``wanted`` (topic, partition, producer_id), in sorted order, in one
+    statement; each with that producer's state on it. Missing partitions are left out."""
+    params = {
+        "topics": [t for t, _, _ in wanted],
+        "partitions": [p for _, p, _ in wanted],
+        "producer_ids": [pid for _, _, pid in wanted],
+    }
+    with driver_connection(conn).cursor() as cur:
+        rows = cur.execute(sql.LOCK_PARTITIONS, params).fetchall()
+    return {(row[0], row[1]): PartitionRow(*row[2:]) for row in rows}
+
+
+def advance_partitions(
+    conn: Connection,
+    advances: Sequence[tuple[str, int, int, int]],
+    entries: Sequence[tuple[str, int, ProducerEntry]],
+) -> None:
+    """``advance_partition`` for several partitions in one statement: ``advances`` are
+    (topic, partition, next_offset, last_stable_offset); ``entries`` the producer states
+    to write, by partition."""
+    params: dict[str, Any] = {
+        "topics": [a[0] for a in advances],
+        "partitions": [a[1] for a in advances],
+        "next_offsets": [a[2] for a in advances],
+        "lsos": [a[3] for a in advances],
+        "s_topics": [t for t, _, _ in entries],
+        "s_partitions": [p for _, p, _ in entries],
+        "s_producer_ids": [e.producer_id for _, _, e in entries],
+        "s_producer_epochs": [e.producer_epoch for _, _, e in entries],
+        "s_last_sequences": [e.last_sequence for _, _, e in entries],
+        "s_last_offsets": [e.last_offset for _, _, e in entries],
+        "s_last_timestamps": [e.last_timestamp for _, _, e in entries],
+        "s_batches": [e.batches_json() for _, _, e in entries],
+        "s_coordinator_epochs": [e.coordinator_epoch for _, _, e in entries],
+        "s_txn_first_offsets": [e.txn_first_offset for _, _, e in entries],
+    }
+    with driver_connection(conn).cursor() as cur:
+        cur.execute(sql.ADVANCE_PARTITIONS, params)

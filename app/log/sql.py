@@ -84,29 +84,69 @@ ADVANCE_PARTITION_AND_UPSERT_PRODUCER = f"""
     {_UPSERT_PRODUCER_STATE}
 """
 
-# Markers, set-based: every partition of a transaction in three statements, whatever their
-# number. The partition rows are locked in one statement, in the order a Python sort of
-# (topic, partition) gives (COLLATE "C"), with the marking producer's state read alongside:
-# after topic and partition, the columns of LOCK_PARTITION (``partition_lock.PartitionRow``).
-LOCK_PARTITIONS = text(
-    """
+# A batch already appended, found again by its producer, epoch and base sequence: the
+# answer to a retried request that committed (its offsets; searched from the log end, where
+# a retried batch is), with the partition's log start.
+RECORDED_BATCH = """
+    SELECT r.batch_base_offset, p.log_start_offset FROM partitions p
+    LEFT JOIN LATERAL (
+        SELECT batch_base_offset FROM records
+        WHERE topic = p.topic AND partition = p.partition AND producer_id = %(producer_id)s
+          AND producer_epoch = %(producer_epoch)s AND sequence = %(base_sequence)s
+          AND NOT is_control
+        ORDER BY "offset" DESC LIMIT 1
+    ) r ON true
+    WHERE p.topic = %(topic)s AND p.partition = %(partition)s
+"""
+
+# Several partitions at once, for a produce request with batches for several partitions
+# and for markers: the partition rows locked in one statement, in the order a Python sort
+# of (topic, partition) gives (COLLATE "C", DESIGN §3.3), each with the state of the
+# producer named for it read alongside; after topic and partition, the columns of
+# LOCK_PARTITION (``partition_lock.PartitionRow``).
+LOCK_PARTITIONS = """
     SELECT p.topic, p.partition, p.next_offset, p.log_start_offset, p.last_stable_offset,
            s.producer_id AS s_producer_id, s.producer_epoch AS s_producer_epoch,
            s.last_sequence AS s_last_sequence, s.last_offset AS s_last_offset,
            s.last_timestamp AS s_last_timestamp, s.batches AS s_batches,
            s.coordinator_epoch AS s_coordinator_epoch, s.txn_first_offset AS s_txn_first_offset
-    FROM partitions p
+    FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[]),
+                CAST(%(producer_ids)s AS bigint[])) AS u(topic, partition, producer_id)
+    JOIN partitions p ON p.topic = u.topic AND p.partition = u.partition
     LEFT JOIN producer_states s
-      ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = :producer_id
-    WHERE (p.topic, p.partition) IN
-          (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))
+      ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = u.producer_id
     ORDER BY p.topic COLLATE "C", p.partition
     FOR UPDATE OF p
-    """
-)
+"""
 
-# Per partition, the first offset of the earliest transaction still open other than one
-# producer's (the one whose markers are being written). A statement of its own, run once
+# The advance of several partitions after one COPY of all their batches: next offsets and
+# LSOs, and the producer states of the idempotent batches (possibly none), in one statement.
+ADVANCE_PARTITIONS = f"""
+    WITH advanced AS (
+        UPDATE partitions p SET next_offset = u.next_offset, last_stable_offset = u.lso
+        FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[]),
+                    CAST(%(next_offsets)s AS bigint[]), CAST(%(lsos)s AS bigint[]))
+             AS u(topic, partition, next_offset, lso)
+        WHERE p.topic = u.topic AND p.partition = u.partition
+    )
+    INSERT INTO producer_states AS s
+        (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
+         last_timestamp, batches, coordinator_epoch, txn_first_offset)
+    SELECT topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
+           last_timestamp, CAST(batches AS jsonb), coordinator_epoch, txn_first_offset
+    FROM unnest(CAST(%(s_topics)s AS text[]), CAST(%(s_partitions)s AS int[]),
+                CAST(%(s_producer_ids)s AS bigint[]), CAST(%(s_producer_epochs)s AS int[]),
+                CAST(%(s_last_sequences)s AS int[]), CAST(%(s_last_offsets)s AS bigint[]),
+                CAST(%(s_last_timestamps)s AS bigint[]), CAST(%(s_batches)s AS text[]),
+                CAST(%(s_coordinator_epochs)s AS int[]), CAST(%(s_txn_first_offsets)s AS bigint[]))
+         AS u(topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
+              last_timestamp, batches, coordinator_epoch, txn_first_offset)
+    {_UPSERT_PRODUCER_STATE}
+"""
+
+# Markers, set-based: all partitions of a transaction in three statements whatever their
+# number (LOCK_PARTITIONS, the two below). Per partition, the first offset of the earliest
+# transaction still open other than one producer's (the one whose markers are being written). A statement of its own, run once
 # the partition locks are held, so it sees every transaction opened before them.
 FIRST_OPEN_TXN_OFFSETS = text(
     """

@@ -62,6 +62,19 @@ def plain_read_seconds(
     return time.monotonic() - started
 
 
+def postgres_write_seconds(broker: Broker, topic: str) -> float:
+    """PostgreSQL alone writing the topic's rows into ``read_committed_records`` (one
+    INSERT … SELECT from ``records`` and its COMMIT), after removing what the
+    materialisation wrote: the least any materialisation into that table costs, however
+    the rows reach the server."""
+    with broker.engine.begin() as conn:
+        conn.execute(text("DELETE FROM read_committed_records WHERE topic = :t"), {"t": topic})
+    started = time.monotonic()
+    with broker.engine.begin() as conn:
+        conn.execute(text(sql.COPY_INSIDE_POSTGRES), {"t": topic})
+    return time.monotonic() - started
+
+
 def bench_materialize(
     spark: SparkSession,
     database_url: str,
@@ -73,7 +86,7 @@ def bench_materialize(
 
     ``ratio`` is materialisation time over plain-read time (1.0 would mean free);
     ``stage_s`` splits the materialisation by the stages it reports, so a slow run says
-    where its time went.
+    where its time went; ``postgres_write_s`` is the floor of the write alone.
     """
     broker = Broker.connect(database_url)
     topic = f"bench-{uuid.uuid4().hex[:8]}"
@@ -97,6 +110,7 @@ def bench_materialize(
         results = run_materialization(spark, database_url, [topic], progress=lap)
         materialize_s = time.monotonic() - started
         rows = sum(r.rows for r in results)
+        write_s = postgres_write_seconds(broker, topic)
     finally:
         if not keep:
             delete_topic(broker, topic)
@@ -115,5 +129,6 @@ def bench_materialize(
         "plain_read_rows_per_s": round(n_records / read_s),
         "materialize_rows_per_s": round(rows / materialize_s),
         "ratio": round(materialize_s / read_s, 2),
+        "postgres_write_s": round(write_s, 3),
         "stage_s": stages,
     }

@@ -160,6 +160,16 @@ def merge_staged(name: str) -> str:
     """
 
 
+# The benchmark's floor: the same rows written into read_committed_records by PostgreSQL
+# alone, straight from records (no Spark, no staging), aborted transactions aside.
+COPY_INSIDE_POSTGRES = """
+    INSERT INTO read_committed_records
+        (topic, partition, "offset", key, value, headers, "timestamp", producer_id)
+    SELECT topic, partition, "offset", key, value, headers, "timestamp", producer_id
+    FROM records WHERE topic = :t AND NOT is_control
+"""
+
+
 def literal(value: str) -> str:
     """A SQL string literal (Spark's JDBC predicates and subqueries take no parameters)."""
     return "'" + value.replace("'", "''") + "'"

@@ -1,0 +1,147 @@
+"""EndTxn carrying the transaction's last batches: a Producer's commit as one request.
+
+``commit_transaction`` nearly always finds batches not yet sent (``linger.ms`` holds a
+transaction's last records until the commit flushes them). Sent first and EndTxn after, as
+Kafka's client does, that is three DB transactions: the batches, PREPARE, then markers and
+COMPLETE. Sent together they are one: the batches are appended (registering their new
+partitions, as KIP-890's implicit AddPartitionsToTxn does), and only if every batch was
+accepted is the transaction ended in the same DB transaction, PREPARE, markers and
+COMPLETE, as InitProducerId's fencing already ends an ongoing one.
+
+All of it commits or none of it. A crash or a lost connection before COMMIT leaves the
+transaction ongoing without these batches, so EndTxn never ends a transaction whose last
+batches are missing: the client retries this same request, never a bare EndTxn. After
+COMMIT, the retry finds the transaction ended by this producer id and epoch (EndTxn's retry
+rule, rule 4) and answers the batches as delivered, with the offsets they were given.
+A refused batch stops the commit: the other batches are appended, the transaction stays
+ongoing, and the client's commit fails as it would after a failed flush.
+
+Lock order (DESIGN §3): the transactional id's row first (FOR UPDATE), then every
+partition the markers will touch, sorted, before any is appended to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from app.broker import Broker
+from app.coordinator import machines as m
+from app.coordinator.completion import complete_transaction
+from app.coordinator.handlers import prepare_in
+from app.coordinator.metadata import TxnMetadata, end_retry_outcome
+from app.coordinator.txn_log import load_with_lease
+from app.errors import KafkaError, KafkaException
+from app.faults import crash_point
+from app.log.append import append_batches, recorded_batch
+from app.log.partition_lock import lock_partitions
+from app.protocol import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from app.security import needs
+from app.security.authorizer import authorize_all
+from app.storage.engine import retry_conflicts
+
+NOT_ATTEMPTED = "a batch of the transaction was refused; the transaction was not ended"
+
+
+@dataclass(frozen=True)
+class CommitResponse:
+    """The answers of one combined request: the registration (None if there was none to
+    make), each batch's, and EndTxn's (OPERATION_NOT_ATTEMPTED when a batch was refused)."""
+
+    registered: AddPartitionsToTxnResponse | None
+    batches: list[ProduceResponse]
+    end: EndTxnResponse
+
+
+@retry_conflicts
+def produce_and_end_txn(
+    broker: Broker,
+    requests: list[ProduceRequest],
+    add: AddPartitionsToTxnRequest | None,
+    end: EndTxnRequest,
+) -> CommitResponse:
+    """Append ``requests`` (after registering ``add``) and end the transaction, in one DB
+    transaction; see the module docstring for what a retry and a refusal do."""
+    with broker.engine.begin() as conn:
+        try:
+            authorize_all(conn, broker, needs.end_txn(end.transactional_id))
+            meta, epoch = load_with_lease(conn, end.transactional_id)
+            if meta is not None and end_retry_outcome(
+                meta, end.producer_id, end.producer_epoch, end.committed
+            ):
+                delivered = [recorded_batch(conn, req) for req in requests]
+                return CommitResponse(_answer(add, KafkaError.NO_ERROR), delivered, _ok(meta))
+        except KafkaException as exc:
+            code, message = exc.error.code(), exc.error.str()
+            failed = ProduceResponse(code, error_message=message)
+            return CommitResponse(
+                _answer(add, code, message),
+                [failed] * len(requests),
+                EndTxnResponse(code, error_message=message),
+            )
+        loaded: dict[str, TxnMetadata | None] = {end.transactional_id: meta}
+        if meta is not None:
+            _lock_marker_partitions(conn, meta, requests, add)
+        registered, responses = append_batches(conn, broker, requests, add, loaded)
+        failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
+        if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
+            not_attempted = EndTxnResponse(
+                KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED
+            )
+            return CommitResponse(registered, responses, not_attempted)
+        return CommitResponse(
+            registered, responses, _end(conn, broker, end, loaded[end.transactional_id], epoch)
+        )
+
+
+def _end(
+    conn: Connection, broker: Broker, end: EndTxnRequest, meta: TxnMetadata | None, epoch: int
+) -> EndTxnResponse:
+    """PREPARE, markers and COMPLETE on the just-appended transaction. A refused marker
+    (a fenced coordinator) leaves PREPARE to commit alone, rolled forward later (rule 2),
+    and is answered as a bare EndTxn answers it."""
+    try:
+        meta = prepare_in(conn, broker, end, meta, epoch)
+        crash_point("end_txn.after_prepare")
+        if meta.state in m.PREPARE:
+            meta = complete_transaction(conn, meta, epoch, broker.clock.now_ms())
+        return _ok(meta)
+    except KafkaException as exc:
+        return EndTxnResponse(exc.error.code(), error_message=exc.error.str())
+
+
+def _answer(
+    add: AddPartitionsToTxnRequest | None, code: int, message: str | None = None
+) -> AddPartitionsToTxnResponse | None:
+    """The registration's answer when the request was decided before it: registered by
+    the request being retried, or refused with it."""
+    if add is None:
+        return None
+    return AddPartitionsToTxnResponse(code, dict.fromkeys(add.partitions, code), message)
+
+
+def _ok(meta: TxnMetadata) -> EndTxnResponse:
+    return EndTxnResponse(KafkaError.NO_ERROR, meta.producer_id, meta.producer_epoch)
+
+
+def _lock_marker_partitions(
+    conn: Connection,
+    meta: TxnMetadata,
+    requests: list[ProduceRequest],
+    add: AddPartitionsToTxnRequest | None,
+) -> None:
+    """The markers will lock every partition of the transaction; if some of them get no
+    batch here, lock them all now, sorted, so no partition is locked out of order."""
+    batch_partitions = {(r.topic, r.partition) for r in requests}
+    marked = set(meta.partitions) | set(add.partitions if add is not None else ())
+    if marked <= batch_partitions:
+        return
+    lock_partitions(conn, [(t, p, meta.producer_id) for t, p in marked | batch_partitions])

@@ -1,0 +1,226 @@
+"""The commit as one request: a transaction's last batches with its EndTxn (one DB
+transaction), how a retry of it is answered, what a refused batch does, and the Producer
+using it, including when its answer is lost."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
+
+from app.broker import Broker
+from app.client import KafkaException, Producer, transactions
+from app.coordinator import machines as m
+from app.errors import KafkaError
+from app.log.topics import create_topic
+from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+
+PARTITIONS = [("t", 0), ("t", 1), ("u", 0)]
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    b = Broker.connect(db_url)
+    create_topic(b, "t", 2)
+    create_topic(b, "u", 1)
+    return b
+
+
+def events(broker: Broker, tid: str) -> list[str]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT state FROM transaction_log WHERE transactional_id = :t ORDER BY event_id"),
+            {"t": tid},
+        )
+        return [r[0] for r in rows]
+
+
+def settled(broker: Broker) -> bool:
+    offsets = [partition_offsets(broker, t, p) for t, p in PARTITIONS]
+    return all(hw == lso for hw, lso in offsets)
+
+
+def test_batches_and_end_commit_together(broker: Broker) -> None:
+    driver = TxnDriver(broker, "c")
+    assert driver.init() == 0
+    before = (driver.producer_id, driver.producer_epoch)
+    r = driver.commit_with(
+        driver.requests(("t", 0, "a"), ("t", 1, "b"), ("u", 0, "c")), register=PARTITIONS
+    )
+    assert r.registered is not None and r.registered.error_code == 0
+    assert [b.error_code for b in r.batches] == [0, 0, 0]
+    assert [b.base_offset for b in r.batches] == [0, 0, 0]
+    assert r.end.error_code == 0
+    assert (r.end.producer_id, r.end.producer_epoch) == (before[0], before[1] + 1)  # KIP-890
+    assert [read_values(broker, t, p) for t, p in PARTITIONS] == [["a"], ["b"], ["c"]]
+    assert settled(broker)
+    # Every transition is still an event, in order.
+    assert events(broker, "c")[-3:] == [m.BEGIN, m.PREPARE_COMMIT, m.COMPLETE_COMMIT]
+
+
+def test_a_retry_after_the_commit_is_answered_with_the_first_answer(broker: Broker) -> None:
+    """The answer was lost after COMMIT: the same request again appends nothing, ends
+    nothing, and answers the batches with the offsets they were given."""
+    driver = TxnDriver(broker, "r")
+    assert driver.init() == 0
+    assert driver.send("t", 0, "earlier").error_code == 0  # the batch of "t" 0 lands at 1
+    requests = driver.requests(("t", 0, "x"), ("u", 0, "y"))
+    first = driver.commit_with(requests, register=[("u", 0)])
+    assert first.end.error_code == 0
+    again = TxnDriver(broker, "r")
+    again.producer_id, again.producer_epoch = requests[0].producer_id, requests[0].producer_epoch
+    retry = again.commit_with(requests, register=[("u", 0)])
+    assert retry.end.error_code == 0
+    assert (retry.end.producer_id, retry.end.producer_epoch) == (
+        first.end.producer_id,
+        first.end.producer_epoch,
+    )
+    assert [(b.error_code, b.base_offset, b.duplicate) for b in retry.batches] == [
+        (0, 1, True),
+        (0, 0, True),
+    ]
+    assert retry.registered is not None and retry.registered.error_code == 0
+    assert read_values(broker, "t", 0) == ["earlier", "x"]
+    assert read_values(broker, "u", 0) == ["y"]
+    assert events(broker, "r").count(m.COMPLETE_COMMIT) == 1
+
+
+def test_a_refused_batch_stops_the_commit(broker: Broker) -> None:
+    """One batch out of sequence: the others are appended, the transaction stays open and
+    undecided, and can then be aborted."""
+    driver = TxnDriver(broker, "f")
+    assert driver.init() == 0
+    assert driver.send("t", 1, "first").error_code == 0
+    good, bad = driver.requests(("t", 0, "good"), ("t", 1, "bad"))
+    bad = replace(bad, base_sequence=5)  # a gap after sequence 0
+    r = driver.commit_with([good, bad], register=[("t", 0)])
+    assert [b.error_code for b in r.batches] == [0, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER]
+    assert r.end.error_code == KafkaError.OPERATION_NOT_ATTEMPTED
+    assert state_of(broker, "f") == m.BEGIN
+    assert read_values(broker, "t", 0) == [] and read_values(broker, "t", 0, committed=False) == [
+        "good"
+    ]
+    assert driver.end(commit=False) == 0
+    assert read_values(broker, "t", 0) == [] and read_values(broker, "t", 1) == []
+    assert state_of(broker, "f") == m.COMPLETE_ABORT
+    assert settled(broker)
+
+
+def test_partitions_without_a_batch_in_the_request_get_their_markers(broker: Broker) -> None:
+    """The transaction wrote to "u" 0 earlier; the commit carries a batch for "t" 1 only:
+    both are marked, the partitions locked in sorted order first."""
+    driver = TxnDriver(broker, "p")
+    assert driver.init() == 0
+    assert driver.send("u", 0, "early").error_code == 0
+    r = driver.commit_with(driver.requests(("t", 1, "late")), register=[("t", 1)])
+    assert r.end.error_code == 0
+    assert read_values(broker, "u", 0) == ["early"] and read_values(broker, "t", 1) == ["late"]
+    assert settled(broker)
+
+
+def test_a_commit_from_a_fenced_instance_writes_nothing(broker: Broker) -> None:
+    zombie = TxnDriver(broker, "z")
+    assert zombie.init() == 0
+    assert zombie.send("t", 0, "zombie").error_code == 0
+    successor = TxnDriver(broker, "z")
+    assert successor.init() == 0  # fences the zombie and aborts its transaction
+    r = zombie.commit_with(zombie.requests(("t", 0, "late")))
+    # The partition's answer to a stale epoch, as to any produce; nothing is ended.
+    assert [b.error_code for b in r.batches] == [KafkaError.INVALID_PRODUCER_EPOCH]
+    assert r.end.error_code == KafkaError.OPERATION_NOT_ATTEMPTED
+    assert read_values(broker, "t", 0, committed=False) == ["zombie"]  # aborted by the fence
+    assert read_values(broker, "t", 0) == []
+    assert settled(broker)
+
+
+# ---------------------------------------------------------------- the Producer
+
+
+def lost_connection() -> OperationalError:
+    return OperationalError(
+        "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
+    )
+
+
+def lossy(monkeypatch: pytest.MonkeyPatch, losses: int, reached: bool) -> list[int]:
+    """Lose the answer of the next ``losses`` combined requests (``reached``: each was
+    carried out first); returns a one-element count of the requests made."""
+    real = transactions.produce_and_end_txn
+    calls = [0]
+
+    def flaky(*args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] > losses:
+            return real(*args)
+        if reached:
+            real(*args)
+        raise lost_connection()
+
+    monkeypatch.setattr(transactions, "produce_and_end_txn", flaky)
+    return calls
+
+
+def transactional_producer(db_url: str, tid: str, **extra: Any) -> Producer:
+    config = {"database.url": db_url, "transactional.id": tid, "linger.ms": 10_000}
+    return Producer({**config, "retry.backoff.ms": 5, **extra})
+
+
+@pytest.mark.parametrize("reached", [True, False])
+def test_a_lost_commit_answer_is_retried_as_the_same_request(
+    db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch, reached: bool
+) -> None:
+    producer = transactional_producer(db_url, f"lost-{reached}")
+    reports: list[tuple[Any, int]] = []
+    try:
+        producer.init_transactions()
+        calls = lossy(monkeypatch, 2, reached)
+        producer.begin_transaction()
+        for topic, partition in PARTITIONS:
+            producer.produce(
+                topic, f"{topic}{partition}", partition=partition,
+                on_delivery=lambda e, msg: reports.append((e, msg.offset())),
+            )  # fmt: skip
+        producer.commit_transaction()
+        assert calls[0] == 3
+        assert reports == [(None, 0)] * 3
+        # The next transaction works with the identity the commit returned.
+        producer.begin_transaction()
+        producer.produce("t", "next", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert read_values(broker, "t", 0) == ["t0", "next"]
+    assert read_values(broker, "t", 1) == ["t1"] and read_values(broker, "u", 0) == ["u0"]
+    assert settled(broker)
+
+
+def test_an_unresolved_commit_times_out_retriably_and_completes_when_retried(
+    db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer stays lost past message.timeout.ms: the batch is not reported failed
+    (the transaction may have committed with it); commit_transaction times out, retriably,
+    and completes when called again."""
+    producer = transactional_producer(
+        db_url, "unresolved", **{"linger.ms": 100, "message.timeout.ms": 200}
+    )
+    reports: list[Any] = []
+    try:
+        producer.init_transactions()
+        lossy(monkeypatch, 1_000_000, reached=True)
+        producer.begin_transaction()
+        producer.produce("t", "v", partition=0, on_delivery=lambda e, msg: reports.append(e))
+        with pytest.raises(KafkaException) as raised:
+            producer.commit_transaction(0.5)
+        assert raised.value.args[0].retriable() and not raised.value.args[0].txn_requires_abort()
+        assert reports == []
+        monkeypatch.undo()
+        producer.commit_transaction()
+        assert reports == [None]
+    finally:
+        producer.close()
+    assert read_values(broker, "t", 0) == ["v"]
+    assert state_of(broker, "unresolved") == m.COMPLETE_COMMIT
