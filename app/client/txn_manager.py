@@ -9,6 +9,7 @@ ones require ``abort_transaction()`` before anything else.
 from __future__ import annotations
 
 import threading
+from functools import cache
 from typing import Any
 
 from transitions import Machine, MachineError
@@ -56,17 +57,33 @@ class _Model:
         self.state = UNINITIALIZED
 
 
+_MACHINE = Machine(
+    model=None, states=STATES, transitions=TRANSITIONS, initial=UNINITIALIZED,
+    auto_transitions=False,
+)  # fmt: skip
+_machine_lock = threading.Lock()
+
+
+@cache
+def _next_state(state: str, trigger: str) -> str | None:
+    """The machine's answer for ``trigger`` from ``state`` (None: not allowed), asked once:
+    the table is fixed, and attaching a model to the shared machine costs tens of
+    microseconds, three times per transaction."""
+    model = _Model()
+    model.state = state
+    with _machine_lock:
+        _MACHINE.add_model(model, initial=state)
+        try:
+            getattr(model, trigger)()
+        except (MachineError, AttributeError):
+            return None
+        finally:
+            _MACHINE.remove_model(model)
+    return str(model.state)
+
+
 class TransactionManager:
     """One per transactional Producer; thread-safe. ``fatal_error`` once set is sticky."""
-
-    _machine = Machine(
-        model=None,
-        states=STATES,
-        transitions=TRANSITIONS,
-        initial=UNINITIALIZED,
-        auto_transitions=False,
-    )
-    _machine_lock = threading.Lock()
 
     def __init__(self) -> None:
         self._model = _Model()
@@ -87,16 +104,11 @@ class TransactionManager:
                 )
             # A fresh model per trigger (as app.coordinator.machines does): re-adding the
             # same one makes ``transitions`` log a "Skip binding" warning per trigger name.
+            after = _next_state(self._model.state, trigger)
+            if after is None:
+                raise self._state_error(action)
             model = _Model()
-            model.state = self._model.state
-            with self._machine_lock:
-                self._machine.add_model(model, initial=model.state)
-                try:
-                    getattr(model, trigger)()
-                except (MachineError, AttributeError) as exc:
-                    raise self._state_error(action) from exc
-                finally:
-                    self._machine.remove_model(model)
+            model.state = after
             self._model = model
 
     def _state_error(self, action: str) -> KafkaException:

@@ -7,12 +7,16 @@ fences older holders, and an exhausted epoch rotates to a fresh producer id.
 One shared Machine per table, with ``auto_transitions=False`` and ``ignore_invalid_triggers``
 off: an invalid trigger raises, never silently does nothing. Models are attached only for
 the duration of one trigger, under a lock, because Machines are expensive to build and
-not safe to mutate from several threads at once.
+not safe to mutate from several threads at once. The tables are fixed, so each machine's
+answer for a (state, trigger) — and, for the identity, whether an epoch is left — is
+asked once and remembered: attaching a model costs tens of microseconds, and a
+transaction makes several transitions.
 """
 
 from __future__ import annotations
 
 import threading
+from functools import cache
 from typing import Any
 
 from transitions import Machine, MachineError
@@ -109,9 +113,20 @@ def _fire(machine: Machine, model: object, trigger: str) -> str:
     return str(model.state)  # type: ignore[attr-defined]
 
 
+@cache
+def _txn_answer(state: str, trigger: str) -> str | None:
+    try:
+        return _fire(_TXN_MACHINE, _Status(state), trigger)
+    except InvalidTransition:
+        return None
+
+
 def txn_transition(state: str, trigger: str) -> str:
     """The status after ``trigger`` from ``state``; raises InvalidTransition if not allowed."""
-    return _fire(_TXN_MACHINE, _Status(state), trigger)
+    after = _txn_answer(state, trigger)
+    if after is None:
+        raise InvalidTransition(f"{trigger} is not allowed from {state}")
+    return after
 
 
 def txn_allows(state: str, trigger: str) -> bool:
@@ -124,4 +139,13 @@ def txn_allows(state: str, trigger: str) -> bool:
 
 def identity_after_bump(epoch: int) -> str:
     """ACTIVE when the epoch can be bumped in place, EXHAUSTED when the id must rotate."""
-    return _fire(_IDENTITY_MACHINE, _Identity(ACTIVE, epoch), "bump")
+    return _bump_answer(_Identity(ACTIVE, epoch).epoch_available())
+
+
+@cache
+def _bump_answer(epoch_available: bool) -> str:
+    return _fire(
+        _IDENTITY_MACHINE,
+        _Identity(ACTIVE, MAX_EPOCH - 1 if epoch_available else MAX_EPOCH),
+        "bump",
+    )
