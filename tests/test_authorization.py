@@ -135,11 +135,29 @@ def test_error_codes_name_the_resource() -> None:
         Acl(ALICE, "topic", "", "read"),
         Acl(ALICE, "cluster", "other", "alter"),
         Acl(ALICE, "topic", "*", "read", pattern_type="prefixed"),
+        Acl(ALICE, "topic", "t\x00", "read"),
+        Acl("User:al\x00ice", "topic", "t", "read"),
     ],
 )
 def test_malformed_acls_are_refused(bad: Acl) -> None:
     with pytest.raises(KafkaException) as info:
         rules.validate_binding(bad)
+    assert info.value.error.code() == KafkaError.INVALID_REQUEST
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        AclBindingFilter(resource_name="t\x00"),
+        AclBindingFilter(principal="User:\x00"),
+        AclBindingFilter(operation="drop"),
+        AclBindingFilter(resource_name=b"t"),  # type: ignore[arg-type]
+    ],
+)
+def test_malformed_acl_filters_are_refused(bad: AclBindingFilter) -> None:
+    """Refused before the database, which cannot even compare a string holding NUL."""
+    with pytest.raises(KafkaException) as info:
+        acl_admin.validate_filter(bad)
     assert info.value.error.code() == KafkaError.INVALID_REQUEST
 
 

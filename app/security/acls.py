@@ -21,6 +21,7 @@ from app.security.rules import (
     PERMISSIONS,
     RESOURCE_TYPES,
     AclBinding,
+    check_text,
     validate_binding,
 )
 from app.storage.engine import retry_conflicts
@@ -57,6 +58,8 @@ def validate_filter(acl_filter: object) -> AclBindingFilter:
     ):
         if value is not None and not isinstance(value, str):
             raise fail(KafkaError.INVALID_REQUEST, f"{what} must be a string")
+        if value is not None:
+            check_text(value, what)
     return acl_filter
 
 

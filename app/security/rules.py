@@ -87,6 +87,13 @@ def principal_of(principal: str | None) -> str:
     return principal or ANONYMOUS
 
 
+def check_text(value: str, what: str) -> None:
+    """A name stored in a PostgreSQL text column: NUL cannot be stored, so it is refused
+    as a bad request rather than failing in the database."""
+    if "\x00" in value:
+        raise fail(KafkaError.INVALID_REQUEST, f"{what} must not contain NUL")
+
+
 def validate_binding(acl: object) -> AclBinding:
     """An ACL fit to store: known enumerations, a ``Type:name`` principal, a name."""
     if not isinstance(acl, AclBinding):
@@ -108,6 +115,8 @@ def validate_binding(acl: object) -> AclBinding:
         )
     if not isinstance(acl.resource_name, str) or not acl.resource_name:
         raise fail(KafkaError.INVALID_REQUEST, "resource name must be a non-empty string")
+    check_text(acl.principal, "principal")
+    check_text(acl.resource_name, "resource name")
     if acl.resource_type == CLUSTER and acl.resource_name != CLUSTER_NAME:
         raise fail(KafkaError.INVALID_REQUEST, f"the cluster resource is named {CLUSTER_NAME}")
     if acl.pattern_type == PREFIXED and acl.resource_name == ANY_NAME:
