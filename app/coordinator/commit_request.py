@@ -16,8 +16,9 @@ rule, rule 4) and answers the batches as delivered, with the offsets they were g
 A refused batch stops the commit: the other batches are appended, the transaction stays
 ongoing, and the client's commit fails as it would after a failed flush.
 
-Lock order (DESIGN §3): the transactional id's row first (FOR UPDATE), then every
-partition the markers will touch, sorted, before any is appended to.
+Lock order (DESIGN §3): the transactional id's row first (FOR UPDATE), then, in one
+statement and sorted, every partition the request touches (its batches' and those the
+markers will mark); the registration, the appends and the markers work on those rows.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from app.coordinator.txn_log import load_with_lease
 from app.errors import KafkaError, KafkaException
 from app.faults import crash_point
 from app.log.append import append_batches, recorded_batch
-from app.log.partition_lock import lock_partitions
+from app.log.partition_lock import PartitionRow, TopicPartition, lock_partitions
 from app.protocol import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
@@ -88,22 +89,25 @@ def produce_and_end_txn(
                 EndTxnResponse(code, error_message=message),
             )
         loaded: dict[str, TxnMetadata | None] = {end.transactional_id: meta}
-        if meta is not None:
-            _lock_marker_partitions(conn, meta, requests, add)
-        registered, responses = append_batches(conn, broker, requests, add, loaded)
+        locked = None if meta is None else _lock_partitions(conn, meta, requests, add)
+        registered, responses = append_batches(conn, broker, requests, add, loaded, locked)
         failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
         if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
             not_attempted = EndTxnResponse(
                 KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED
             )
             return CommitResponse(registered, responses, not_attempted)
-        return CommitResponse(
-            registered, responses, _end(conn, broker, end, loaded[end.transactional_id], epoch)
-        )
+        ended = _end(conn, broker, end, loaded[end.transactional_id], epoch, locked)
+        return CommitResponse(registered, responses, ended)
 
 
 def _end(
-    conn: Connection, broker: Broker, end: EndTxnRequest, meta: TxnMetadata | None, epoch: int
+    conn: Connection,
+    broker: Broker,
+    end: EndTxnRequest,
+    meta: TxnMetadata | None,
+    epoch: int,
+    locked: dict[TopicPartition, PartitionRow] | None,
 ) -> EndTxnResponse:
     """PREPARE, markers and COMPLETE on the just-appended transaction. A refused marker
     (a fenced coordinator) leaves PREPARE to commit alone, rolled forward later (rule 2),
@@ -112,7 +116,7 @@ def _end(
         meta = prepare_in(conn, broker, end, meta, epoch)
         crash_point("end_txn.after_prepare")
         if meta.state in m.PREPARE:
-            meta = complete_transaction(conn, meta, epoch, broker.clock.now_ms())
+            meta = complete_transaction(conn, meta, epoch, broker.clock.now_ms(), locked)
         return _ok(meta)
     except KafkaException as exc:
         return EndTxnResponse(exc.error.code(), error_message=exc.error.str())
@@ -132,16 +136,16 @@ def _ok(meta: TxnMetadata) -> EndTxnResponse:
     return EndTxnResponse(KafkaError.NO_ERROR, meta.producer_id, meta.producer_epoch)
 
 
-def _lock_marker_partitions(
+def _lock_partitions(
     conn: Connection,
     meta: TxnMetadata,
     requests: list[ProduceRequest],
     add: AddPartitionsToTxnRequest | None,
-) -> None:
-    """The markers will lock every partition of the transaction; if some of them get no
-    batch here, lock them all now, sorted, so no partition is locked out of order."""
-    batch_partitions = {(r.topic, r.partition) for r in requests}
-    marked = set(meta.partitions) | set(add.partitions if add is not None else ())
-    if marked <= batch_partitions:
-        return
-    lock_partitions(conn, [(t, p, meta.producer_id) for t, p in marked | batch_partitions])
+) -> dict[TopicPartition, PartitionRow]:
+    """Every partition the request touches, locked in sorted order in one statement, each
+    with this producer's state: those of the batches and those the markers will mark. The
+    registration, the appends and the markers then use these rows rather than lock again."""
+    touched = set(meta.partitions) | {(r.topic, r.partition) for r in requests}
+    if add is not None:
+        touched |= set(add.partitions)
+    return lock_partitions(conn, [(t, p, meta.producer_id) for t, p in touched])

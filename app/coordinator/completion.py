@@ -18,12 +18,19 @@ from app.coordinator.txn_log import persist
 from app.faults import crash_point
 from app.groups.txn_offsets import complete_pending_offsets
 from app.log.markers import write_txn_markers
+from app.log.partition_lock import PartitionRow, TopicPartition
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 
 
 def complete_transaction(
-    conn: Connection, meta: TxnMetadata, coordinator_epoch: int, now_ms: int
+    conn: Connection,
+    meta: TxnMetadata,
+    coordinator_epoch: int,
+    now_ms: int,
+    locked: dict[TopicPartition, PartitionRow] | None = None,
 ) -> TxnMetadata:
+    """``locked``: the transaction's partitions as this DB transaction already holds them
+    (``markers.write_txn_markers``)."""
     if meta.state not in m.PREPARE:
         raise AssertionError(f"complete_transaction on {meta.state}")
     commit = meta.state == m.PREPARE_COMMIT
@@ -32,7 +39,7 @@ def complete_transaction(
     # A deleted topic has nothing left to mark; a fenced marker stops completion.
     write_txn_markers(
         conn, meta.partitions, producer_id, producer_epoch, coordinator_epoch, control, now_ms,
-        skip_missing=True,
+        skip_missing=True, locked=locked,
     )  # fmt: skip
     crash_point("complete.after_marker")
     if meta.has_offsets:

@@ -184,6 +184,7 @@ def register_partitions(
     broker: Broker,
     req: AddPartitionsToTxnRequest,
     locked: TxnMetadata | None = None,
+    existing: set[tuple[str, int]] | None = None,
 ) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
     """AddPartitionsToTxn in the caller's DB transaction: the handler's own, or a produce
     request's that registers its partitions before appending (KIP-890's implicit add, where
@@ -193,7 +194,8 @@ def register_partitions(
     Also returns the transaction as registered (None on a refusal), its row locked FOR
     UPDATE until the caller commits: a produce request checks its batches against it
     instead of reading the row again. ``locked``: the metadata, if the caller already read
-    it FOR UPDATE in this DB transaction."""
+    it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist
+    among those wanted, if the caller already locked them."""
     wanted = sorted(set(req.partitions))
     try:
         if not wanted:
@@ -216,13 +218,14 @@ def register_partitions(
                 results,
                 f"not authorized: {sorted(topics)}",
             ), None
-        existing = {
-            (r.topic, r.partition)
-            for r in conn.execute(
-                _EXISTING,
-                {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
-            )
-        }
+        if existing is None:
+            existing = {
+                (r.topic, r.partition)
+                for r in conn.execute(
+                    _EXISTING,
+                    {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
+                )
+            }
         missing = [tp for tp in wanted if tp not in existing]
         if missing:
             results = {

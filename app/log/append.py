@@ -26,6 +26,7 @@ from app.log.copy_records import Columns, copy_payload_of, encode_rows, record_s
 from app.log.lso import lso_after_append
 from app.log.partition_lock import (
     PartitionRow,
+    TopicPartition,
     advance_partition,
     advance_partitions,
     driver_connection,
@@ -144,9 +145,12 @@ def append_batches(
     requests: list[ProduceRequest],
     add: AddPartitionsToTxnRequest | None,
     loaded: dict[str, TxnMetadata | None],
+    locked: dict[TopicPartition, PartitionRow] | None = None,
 ) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
     """``produce_registering`` in the caller's DB transaction. ``loaded``: transactional
-    metadata already read in it, by id (``add``'s FOR UPDATE, if there)."""
+    metadata already read in it, by id (``add``'s FOR UPDATE, if there). ``locked``: if
+    the caller already locked every partition involved (``lock_partitions``), their rows,
+    which are then used instead of locking again and kept as the appends leave them."""
     responses: dict[int, ProduceResponse] = {}
     columns: dict[int, Columns] = {}
     for i, req in enumerate(requests):
@@ -159,7 +163,10 @@ def append_batches(
         # The data plane asking the coordinator, as a partition leader does in KIP-890.
         from app.coordinator.handlers import register_partitions
 
-        registered, meta = register_partitions(conn, broker, add, loaded.get(add.transactional_id))
+        existing = None if locked is None else set(locked)
+        registered, meta = register_partitions(
+            conn, broker, add, loaded.get(add.transactional_id), existing
+        )
         if meta is not None:
             loaded[add.transactional_id] = meta
         elif registered.error_code != KafkaError.NO_ERROR:
@@ -176,7 +183,7 @@ def append_batches(
                 admitted.append(i)
             except KafkaException as exc:
                 responses[i] = _refusal(exc)
-    responses.update(_append_all(broker, conn, requests, columns, admitted))
+    responses.update(_append_all(broker, conn, requests, columns, admitted, locked))
     return registered, [responses[i] for i in range(len(requests))]
 
 
@@ -205,16 +212,20 @@ def _append_all(
     requests: list[ProduceRequest],
     columns: dict[int, Columns],
     admitted: list[int],
+    locked: dict[TopicPartition, PartitionRow] | None,
 ) -> dict[int, ProduceResponse]:
-    """Append the admitted batches (distinct partitions expected): one lock statement, one
-    COPY, one advance. Batches for the same partition twice in one request are appended one
-    after the other instead, each seeing the previous one's offsets and producer state."""
+    """Append the admitted batches (distinct partitions expected): one lock statement
+    (none if ``locked``), one COPY, one advance. Batches for the same partition twice in
+    one request are appended one after the other instead, each seeing the previous one's
+    offsets and producer state."""
     partitions = [(requests[i].topic, requests[i].partition) for i in admitted]
+    wanted = [(*tp, requests[i].producer_id) for i, tp in zip(admitted, partitions, strict=True)]
     if len(set(partitions)) < len(partitions):
-        return {i: _append_one(broker, conn, requests[i], columns[i]) for i in admitted}
-    rows = lock_partitions(
-        conn, [(*tp, requests[i].producer_id) for i, tp in zip(admitted, partitions, strict=True)]
-    )
+        answers = {i: _append_one(broker, conn, requests[i], columns[i]) for i in admitted}
+        if locked is not None:
+            locked.update(lock_partitions(conn, wanted))  # as those appends left them
+        return answers
+    rows = locked if locked is not None else lock_partitions(conn, wanted)
     responses: dict[int, ProduceResponse] = {}
     plans: list[tuple[ProduceRequest, AppendPlan]] = []
     for i in admitted:
@@ -235,6 +246,10 @@ def _append_all(
             [(req.topic, req.partition, plan.next_offset, plan.lso) for req, plan in plans],
             [(req.topic, req.partition, plan.entry) for req, plan in plans if plan.entry],
         )
+        if locked is not None:
+            for req, plan in plans:
+                tp = (req.topic, req.partition)
+                locked[tp] = locked[tp].advanced(plan.next_offset, plan.lso, plan.entry)
     return responses
 
 

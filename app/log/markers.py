@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.lso import lso_after_marker
-from app.log.partition_lock import TopicPartition, lock_partitions
+from app.log.partition_lock import PartitionRow, TopicPartition, lock_partitions
 from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 
@@ -66,6 +66,7 @@ def write_txn_markers(
     now_ms: int,
     *,
     skip_missing: bool = False,
+    locked: dict[TopicPartition, PartitionRow] | None = None,
 ) -> list[TopicPartition]:
     """Write the markers of one producer's transaction on every partition; returns those
     where a record was written, in sorted order.
@@ -73,14 +74,19 @@ def write_txn_markers(
     Raises the first refusal in sorted (topic, partition) order, as marking them one by one
     would, before anything is written: a fenced marker (stale producer or coordinator epoch)
     or, unless ``skip_missing`` (a deleted topic has nothing left to mark), a partition that
-    does not exist.
+    does not exist. ``locked``: the partitions' rows as this DB transaction already holds
+    them (with this producer's state), if it locked them all before; else they are locked
+    here.
     """
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown control type {control_type}")
     wanted = sorted(set(partitions))
     if not wanted:
         return []
-    rows = lock_partitions(conn, [(t, p, producer_id) for t, p in wanted])
+    if locked is None:
+        rows = lock_partitions(conn, [(t, p, producer_id) for t, p in wanted])
+    else:
+        rows = locked
     marked: list[_Open] = []
     for topic, partition in wanted:
         row = rows.get((topic, partition))

@@ -51,6 +51,25 @@ class PartitionRow(NamedTuple):
             self.s_txn_first_offset,
         )
 
+    def advanced(
+        self, next_offset: int, last_stable_offset: int, entry: ProducerEntry | None
+    ) -> PartitionRow:
+        """The row as an append left it (``entry``: the producer's state after it, None if
+        the append did not change it), for a later step of the same DB transaction."""
+        row = self._replace(next_offset=next_offset, last_stable_offset=last_stable_offset)
+        if entry is None:
+            return row
+        return row._replace(
+            s_producer_id=entry.producer_id,
+            s_producer_epoch=entry.producer_epoch,
+            s_last_sequence=entry.last_sequence,
+            s_last_offset=entry.last_offset,
+            s_last_timestamp=entry.last_timestamp,
+            s_batches=[b.to_json() for b in entry.batches],
+            s_coordinator_epoch=entry.coordinator_epoch,
+            s_txn_first_offset=entry.txn_first_offset,
+        )
+
 
 def driver_connection(conn: Connection) -> PgConnection[Any]:
     """The psycopg connection under a SQLAlchemy connection (same DB transaction)."""
