@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 from app.broker import Broker
 from app.client import KafkaException, Producer, transactions
 from app.coordinator import machines as m
+from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
@@ -58,8 +59,14 @@ def test_batches_and_end_commit_together(broker: Broker) -> None:
     assert (r.end.producer_id, r.end.producer_epoch) == (before[0], before[1] + 1)  # KIP-890
     assert [read_values(broker, t, p) for t, p in PARTITIONS] == [["a"], ["b"], ["c"]]
     assert settled(broker)
-    # Every transition is still an event, in order.
+    # Every transition is still an event, in order, and the projection their fold.
     assert events(broker, "c")[-3:] == [m.BEGIN, m.PREPARE_COMMIT, m.COMPLETE_COMMIT]
+    assert_transactions_rebuild(broker)
+
+
+def assert_transactions_rebuild(broker: Broker) -> None:
+    with broker.engine.connect() as conn:
+        assert compute_transactions(conn, broker.settings) == live_transactions(conn)
 
 
 def test_a_retry_after_the_commit_is_answered_with_the_first_answer(broker: Broker) -> None:
@@ -108,6 +115,9 @@ def test_a_refused_batch_stops_the_commit(broker: Broker) -> None:
     assert read_values(broker, "t", 0) == [] and read_values(broker, "t", 1) == []
     assert state_of(broker, "f") == m.COMPLETE_ABORT
     assert settled(broker)
+    # The registration made by the refused commit was persisted with its batch.
+    assert events(broker, "f").count(m.BEGIN) == 2
+    assert_transactions_rebuild(broker)
 
 
 def test_partitions_without_a_batch_in_the_request_get_their_markers(broker: Broker) -> None:

@@ -32,7 +32,7 @@ from app.coordinator import machines as m
 from app.coordinator.completion import complete_transaction
 from app.coordinator.handlers import prepare_in
 from app.coordinator.metadata import TxnMetadata, end_retry_outcome
-from app.coordinator.txn_log import load_with_lease
+from app.coordinator.txn_log import TransitionBatch, load_with_lease
 from app.errors import KafkaError, KafkaException
 from app.faults import crash_point
 from app.log.append import append_batches, recorded_batch
@@ -72,54 +72,61 @@ def produce_and_end_txn(
     """Append ``requests`` (after registering ``add``) and end the transaction, in one DB
     transaction; see the module docstring for what a retry and a refusal do."""
     with broker.engine.begin() as conn:
-        try:
-            authorize_all(conn, broker, needs.end_txn(end.transactional_id))
-            meta, epoch = load_with_lease(conn, end.transactional_id)
-            if meta is not None and end_retry_outcome(
-                meta, end.producer_id, end.producer_epoch, end.committed
-            ):
-                delivered = [recorded_batch(conn, req) for req in requests]
-                return CommitResponse(_answer(add, KafkaError.NO_ERROR), delivered, _ok(meta))
-        except KafkaException as exc:
-            code, message = exc.error.code(), exc.error.str()
-            failed = ProduceResponse(code, error_message=message)
-            return CommitResponse(
-                _answer(add, code, message),
-                [failed] * len(requests),
-                EndTxnResponse(code, error_message=message),
-            )
-        loaded: dict[str, TxnMetadata | None] = {end.transactional_id: meta}
-        locked = None if meta is None else _lock_partitions(conn, meta, requests, add)
-        registered, responses = append_batches(conn, broker, requests, add, loaded, locked)
-        failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
-        if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
-            not_attempted = EndTxnResponse(
-                KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED
-            )
-            return CommitResponse(registered, responses, not_attempted)
-        ended = _end(conn, broker, end, loaded[end.transactional_id], epoch, locked)
-        return CommitResponse(registered, responses, ended)
+        transitions = TransitionBatch()
+        response = _commit(conn, broker, requests, add, end, transitions)
+        transitions.flush(conn)
+        return response
 
 
-def _end(
+def _commit(
     conn: Connection,
     broker: Broker,
+    requests: list[ProduceRequest],
+    add: AddPartitionsToTxnRequest | None,
     end: EndTxnRequest,
-    meta: TxnMetadata | None,
-    epoch: int,
-    locked: dict[TopicPartition, PartitionRow] | None,
-) -> EndTxnResponse:
-    """PREPARE, markers and COMPLETE on the just-appended transaction. A refused marker
-    (a fenced coordinator) leaves PREPARE to commit alone, rolled forward later (rule 2),
-    and is answered as a bare EndTxn answers it."""
+    transitions: TransitionBatch,
+) -> CommitResponse:
+    """The request inside its DB transaction. Its transitions (registration, PREPARE,
+    COMPLETE) go to ``transitions``, written by the caller once the request is decided."""
     try:
-        meta = prepare_in(conn, broker, end, meta, epoch)
+        authorize_all(conn, broker, needs.end_txn(end.transactional_id))
+        meta, epoch = load_with_lease(conn, end.transactional_id)
+        if meta is not None and end_retry_outcome(
+            meta, end.producer_id, end.producer_epoch, end.committed
+        ):
+            delivered = [recorded_batch(conn, req) for req in requests]
+            return CommitResponse(_answer(add, KafkaError.NO_ERROR), delivered, _ok(meta))
+    except KafkaException as exc:
+        code, message = exc.error.code(), exc.error.str()
+        failed = ProduceResponse(code, error_message=message)
+        return CommitResponse(
+            _answer(add, code, message),
+            [failed] * len(requests),
+            EndTxnResponse(code, error_message=message),
+        )
+    loaded: dict[str, TxnMetadata | None] = {end.transactional_id: meta}
+    locked = None if meta is None else _lock_partitions(conn, meta, requests, add)
+    registered, responses = append_batches(
+        conn, broker, requests, add, loaded, locked, transitions.persist
+    )
+    failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
+    if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
+        not_attempted = EndTxnResponse(KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED)
+        return CommitResponse(registered, responses, not_attempted)
+    try:
+        meta = prepare_in(
+            conn, broker, end, loaded[end.transactional_id], epoch, transitions.persist
+        )
         crash_point("end_txn.after_prepare")
         if meta.state in m.PREPARE:
-            meta = complete_transaction(conn, meta, epoch, broker.clock.now_ms(), locked)
-        return _ok(meta)
+            now = broker.clock.now_ms()
+            meta = complete_transaction(conn, meta, epoch, now, locked, transitions.persist)
+        ended = _ok(meta)
     except KafkaException as exc:
-        return EndTxnResponse(exc.error.code(), error_message=exc.error.str())
+        # A refused marker (a fenced coordinator) leaves PREPARE to commit alone, to be
+        # rolled forward later (rule 2), and is answered as a bare EndTxn answers it.
+        ended = EndTxnResponse(exc.error.code(), error_message=exc.error.str())
+    return CommitResponse(registered, responses, ended)
 
 
 def _answer(

@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from app.coordinator import machines as m
 from app.coordinator.metadata import TxnMetadata, plan_complete
-from app.coordinator.txn_log import persist
+from app.coordinator.txn_log import Persist, persist
 from app.faults import crash_point
 from app.groups.txn_offsets import complete_pending_offsets
 from app.log.markers import write_txn_markers
@@ -28,9 +28,10 @@ def complete_transaction(
     coordinator_epoch: int,
     now_ms: int,
     locked: dict[TopicPartition, PartitionRow] | None = None,
+    record: Persist = persist,
 ) -> TxnMetadata:
     """``locked``: the transaction's partitions as this DB transaction already holds them
-    (``markers.write_txn_markers``)."""
+    (``markers.write_txn_markers``); ``record``: how COMPLETE_* is persisted."""
     if meta.state not in m.PREPARE:
         raise AssertionError(f"complete_transaction on {meta.state}")
     commit = meta.state == m.PREPARE_COMMIT
@@ -46,4 +47,4 @@ def complete_transaction(
         complete_pending_offsets(conn, producer_id, commit, now_ms)
     crash_point("complete.before_complete")
     done = plan_complete(meta, now_ms)
-    return persist(conn, replace(done, coordinator_epoch=coordinator_epoch), "markers written")
+    return record(conn, replace(done, coordinator_epoch=coordinator_epoch), "markers written")

@@ -31,7 +31,7 @@ from app.coordinator.metadata import (
     txn_partition_for,
     validate_timeout,
 )
-from app.coordinator.txn_log import load_for_update, load_with_lease, persist
+from app.coordinator.txn_log import Persist, load_for_update, load_with_lease, persist
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log.markers import write_txn_marker
@@ -185,6 +185,7 @@ def register_partitions(
     req: AddPartitionsToTxnRequest,
     locked: TxnMetadata | None = None,
     existing: set[tuple[str, int]] | None = None,
+    record: Persist = persist,
 ) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
     """AddPartitionsToTxn in the caller's DB transaction: the handler's own, or a produce
     request's that registers its partitions before appending (KIP-890's implicit add, where
@@ -195,7 +196,8 @@ def register_partitions(
     UPDATE until the caller commits: a produce request checks its batches against it
     instead of reading the row again. ``locked``: the metadata, if the caller already read
     it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist
-    among those wanted, if the caller already locked them."""
+    among those wanted, if the caller already locked them; ``record``: how the transition
+    is persisted (``txn_log.TransitionBatch`` to write it with later ones)."""
     wanted = sorted(set(req.partitions))
     try:
         if not wanted:
@@ -244,7 +246,7 @@ def register_partitions(
         meta = check_producer(locked, req.producer_id, req.producer_epoch)
         if not (meta.state == m.BEGIN and set(wanted) <= set(meta.partitions)):
             now = broker.clock.now_ms()
-            meta = persist(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
+            meta = record(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
         return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0)), meta
     except KafkaException as exc:
         code = exc.error.code()
@@ -299,7 +301,12 @@ def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
 
 
 def prepare_in(
-    conn: Connection, broker: Broker, req: EndTxnRequest, meta: TxnMetadata | None, epoch: int
+    conn: Connection,
+    broker: Broker,
+    req: EndTxnRequest,
+    meta: TxnMetadata | None,
+    epoch: int,
+    record: Persist = persist,
 ) -> TxnMetadata:
     """EndTxn's step (1) in the caller's DB transaction, on the metadata ``load_with_lease``
     read (row locked): PREPARE_* with the next identity, or the current metadata for a retry
@@ -318,7 +325,7 @@ def prepare_in(
     now = broker.clock.now_ms()
     producer_id, producer_epoch = _new_identity(conn, meta, now)
     prepared = plan_end(meta, req.committed, producer_id, producer_epoch, now)
-    return persist(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
+    return record(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
 
 
 @retry_conflicts

@@ -43,14 +43,37 @@ WITH event AS (
 )
 """
 
-# Persist a transition: its event and the projection brought to it, in one statement.
-APPEND_EVENT_AND_PROJECT = text(
-    f"""
-    {_EVENT}
+# Several transitions of one id at once: their events in order (identity values are drawn
+# in the order of insertion, so event_id follows the arrays), the projection to the last.
+_EVENTS = f"""
+WITH event AS (
+    INSERT INTO transaction_log ({TXN_COLUMNS}, reason)
+    SELECT e.transactional_id, e.producer_id, e.producer_epoch, e.last_producer_id,
+           e.last_producer_epoch, e.state, CAST(e.partitions AS jsonb), e.has_offsets,
+           e.timeout_ms, e.txn_start_ms, e.updated_ms, e.coordinator_epoch, e.reason
+    FROM unnest(
+        CAST(:e_transactional_id AS text[]), CAST(:e_producer_id AS bigint[]),
+        CAST(:e_producer_epoch AS smallint[]), CAST(:e_last_producer_id AS bigint[]),
+        CAST(:e_last_producer_epoch AS smallint[]), CAST(:e_state AS text[]),
+        CAST(:e_partitions AS text[]), CAST(:e_has_offsets AS boolean[]),
+        CAST(:e_timeout_ms AS int[]), CAST(:e_txn_start_ms AS bigint[]),
+        CAST(:e_updated_ms AS bigint[]), CAST(:e_coordinator_epoch AS int[]),
+        CAST(:e_reason AS text[])
+    ) WITH ORDINALITY AS e(transactional_id, producer_id, producer_epoch, last_producer_id,
+                           last_producer_epoch, state, partitions, has_offsets, timeout_ms,
+                           txn_start_ms, updated_ms, coordinator_epoch, reason, n)
+    ORDER BY e.n
+    RETURNING event_id
+)
+"""
+
+# The projection brought to a transition (the parameters without prefix), after its
+# event(s): ``last_event`` names the event id it now reflects.
+_PROJECT = f"""
     INSERT INTO transactions ({TXN_COLUMNS}, txn_partition, last_event_id)
     SELECT :transactional_id, :producer_id, :producer_epoch, :last_producer_id,
            :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
-           :txn_start_ms, :updated_ms, :coordinator_epoch, :txn_partition, event_id
+           :txn_start_ms, :updated_ms, :coordinator_epoch, :txn_partition, {{last_event}}
     FROM event
     ON CONFLICT (transactional_id) DO UPDATE SET
         producer_id = EXCLUDED.producer_id, producer_epoch = EXCLUDED.producer_epoch,
@@ -60,8 +83,12 @@ APPEND_EVENT_AND_PROJECT = text(
         timeout_ms = EXCLUDED.timeout_ms, txn_start_ms = EXCLUDED.txn_start_ms,
         updated_ms = EXCLUDED.updated_ms, coordinator_epoch = EXCLUDED.coordinator_epoch,
         txn_partition = EXCLUDED.txn_partition, last_event_id = EXCLUDED.last_event_id
-    """
-)
+"""
+
+# Persist a transition: its event and the projection brought to it, in one statement.
+APPEND_EVENT_AND_PROJECT = text(_EVENT + _PROJECT.format(last_event="event_id"))
+# Persist several transitions of one id: their events and the projection, in one statement.
+APPEND_EVENTS_AND_PROJECT = text(_EVENTS + _PROJECT.format(last_event="max(event_id)"))
 
 # A DEAD transition: its event, and the id leaves the projection.
 APPEND_EVENT_AND_FORGET = text(

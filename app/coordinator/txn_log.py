@@ -7,6 +7,7 @@ projection update commit together; nothing in memory is trusted across requests.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Connection
@@ -69,3 +70,35 @@ def persist(conn: Connection, meta: TxnMetadata, reason: str) -> TxnMetadata:
     statement = sql.APPEND_EVENT_AND_FORGET if meta.state == DEAD else sql.APPEND_EVENT_AND_PROJECT
     conn.execute(statement, {**_params(meta), "reason": reason})
     return meta
+
+
+# ``persist`` or ``TransitionBatch.persist``: how a handler writes a transition.
+Persist = Callable[[Connection, TxnMetadata, str], TxnMetadata]
+
+
+class TransitionBatch:
+    """Transitions of one id made in one DB transaction, written together before it
+    commits (``flush``): each still its own event, in order, and the projection at the
+    last; one statement rather than one per transition. Until the flush nothing reads them
+    back from the tables: the caller works on the metadata it holds, its row locked FOR
+    UPDATE."""
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[TxnMetadata, str]] = []
+
+    def persist(self, conn: Connection, meta: TxnMetadata, reason: str) -> TxnMetadata:
+        if meta.state == DEAD:
+            raise ValueError("a DEAD transition is persisted on its own")
+        self._pending.append((meta, reason))
+        return meta
+
+    def flush(self, conn: Connection) -> None:
+        if not self._pending:
+            return
+        if len(self._pending) == 1:
+            persist(conn, *self._pending[0])
+        else:
+            events = [{**_params(meta), "reason": reason} for meta, reason in self._pending]
+            arrays = {f"e_{key}": [e[key] for e in events] for key in events[0]}
+            conn.execute(sql.APPEND_EVENTS_AND_PROJECT, {**events[-1], **arrays})
+        self._pending.clear()

@@ -64,6 +64,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from app.coordinator.metadata import TxnMetadata
+    from app.coordinator.txn_log import Persist
 
 
 def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
@@ -146,11 +147,13 @@ def append_batches(
     add: AddPartitionsToTxnRequest | None,
     loaded: dict[str, TxnMetadata | None],
     locked: dict[TopicPartition, PartitionRow] | None = None,
+    record: Persist | None = None,
 ) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
     """``produce_registering`` in the caller's DB transaction. ``loaded``: transactional
     metadata already read in it, by id (``add``'s FOR UPDATE, if there). ``locked``: if
     the caller already locked every partition involved (``lock_partitions``), their rows,
-    which are then used instead of locking again and kept as the appends leave them."""
+    which are then used instead of locking again and kept as the appends leave them.
+    ``record``: how the registration is persisted (by default at once)."""
     responses: dict[int, ProduceResponse] = {}
     columns: dict[int, Columns] = {}
     for i, req in enumerate(requests):
@@ -162,10 +165,11 @@ def append_batches(
     if add is not None:
         # The data plane asking the coordinator, as a partition leader does in KIP-890.
         from app.coordinator.handlers import register_partitions
+        from app.coordinator.txn_log import persist
 
         existing = None if locked is None else set(locked)
         registered, meta = register_partitions(
-            conn, broker, add, loaded.get(add.transactional_id), existing
+            conn, broker, add, loaded.get(add.transactional_id), existing, record or persist
         )
         if meta is not None:
             loaded[add.transactional_id] = meta
