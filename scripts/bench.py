@@ -537,12 +537,15 @@ def core_cases(
             four = parallel_produce(url, n, 1000, 4)
             add("4 producers x 4 partitions / 1 producer (throughput)", one / four, "{:.2f}")
     if wanted("transactional"):
-        with console.status("transactional produce"), fresh_database(server) as url:
-            # Rounds alternate the two sides, so drift in the machine's speed hits both.
-            rounds = [
-                (idempotent_spread(url, data), transactional_produce(url, data, 1000)[0])
-                for _ in range(args.txn_rounds)
-            ]
+        with console.status("transactional produce"):
+            # Rounds alternate the two sides, so drift in the machine's speed hits both; each
+            # side starts from an empty database, so neither writes into the other's rows.
+            rounds = []
+            for _ in range(args.txn_rounds):
+                with fresh_database(server) as url:
+                    idem = idempotent_spread(url, data)
+                with fresh_database(server) as url:
+                    rounds.append((idem, transactional_produce(url, data, 1000)[0]))
             idem_s = min(i for i, _ in rounds)
             txn_s = min(t for _, t in rounds)
             results["transactional_rounds_s"] = rounds
@@ -720,22 +723,22 @@ How to read these figures:
 
 - **Produce vs one raw COPY (target 0.5).** Read the floor line first: PostgreSQL alone,
   COPYing the very rows a produce writes into `records` in one transaction, reaches a
-  third to a half of the bare-table COPY on this machine (0.33–0.46 across runs), because
+  third to a half of the bare-table COPY on this machine (0.33-0.46 across runs), because
   `records` has 15 columns and a primary key. No produce path can beat its own table's
   COPY, so the target is out of reach here with this table, before any produce logic.
   A produce also commits every batch (acknowledged batches are durable): committing every
   1000 rows costs the raw COPY itself a factor of about 3, and against that cadence the
-  handler reaches about half (0.43–0.61 across runs). The Producer client adds about 2 µs
+  handler reaches about half (0.43-0.61 across runs). The Producer client adds about 2 µs
   of Python per record in `produce()` and as much again in its sender.
 - **Transactional / idempotent (target 0.85).** A transaction of 1000 records over 4
   partitions commits in one DB transaction (its last batches with EndTxn, 9 round trips).
   What is left is structural: the idempotent producer's database time overlaps the
   application's `produce()` calls, while a commit cannot return before its transaction is
   committed, and a transaction's batches are a quarter the size. Across runs the ratio
-  sits at or just around the target (best of rounds 0.79–0.94, median of rounds 0.81–0.93).
+  sits at or just around the target (best of rounds 0.79-0.94, median of rounds 0.81-0.93).
 - **Spark (target 0.5).** Read the floor line: PostgreSQL alone inserting the same rows
   into `read_committed_records` (logged, primary-keyed, as the contract has it) takes
-  2.3–2.8 times the plain Spark read on this machine (0.36–0.43). A materialisation reads
+  2.3-2.8 times the plain Spark read on this machine (0.36-0.43). A materialisation reads
   the rows and, to be exactly once, writes them twice (staging, then the move in one
   transaction), so the target is below what PostgreSQL itself allows here.
 - Figures vary from run to run on this shared 2-CPU machine, by ±10% on most ratios.

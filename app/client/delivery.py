@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from operator import attrgetter
 
 from app.client.batching import DeliveryCallback, PendingRecord
 from app.client.message import TIMESTAMP_CREATE_TIME, Message
@@ -56,6 +57,9 @@ class Outcome:
         return Outcome(
             self.topic, self.partition, self.records[start:], offset, self.error, self.completed
         )
+
+
+_ON_DELIVERY = attrgetter("on_delivery")
 
 
 class DeliveryReports:
@@ -130,6 +134,13 @@ class DeliveryReports:
         served = 0
         for position, outcome in enumerate(outcomes):
             error = outcome.error
+            if default_callback is None and not any(map(_ON_DELIVERY, outcome.records)):
+                # No callback to run: the whole batch is served at once (one lock, not one
+                # per record; nothing can observe the count in between).
+                with lock:
+                    self._outstanding -= len(outcome.records)
+                served += len(outcome.records)
+                continue
             for index, record in enumerate(outcome.records):
                 served += 1
                 with lock:

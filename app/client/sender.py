@@ -213,11 +213,15 @@ class Sender:
             for batch in batches:
                 self._settle_exception(batch, exc)
             return
+        delivered = []
         for batch, outcome in zip(batches, outcomes, strict=True):
             if isinstance(outcome, KafkaError):
                 self._settle_error(batch, outcome)
+            elif outcome.error_code == KafkaError.NO_ERROR:
+                delivered.append((batch, outcome.base_offset))
             else:
                 self._settle(batch, outcome)
+        self._succeed_all(delivered)
 
     def _produce_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
         return list(produce_many(self.broker, [b.request() for b in batches]))
@@ -273,12 +277,21 @@ class Sender:
             batch.next_attempt = retry_at
 
     def _succeed(self, batch: Batch, base_offset: int) -> None:
-        outcome = Outcome(
-            batch.topic, batch.partition, batch.records, base_offset, None, time.monotonic()
-        )
+        self._succeed_all([(batch, base_offset)])
+
+    def _succeed_all(self, delivered: list[tuple[Batch, int]]) -> None:
+        """Delivered batches, reported together: one wake-up for whoever serves them."""
+        if not delivered:
+            return
+        now = time.monotonic()
+        outcomes = [
+            Outcome(batch.topic, batch.partition, batch.records, base_offset, None, now)
+            for batch, base_offset in delivered
+        ]
         with self.accumulator.cond:
-            self.accumulator.complete(batch)
-        self.reports.push([outcome])
+            for batch, _ in delivered:
+                self.accumulator.complete(batch)
+        self.reports.push(outcomes)
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
         outcome = Outcome(batch.topic, batch.partition, batch.records, -1, error, time.monotonic())
