@@ -217,9 +217,20 @@ def count_commits(producer: Producer) -> list[int]:
     return commits
 
 
-def test_one_record_transaction_takes_one_commit(db_url: str, broker: Broker) -> None:
-    """The record waits out its linger until the commit, and goes with the EndTxn: the
-    registration, the append, PREPARE, markers and COMPLETE in one DB transaction."""
+@pytest.mark.parametrize(
+    ("flushed_first", "commits_per_transaction"),
+    [
+        # The record waits out its linger until the commit and goes with the EndTxn: the
+        # registration, the append, PREPARE, markers and COMPLETE in one DB transaction.
+        (False, 1),
+        # Nothing left to send at commit: the produce with its registration, then a bare
+        # EndTxn (PREPARE, then markers and COMPLETE).
+        (True, 3),
+    ],
+)
+def test_db_commits_of_a_one_record_transaction(
+    db_url: str, broker: Broker, flushed_first: bool, commits_per_transaction: int
+) -> None:
     producer = Producer({"database.url": db_url, "transactional.id": "one", "linger.ms": 10_000})
     try:
         producer.init_transactions()
@@ -227,30 +238,14 @@ def test_one_record_transaction_takes_one_commit(db_url: str, broker: Broker) ->
         for i in range(3):
             producer.begin_transaction()
             producer.produce("t", str(i), partition=i)
+            if flushed_first:
+                assert producer.flush(30) == 0
             producer.commit_transaction()
-        assert commits[0] == 3
+        assert commits[0] == 3 * commits_per_transaction
     finally:
         producer.close()
     assert [read_values(broker, "t", p) for p in range(3)] == [["0"], ["1"], ["2"]]
     assert events(broker, "one")[-3:] == ["AddPartitionsToTxn", "EndTxn", "markers written"]
-
-
-def test_transaction_flushed_before_commit_takes_three_commits(db_url: str, broker: Broker) -> None:
-    """Nothing left to send at commit: a bare EndTxn, PREPARE then completion."""
-    producer = Producer({"database.url": db_url, "transactional.id": "three", "linger.ms": 10_000})
-    try:
-        producer.init_transactions()
-        commits = count_commits(producer)
-        for i in range(3):
-            producer.begin_transaction()
-            producer.produce("t", str(i), partition=i)
-            assert producer.flush(30) == 0
-            producer.commit_transaction()
-        # Produce with its registration; PREPARE; markers and COMPLETE.
-        assert commits[0] == 9
-    finally:
-        producer.close()
-    assert [read_values(broker, "t", p) for p in range(3)] == [["0"], ["1"], ["2"]]
 
 
 @pytest.mark.parametrize("reached", [True, False])
