@@ -9,13 +9,29 @@ at once: each holds a session advisory lock on it for the pass.
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 
 # Bytes a record counts for in retention.bytes and the removed-bytes metric.
 RECORD_SIZE = (
     "(24 + coalesce(octet_length(r.key), 0) + coalesce(octet_length(r.value), 0)"
     " + coalesce(octet_length(r.headers::text), 0))"
 )
+
+
+def removing(delete: str, first: str = "") -> TextClause:
+    """A DELETE of records (aliased ``r``) as a statement answering (records removed,
+    bytes removed), the sizes counted as retention.bytes counts them. ``first``: common
+    table expressions the DELETE reads, ending with a comma."""
+    return text(
+        f"""
+        WITH {first} gone AS (
+            {delete}
+            RETURNING {RECORD_SIZE} AS size
+        )
+        SELECT count(*), coalesce(sum(size), 0) FROM gone
+        """
+    )
+
 
 TRY_LOCK = text("SELECT pg_try_advisory_lock(hashtext('kip98.cleaner'), hashtext(:key))")
 UNLOCK = text("SELECT pg_advisory_unlock(hashtext('kip98.cleaner'), hashtext(:key))")
@@ -136,15 +152,11 @@ COUNT_REMOVED = text(
 )
 
 # Records below the log start, a slice at a time (each slice its own transaction).
-DELETE_BELOW_LOG_START = text(
-    f"""
-    WITH gone AS (
+DELETE_BELOW_LOG_START = removing(
+    """
         DELETE FROM records r
-        WHERE topic = :topic AND partition = :partition
-          AND "offset" >= :from_offset AND "offset" < :to_offset
-        RETURNING {RECORD_SIZE} AS size
-    )
-    SELECT count(*), coalesce(sum(size), 0) FROM gone
+        WHERE r.topic = :topic AND r.partition = :partition
+          AND r."offset" >= :from_offset AND r."offset" < :to_offset
     """
 )
 FIRST_RECORD = text(
@@ -158,9 +170,8 @@ FIRST_RECORD = text(
 # LSO. Each returns (records removed, bytes removed).
 
 # Data of aborted transactions, found through the aborted index as a consumer would.
-DELETE_ABORTED_DATA = text(
-    f"""
-    WITH gone AS (
+DELETE_ABORTED_DATA = removing(
+    """
         DELETE FROM records r USING aborted_txns a
         WHERE r.topic = :topic AND r.partition = :partition
           AND a.topic = :topic AND a.partition = :partition
@@ -169,9 +180,6 @@ DELETE_ABORTED_DATA = text(
           AND r.producer_id = a.producer_id
           AND r."offset" BETWEEN a.first_offset AND a.last_offset
           AND r.is_transactional AND NOT r.is_control
-        RETURNING {RECORD_SIZE} AS size
-    )
-    SELECT count(*), coalesce(sum(size), 0) FROM gone
     """
 )
 
@@ -181,9 +189,8 @@ DELETE_ABORTED_DATA = text(
 # key, or on a subquery the planner thinks returns one row, can turn into a nested loop
 # over the range. Records are never updated and one cleaner works a partition at a time,
 # so the addresses hold for the statement.
-DELETE_SUPERSEDED = text(
-    f"""
-    WITH gone AS (
+DELETE_SUPERSEDED = removing(
+    """
         DELETE FROM records r
         WHERE r.ctid = ANY(ARRAY(
             SELECT ctid FROM (
@@ -194,24 +201,17 @@ DELETE_SUPERSEDED = text(
                   AND NOT is_control AND key IS NOT NULL
             ) k
             WHERE "offset" < latest))
-        RETURNING {RECORD_SIZE} AS size
-    )
-    SELECT count(*), coalesce(sum(size), 0) FROM gone
     """
 )
 
 # Tombstones older than delete.retention.ms (any older value of their key is gone by now).
-DELETE_TOMBSTONES = text(
-    f"""
-    WITH gone AS (
+DELETE_TOMBSTONES = removing(
+    """
         DELETE FROM records r
         WHERE r.topic = :topic AND r.partition = :partition
           AND r."offset" >= :log_start AND r."offset" < :limit
           AND NOT r.is_control AND r.key IS NOT NULL AND r.value IS NULL
           AND r."timestamp" < :horizon
-        RETURNING {RECORD_SIZE} AS size
-    )
-    SELECT count(*), coalesce(sum(size), 0) FROM gone
     """
 )
 
@@ -241,9 +241,14 @@ MARK_EMPTY_MARKERS = text(
 # Markers empty for longer than delete.retention.ms go, with their aborted-index entries
 # (an ABORT marker's) and their horizons, in one statement. This runs before the pass
 # removes anything else, so a marker never goes in the pass that emptied its transaction.
-DELETE_EXPIRED_MARKERS = text(
-    f"""
-    WITH expired AS MATERIALIZED (
+DELETE_EXPIRED_MARKERS = removing(
+    """
+        DELETE FROM records r
+        WHERE r.topic = :topic AND r.partition = :partition
+          AND r."offset" = ANY(ARRAY(SELECT "offset" FROM expired)) AND r.is_control
+    """,
+    """
+    expired AS MATERIALIZED (
         DELETE FROM cleaner_marker_horizons
         WHERE topic = :topic AND partition = :partition AND empty_since_ms < :horizon
         RETURNING "offset"
@@ -251,14 +256,8 @@ DELETE_EXPIRED_MARKERS = text(
         DELETE FROM aborted_txns a
         WHERE a.topic = :topic AND a.partition = :partition
           AND a.last_offset IN (SELECT "offset" FROM expired)
-    ), gone AS (
-        DELETE FROM records r
-        WHERE r.topic = :topic AND r.partition = :partition
-          AND r."offset" = ANY(ARRAY(SELECT "offset" FROM expired)) AND r.is_control
-        RETURNING {RECORD_SIZE} AS size
-    )
-    SELECT count(*), coalesce(sum(size), 0) FROM gone
-    """
+    ),
+    """,
 )
 
 EXPIRED_HORIZONS = text(

@@ -183,7 +183,7 @@ def register_partitions(
     conn: Connection,
     broker: Broker,
     req: AddPartitionsToTxnRequest,
-    locked: TxnMetadata | None = None,
+    read_for_update: TxnMetadata | None = None,
     existing: set[tuple[str, int]] | None = None,
     record: Persist = persist,
 ) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
@@ -194,8 +194,8 @@ def register_partitions(
 
     Also returns the transaction as registered (None on a refusal), its row locked FOR
     UPDATE until the caller commits: a produce request checks its batches against it
-    instead of reading the row again. ``locked``: the metadata, if the caller already read
-    it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist
+    instead of reading the row again. ``read_for_update``: the metadata, if the caller
+    already read it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist
     among those wanted, if the caller already locked them; ``record``: how the transition
     is persisted (``txn_log.TransitionBatch`` to write it with later ones)."""
     wanted = sorted(set(req.partitions))
@@ -241,9 +241,9 @@ def register_partitions(
             return AddPartitionsToTxnResponse(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION, results, f"unknown partitions: {missing}"
             ), None
-        if locked is None:
-            locked = load_for_update(conn, req.transactional_id)
-        meta = check_producer(locked, req.producer_id, req.producer_epoch)
+        if read_for_update is None:
+            read_for_update = load_for_update(conn, req.transactional_id)
+        meta = check_producer(read_for_update, req.producer_id, req.producer_epoch)
         if not (meta.state == m.BEGIN and set(wanted) <= set(meta.partitions)):
             now = broker.clock.now_ms()
             meta = record(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
