@@ -4,6 +4,8 @@ and a refusal on any partition stops the whole write before anything is written 
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from app.broker import Broker
 from app.coordinator import machines as m
 from app.coordinator.handlers import prepare_end_txn, roll_forward
 from app.errors import KafkaError, KafkaException
+from app.log.append import append_batches
 from app.log.markers import write_txn_marker, write_txn_markers
 from app.log.topics import create_topic, delete_topic
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest
@@ -230,3 +233,57 @@ def test_completion_skips_a_deleted_topic(broker: Broker) -> None:
     roll_forward(broker, "deleted")
     assert state_of(broker, "deleted") == m.COMPLETE_COMMIT
     assert [read_values(broker, t, 0) for t in ("m", "x")] == [["m"], ["x"]]
+
+
+def wait_for_lock_wait(broker: Broker) -> None:
+    """Return once some backend of this database waits for a row lock."""
+    deadline = time.monotonic() + 30
+    with broker.engine.connect() as conn:
+        while time.monotonic() < deadline:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar()
+            conn.rollback()
+            if waiting:
+                return
+            time.sleep(0.01)
+    raise AssertionError("no backend waited for a lock")
+
+
+@pytest.mark.parametrize("path", ["EndTxn", "combined commit"])
+def test_markers_see_a_transaction_opened_while_they_waited(broker: Broker, path: str) -> None:
+    """The other open transactions are read once the partition locks are held (rule 8).
+    Here another producer opens a transaction in the DB transaction holding the partition
+    lock while the markers wait for it: the LSO must stay at that transaction's first
+    offset. Read with a snapshot from before the wait (a subquery of the locking
+    statement), it would not see that transaction, and the LSO would pass its records."""
+    create_topic(broker, "race", 1)
+    mine = driver(broker, "mine-race")
+    mine.send("race", 0, "a")
+    other = driver(broker, "other-race")
+    assert other.add(("race", 0)) == 0
+    ended: list[int] = []
+
+    def end() -> None:
+        if path == "EndTxn":
+            ended.append(mine.end(commit=True))
+        else:
+            ended.append(mine.commit_with([]).end.error_code)
+
+    with broker.engine.connect() as conn:
+        held = conn.begin()
+        _, [appended] = append_batches(conn, broker, other.requests(("race", 0, "o")), None, {})
+        assert (appended.error_code, appended.base_offset) == (0, 1)
+        ender = threading.Thread(target=end)
+        ender.start()
+        wait_for_lock_wait(broker)
+        held.commit()
+    ender.join(30)
+    assert ended == [0]
+    # Offsets: 0 "a" (mine, committed), 1 "o" (other's open transaction), 2 mine's marker.
+    assert partition_offsets(broker, "race", 0) == (3, 1)
+    assert read_values(broker, "race", 0) == ["a"]
+    assert read_values(broker, "race", 0, committed=False) == ["a", "o"]

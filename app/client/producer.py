@@ -37,6 +37,7 @@ from app.client.message import (
 from app.client.partitioner import KeylessPartitioner, choose_partition
 from app.client.sender import Sender
 from app.client.transactions import Transactions
+from app.client.txn_manager import IN_TRANSACTION
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException, fail
@@ -199,8 +200,9 @@ class Producer:
         count = self._partitions.get(topic) if type(topic) is str else None
         if count is None and (not isinstance(topic, str) or not topic or "\x00" in topic):
             raise fail(KafkaError._INVALID_ARG, "topic must be a non-empty str without NUL")
-        if self._txn is not None:
-            self._txn.check_can_produce()
+        txn = self._txn
+        if txn is not None and txn.manager.state != IN_TRANSACTION:
+            txn.check_can_produce()
         if key is not None and type(key) is not bytes:
             key = to_bytes("key", key)
         if value is not None and type(value) is not bytes:

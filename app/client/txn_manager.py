@@ -86,14 +86,12 @@ class TransactionManager:
     """One per transactional Producer; thread-safe. ``fatal_error`` once set is sticky."""
 
     def __init__(self) -> None:
-        self._model = _Model()
+        # A plain attribute, read on every produce() of a transactional producer; only
+        # ``fire`` moves it, to the machine's answer.
+        self.state: str = UNINITIALIZED
         self._lock = threading.RLock()
         self.fatal_error: KafkaError | None = None
         self.abortable_error: KafkaError | None = None
-
-    @property
-    def state(self) -> str:
-        return str(self._model.state)
 
     def fire(self, trigger: str, action: str) -> None:
         """Move the machine, or raise the typed error librdkafka gives for ``action``."""
@@ -102,14 +100,10 @@ class TransactionManager:
                 raise KafkaException(
                     KafkaError(self.fatal_error.code(), self.fatal_error.str(), fatal=True)
                 )
-            # A fresh model per trigger (as app.coordinator.machines does): re-adding the
-            # same one makes ``transitions`` log a "Skip binding" warning per trigger name.
-            after = _next_state(self._model.state, trigger)
+            after = _next_state(self.state, trigger)
             if after is None:
                 raise self._state_error(action)
-            model = _Model()
-            model.state = after
-            self._model = model
+            self.state = after
 
     def _state_error(self, action: str) -> KafkaException:
         if self.state == ABORTABLE_ERROR and self.abortable_error is not None:

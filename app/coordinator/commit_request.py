@@ -36,7 +36,7 @@ from app.coordinator.txn_log import TransitionBatch, load_with_lease
 from app.errors import KafkaError, KafkaException
 from app.faults import crash_point
 from app.log.append import append_batches, recorded_batch
-from app.log.partition_lock import PartitionRow, TopicPartition, lock_partitions
+from app.log.markers import MarkerLocks, lock_for_markers
 from app.protocol import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
@@ -47,6 +47,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.driver import WriteBehind
 from app.storage.engine import retry_conflicts
 
 NOT_ATTEMPTED = "a batch of the transaction was refused; the transaction was not ended"
@@ -72,9 +73,10 @@ def produce_and_end_txn(
     """Append ``requests`` (after registering ``add``) and end the transaction, in one DB
     transaction; see the module docstring for what a retry and a refusal do."""
     with broker.engine.begin() as conn:
-        transitions = TransitionBatch()
-        response = _commit(conn, broker, requests, add, end, transitions)
-        transitions.flush(conn)
+        transitions, writes = TransitionBatch(), WriteBehind()
+        response = _commit(conn, broker, requests, add, end, transitions, writes)
+        transitions.flush(conn, writes)
+        writes.send(conn)
         return response
 
 
@@ -85,9 +87,11 @@ def _commit(
     add: AddPartitionsToTxnRequest | None,
     end: EndTxnRequest,
     transitions: TransitionBatch,
+    writes: WriteBehind,
 ) -> CommitResponse:
     """The request inside its DB transaction. Its transitions (registration, PREPARE,
-    COMPLETE) go to ``transitions``, written by the caller once the request is decided."""
+    COMPLETE) go to ``transitions``, and its last writes (the partitions' advance, the
+    markers) to ``writes``: the caller sends them together once the request is decided."""
     try:
         authorize_all(conn, broker, needs.end_txn(end.transactional_id))
         meta, epoch = load_with_lease(conn, end.transactional_id)
@@ -107,8 +111,9 @@ def _commit(
     loaded: dict[str, TxnMetadata | None] = {end.transactional_id: meta}
     locked = None if meta is None else _lock_partitions(conn, meta, requests, add)
     registered, responses = append_batches(
-        conn, broker, requests, add, loaded, locked, transitions.persist
-    )
+        conn, broker, requests, add, loaded, None if locked is None else locked.rows,
+        transitions.persist, writes,
+    )  # fmt: skip
     failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
     if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
         not_attempted = EndTxnResponse(KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED)
@@ -120,7 +125,7 @@ def _commit(
         crash_point("end_txn.after_prepare")
         if meta.state in m.PREPARE:
             now = broker.clock.now_ms()
-            meta = complete_transaction(conn, meta, epoch, now, locked, transitions.persist)
+            meta = complete_transaction(conn, meta, epoch, now, locked, transitions.persist, writes)
         ended = _ok(meta)
     except KafkaException as exc:
         # A refused marker (a fenced coordinator) leaves PREPARE to commit alone, to be
@@ -148,11 +153,12 @@ def _lock_partitions(
     meta: TxnMetadata,
     requests: list[ProduceRequest],
     add: AddPartitionsToTxnRequest | None,
-) -> dict[TopicPartition, PartitionRow]:
+) -> MarkerLocks:
     """Every partition the request touches, locked in sorted order in one statement, each
     with this producer's state: those of the batches and those the markers will mark. The
-    registration, the appends and the markers then use these rows rather than lock again."""
+    registration, the appends and the markers then use these rows rather than lock again
+    (the markers also what ``lock_for_markers`` reads with them)."""
     touched = set(meta.partitions) | {(r.topic, r.partition) for r in requests}
     if add is not None:
         touched |= set(add.partitions)
-    return lock_partitions(conn, [(t, p, meta.producer_id) for t, p in touched])
+    return lock_for_markers(conn, touched, meta.producer_id)

@@ -17,9 +17,9 @@ from app.coordinator.metadata import TxnMetadata, plan_complete
 from app.coordinator.txn_log import Persist, persist
 from app.faults import crash_point
 from app.groups.txn_offsets import complete_pending_offsets
-from app.log.markers import write_txn_markers
-from app.log.partition_lock import PartitionRow, TopicPartition
+from app.log.markers import MarkerLocks, write_txn_markers
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.driver import WriteBehind
 
 
 def complete_transaction(
@@ -27,11 +27,13 @@ def complete_transaction(
     meta: TxnMetadata,
     coordinator_epoch: int,
     now_ms: int,
-    locked: dict[TopicPartition, PartitionRow] | None = None,
+    locked: MarkerLocks | None = None,
     record: Persist = persist,
+    writes: WriteBehind | None = None,
 ) -> TxnMetadata:
     """``locked``: the transaction's partitions as this DB transaction already holds them
-    (``markers.write_txn_markers``); ``record``: how COMPLETE_* is persisted."""
+    and ``writes``: where to queue the markers (``markers.write_txn_markers``);
+    ``record``: how COMPLETE_* is persisted."""
     if meta.state not in m.PREPARE:
         raise AssertionError(f"complete_transaction on {meta.state}")
     commit = meta.state == m.PREPARE_COMMIT
@@ -40,7 +42,7 @@ def complete_transaction(
     # A deleted topic has nothing left to mark; a fenced marker stops completion.
     write_txn_markers(
         conn, meta.partitions, producer_id, producer_epoch, coordinator_epoch, control, now_ms,
-        skip_missing=True, locked=locked,
+        skip_missing=True, locked=locked, writes=writes,
     )  # fmt: skip
     crash_point("complete.after_marker")
     if meta.has_offsets:

@@ -10,11 +10,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection
 
 from app.coordinator import sql
 from app.coordinator.machines import DEAD
 from app.coordinator.metadata import TxnMetadata
+from app.storage.driver import WriteBehind, driver_connection, driver_sql
 
 
 def metadata_from_row(row: Any, txn_partition: int | None = None) -> TxnMetadata:
@@ -42,9 +44,12 @@ def load_for_update(conn: Connection, transactional_id: str) -> TxnMetadata | No
 
 def load_with_lease(conn: Connection, transactional_id: str) -> tuple[TxnMetadata | None, int]:
     """``load_for_update`` and ``handlers.coordinator_epoch`` of its partition, in one round
-    trip: the metadata (None if unknown) and the lease epoch, both rows locked."""
-    row = conn.execute(sql.LOAD_FOR_UPDATE_WITH_LEASE, {"tid": transactional_id}).first()
-    return (None, 0) if row is None else (metadata_from_row(row), int(row.lease_epoch))
+    trip: the metadata (None if unknown) and the lease epoch, both rows locked. On the
+    driver connection: every EndTxn and combined commit starts here."""
+    statement = driver_sql(sql.LOAD_FOR_UPDATE_WITH_LEASE)
+    with driver_connection(conn).cursor(row_factory=namedtuple_row) as cur:
+        row = cur.execute(statement, {"tid": transactional_id}).fetchone()
+    return (None, 0) if row is None else (metadata_from_row(row), int(row.lease_epoch))  # type: ignore[attr-defined]
 
 
 def _params(meta: TxnMetadata) -> dict[str, Any]:
@@ -92,13 +97,18 @@ class TransitionBatch:
         self._pending.append((meta, reason))
         return meta
 
-    def flush(self, conn: Connection) -> None:
+    def flush(self, conn: Connection, writes: WriteBehind | None = None) -> None:
+        """Write the pending transitions, or queue their statement on ``writes``."""
         if not self._pending:
             return
-        if len(self._pending) == 1:
-            persist(conn, *self._pending[0])
-        else:
-            events = [{**_params(meta), "reason": reason} for meta, reason in self._pending]
-            arrays = {f"e_{key}": [e[key] for e in events] for key in events[0]}
-            conn.execute(sql.APPEND_EVENTS_AND_PROJECT, {**events[-1], **arrays})
+        events = [{**_params(meta), "reason": reason} for meta, reason in self._pending]
         self._pending.clear()
+        if len(events) == 1:
+            statement, params = sql.APPEND_EVENT_AND_PROJECT, events[0]
+        else:
+            arrays = {f"e_{key}": [e[key] for e in events] for key in events[0]}
+            statement, params = sql.APPEND_EVENTS_AND_PROJECT, {**events[-1], **arrays}
+        if writes is None:
+            conn.execute(statement, params)
+        else:
+            writes.add(driver_sql(statement), params)

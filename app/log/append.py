@@ -29,7 +29,6 @@ from app.log.partition_lock import (
     TopicPartition,
     advance_partition,
     advance_partitions,
-    driver_connection,
     lock_partition,
     lock_partitions,
 )
@@ -50,6 +49,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.driver import WriteBehind, driver_connection
 from app.storage.engine import retry_conflicts
 
 __all__ = [
@@ -148,12 +148,14 @@ def append_batches(
     loaded: dict[str, TxnMetadata | None],
     locked: dict[TopicPartition, PartitionRow] | None = None,
     record: Persist | None = None,
+    writes: WriteBehind | None = None,
 ) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
     """``produce_registering`` in the caller's DB transaction. ``loaded``: transactional
     metadata already read in it, by id (``add``'s FOR UPDATE, if there). ``locked``: if
     the caller already locked every partition involved (``lock_partitions``), their rows,
     which are then used instead of locking again and kept as the appends leave them.
-    ``record``: how the registration is persisted (by default at once)."""
+    ``record``: how the registration is persisted (by default at once); ``writes``: where
+    to queue the partitions' advance (by default it runs at once)."""
     responses: dict[int, ProduceResponse] = {}
     columns: dict[int, Columns] = {}
     for i, req in enumerate(requests):
@@ -187,7 +189,7 @@ def append_batches(
                 admitted.append(i)
             except KafkaException as exc:
                 responses[i] = _refusal(exc)
-    responses.update(_append_all(broker, conn, requests, columns, admitted, locked))
+    responses.update(_append_all(broker, conn, requests, columns, admitted, locked, writes))
     return registered, [responses[i] for i in range(len(requests))]
 
 
@@ -217,6 +219,7 @@ def _append_all(
     columns: dict[int, Columns],
     admitted: list[int],
     locked: dict[TopicPartition, PartitionRow] | None,
+    writes: WriteBehind | None,
 ) -> dict[int, ProduceResponse]:
     """Append the admitted batches (distinct partitions expected): one lock statement
     (none if ``locked``), one COPY, one advance. Batches for the same partition twice in
@@ -249,6 +252,7 @@ def _append_all(
             conn,
             [(req.topic, req.partition, plan.next_offset, plan.lso) for req, plan in plans],
             [(req.topic, req.partition, plan.entry) for req, plan in plans if plan.entry],
+            writes,
         )
         if locked is not None:
             for req, plan in plans:

@@ -7,8 +7,9 @@ that moment, and moves the LSO, all in the caller's DB transaction. A marker for
 with no open transaction on the partition writes nothing, which makes retries idempotent.
 
 All partitions of a transaction are marked set-based, in three statements whatever their
-number (lock and read, the other open transactions, write); the rules stay the pure
-functions of ``producer_state`` and ``lso``, applied per partition in Python.
+number (lock and read, the other open transactions, write) and two round trips (the first
+two are pipelined; the write can be queued with the request's last writes); the rules stay
+the pure functions of ``producer_state`` and ``lso``, applied per partition in Python.
 """
 
 from __future__ import annotations
@@ -22,9 +23,53 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.lso import lso_after_marker
-from app.log.partition_lock import PartitionRow, TopicPartition, lock_partitions
+from app.log.partition_lock import PartitionRow, TopicPartition
 from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
+
+
+@dataclass(frozen=True)
+class MarkerLocks:
+    """What the markers of ``producer_id``'s transaction need, read under its partitions'
+    locks: each row with the producer's state (``rows``, kept up to date by later steps of
+    the same DB transaction, e.g. appends) and, per partition, the first offset of the
+    earliest transaction of another producer still open there (``others_first_open``;
+    absent if none), which no one else can change while the locks are held."""
+
+    producer_id: int
+    rows: dict[TopicPartition, PartitionRow]
+    others_first_open: dict[TopicPartition, int]
+
+
+def lock_for_markers(
+    conn: Connection, partitions: Iterable[TopicPartition], producer_id: int
+) -> MarkerLocks:
+    """Lock ``partitions`` in sorted order (missing ones are left out) and read what their
+    markers need, in one round trip: the second statement waits in the pipeline until the
+    first holds the locks, so its snapshot sees every transaction opened before them."""
+    wanted = sorted(set(partitions))
+    lock = {
+        "topics": [t for t, _ in wanted],
+        "partitions": [p for _, p in wanted],
+        "producer_ids": [producer_id] * len(wanted),
+    }
+    others = {
+        "topics": lock["topics"],
+        "partitions": lock["partitions"],
+        "producer_id": producer_id,
+    }
+    raw = driver_connection(conn)
+    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
+        locking.execute(sql.LOCK_PARTITIONS, lock)
+        reading.execute(sql.FIRST_OPEN_TXN_OFFSETS, others)
+        rows = locking.fetchall()
+        first_open = reading.fetchall()
+    return MarkerLocks(
+        producer_id,
+        {(row[0], row[1]): PartitionRow(*row[2:]) for row in rows},
+        {(t, p): first for t, p, first in first_open},
+    )
 
 
 @dataclass(frozen=True)
@@ -66,7 +111,8 @@ def write_txn_markers(
     now_ms: int,
     *,
     skip_missing: bool = False,
-    locked: dict[TopicPartition, PartitionRow] | None = None,
+    locked: MarkerLocks | None = None,
+    writes: WriteBehind | None = None,
 ) -> list[TopicPartition]:
     """Write the markers of one producer's transaction on every partition; returns those
     where a record was written, in sorted order.
@@ -74,9 +120,9 @@ def write_txn_markers(
     Raises the first refusal in sorted (topic, partition) order, as marking them one by one
     would, before anything is written: a fenced marker (stale producer or coordinator epoch)
     or, unless ``skip_missing`` (a deleted topic has nothing left to mark), a partition that
-    does not exist. ``locked``: the partitions' rows as this DB transaction already holds
-    them (with this producer's state), if it locked them all before; else they are locked
-    here.
+    does not exist. ``locked``: what ``lock_for_markers`` read, if this DB transaction
+    already locked them all; else they are locked here. ``writes``: where to queue the
+    write (by default it runs at once).
     """
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown control type {control_type}")
@@ -84,9 +130,10 @@ def write_txn_markers(
     if not wanted:
         return []
     if locked is None:
-        rows = lock_partitions(conn, [(t, p, producer_id) for t, p in wanted])
-    else:
-        rows = locked
+        locked = lock_for_markers(conn, wanted, producer_id)
+    elif locked.producer_id != producer_id:
+        raise AssertionError("the partitions were locked for another producer's markers")
+    rows = locked.rows
     marked: list[_Open] = []
     for topic, partition in wanted:
         row = rows.get((topic, partition))
@@ -104,13 +151,15 @@ def write_txn_markers(
             marked.append(_Open(topic, partition, row.next_offset, entry))
     if not marked:
         return []
-    first_others = _first_other_open_txns(conn, marked, producer_id)
+    first_others = locked.others_first_open
     values = [
         _marker_values(o, first_others.get((o.topic, o.partition)), producer_id, producer_epoch,
                        coordinator_epoch, now_ms)
         for o in marked
     ]  # fmt: skip
-    conn.execute(
+    execute_or_queue(
+        conn,
+        writes,
         sql.WRITE_MARKERS,
         {
             **{column: [v[column] for v in values] for column in values[0]},
@@ -123,20 +172,6 @@ def write_txn_markers(
         },
     )
     return [(o.topic, o.partition) for o in marked]
-
-
-def _first_other_open_txns(
-    conn: Connection, marked: list[_Open], producer_id: int
-) -> dict[TopicPartition, int]:
-    rows = conn.execute(
-        sql.FIRST_OPEN_TXN_OFFSETS,
-        {
-            "topics": [o.topic for o in marked],
-            "partitions": [o.partition for o in marked],
-            "producer_id": producer_id,
-        },
-    )
-    return {(r.topic, r.partition): r.first_offset for r in rows}
 
 
 def _marker_values(

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from psycopg import Connection as PgConnection
 from sqlalchemy import Connection
 
 from app.log import sql
 from app.log.producer_state import ProducerEntry
+from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
 
 
 class PartitionRow(NamedTuple):
@@ -69,13 +69,6 @@ class PartitionRow(NamedTuple):
             s_coordinator_epoch=entry.coordinator_epoch,
             s_txn_first_offset=entry.txn_first_offset,
         )
-
-
-def driver_connection(conn: Connection) -> PgConnection[Any]:
-    """The psycopg connection under a SQLAlchemy connection (same DB transaction)."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    return raw
 
 
 def lock_partition(
@@ -145,10 +138,11 @@ def advance_partitions(
     conn: Connection,
     advances: Sequence[tuple[str, int, int, int]],
     entries: Sequence[tuple[str, int, ProducerEntry]],
+    writes: WriteBehind | None = None,
 ) -> None:
     """``advance_partition`` for several partitions in one statement: ``advances`` are
     (topic, partition, next_offset, last_stable_offset); ``entries`` the producer states
-    to write, by partition."""
+    to write, by partition. Given ``writes``, the statement is queued there."""
     params: dict[str, Any] = {
         "topics": [a[0] for a in advances],
         "partitions": [a[1] for a in advances],
@@ -165,5 +159,4 @@ def advance_partitions(
         "s_coordinator_epochs": [e.coordinator_epoch for _, _, e in entries],
         "s_txn_first_offsets": [e.txn_first_offset for _, _, e in entries],
     }
-    with driver_connection(conn).cursor() as cur:
-        cur.execute(sql.ADVANCE_PARTITIONS, params)
+    execute_or_queue(conn, writes, sql.ADVANCE_PARTITIONS, params)

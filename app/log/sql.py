@@ -145,33 +145,34 @@ ADVANCE_PARTITIONS = f"""
 """
 
 # Markers, set-based: all partitions of a transaction in three statements whatever their
-# number (LOCK_PARTITIONS, the two below). Per partition, the first offset of the earliest
-# transaction still open other than one producer's (the one whose markers are being written). A statement of its own, run once
-# the partition locks are held, so it sees every transaction opened before them.
-FIRST_OPEN_TXN_OFFSETS = text(
-    """
+# number (LOCK_PARTITIONS, the two below), run on the psycopg connection (``app.log.markers``).
+# Per partition, the first offset of the earliest transaction still open other than one
+# producer's (the one whose markers are being written). A statement of its own, run after
+# the partition locks are held (pipelined behind LOCK_PARTITIONS: PostgreSQL starts it, and
+# takes its snapshot, only once the locks are granted), so it sees every transaction
+# opened before them; none can open on those partitions while they are held.
+FIRST_OPEN_TXN_OFFSETS = """
     SELECT topic, partition, min(txn_first_offset) AS first_offset FROM producer_states
     WHERE (topic, partition) IN
-          (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))
-      AND producer_id <> :producer_id AND txn_first_offset IS NOT NULL
+          (SELECT * FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[])))
+      AND producer_id <> %(producer_id)s AND txn_first_offset IS NOT NULL
     GROUP BY topic, partition
-    """
-)
+"""
 
 # One statement writes all markers of a transaction: the control records, the aborted-index
 # entries (ABORT only), each partition's next offset and LSO, and the producer's state per
 # partition (as producer_state.apply_marker computed it). One row per marked partition in
 # the parallel arrays; offsets and LSOs were decided under the locks above.
-WRITE_MARKERS = text(
-    f"""
+WRITE_MARKERS = f"""
     WITH m AS (
         SELECT * FROM unnest(
-            CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-            CAST(:lsos AS bigint[]), CAST(:closed_first_offsets AS bigint[]),
-            CAST(:s_producer_epochs AS int[]), CAST(:s_last_sequences AS int[]),
-            CAST(:s_last_offsets AS bigint[]), CAST(:s_last_timestamps AS bigint[]),
-            CAST(:s_batches AS text[]), CAST(:s_coordinator_epochs AS int[]),
-            CAST(:s_txn_first_offsets AS bigint[]))
+            CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[]),
+            CAST(%(offsets)s AS bigint[]),
+            CAST(%(lsos)s AS bigint[]), CAST(%(closed_first_offsets)s AS bigint[]),
+            CAST(%(s_producer_epochs)s AS int[]), CAST(%(s_last_sequences)s AS int[]),
+            CAST(%(s_last_offsets)s AS bigint[]), CAST(%(s_last_timestamps)s AS bigint[]),
+            CAST(%(s_batches)s AS text[]), CAST(%(s_coordinator_epochs)s AS int[]),
+            CAST(%(s_txn_first_offsets)s AS bigint[]))
           AS m(topic, partition, "offset", lso, closed_first_offset, s_producer_epoch,
                s_last_sequence, s_last_offset, s_last_timestamp, s_batches,
                s_coordinator_epoch, s_txn_first_offset)
@@ -180,15 +181,16 @@ WRITE_MARKERS = text(
         INSERT INTO records (topic, partition, "offset", "timestamp", key, value, headers,
             producer_id, producer_epoch, sequence, batch_base_offset, is_transactional,
             is_control, control_type, coordinator_epoch)
-        SELECT topic, partition, "offset", :timestamp, NULL, NULL, NULL, :producer_id,
-            :producer_epoch, -1, "offset", true, true, :control_type, :coordinator_epoch
+        SELECT topic, partition, "offset", %(timestamp)s, NULL, NULL, NULL, %(producer_id)s,
+            %(producer_epoch)s, -1, "offset", true, true, %(control_type)s,
+            %(coordinator_epoch)s
         FROM m
     ),
     aborted AS (
         INSERT INTO aborted_txns (topic, partition, producer_id, first_offset, last_offset,
             last_stable_offset)
-        SELECT topic, partition, :producer_id, closed_first_offset, "offset", lso FROM m
-        WHERE :is_abort
+        SELECT topic, partition, %(producer_id)s, closed_first_offset, "offset", lso FROM m
+        WHERE %(is_abort)s
     ),
     advanced AS (
         UPDATE partitions p SET next_offset = m."offset" + 1, last_stable_offset = m.lso
@@ -197,12 +199,12 @@ WRITE_MARKERS = text(
     INSERT INTO producer_states AS s
         (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
          last_timestamp, batches, coordinator_epoch, txn_first_offset)
-    SELECT topic, partition, :producer_id, s_producer_epoch, s_last_sequence, s_last_offset,
-           s_last_timestamp, CAST(s_batches AS jsonb), s_coordinator_epoch, s_txn_first_offset
+    SELECT topic, partition, %(producer_id)s, s_producer_epoch, s_last_sequence,
+           s_last_offset, s_last_timestamp, CAST(s_batches AS jsonb), s_coordinator_epoch,
+           s_txn_first_offset
     FROM m
     {_UPSERT_PRODUCER_STATE}
-    """
-)
+"""
 
 PARTITION_OFFSETS = text(
     """

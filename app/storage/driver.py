@@ -1,0 +1,78 @@
+"""The psycopg connection under a SQLAlchemy one, for the statements of the hot paths.
+
+A produce or a commit runs a handful of statements per request. Through SQLAlchemy each
+costs about 50 µs of Python on top of its round trip, as much as the statement itself on
+a local server, so those statements run on the driver connection, inside the same DB
+transaction. ``driver_sql`` gives a SQLAlchemy ``text()`` statement the driver's
+placeholders, so each statement is still written once, in its family's SQL module.
+
+``WriteBehind`` holds the last writes of a request, those whose results nothing in the
+request reads (the partitions' advance, the markers, the transaction's events), and sends
+them together in one pipeline just before COMMIT: one round trip instead of one each.
+PostgreSQL still runs them one after the other, in the order they were queued.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from psycopg import Connection as PgConnection
+from sqlalchemy import Connection
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+from sqlalchemy.sql.elements import TextClause
+
+_DIALECT = psycopg_dialect.dialect()
+
+
+def driver_connection(conn: Connection) -> PgConnection[Any]:
+    """The psycopg connection under a SQLAlchemy connection (same DB transaction)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    return raw
+
+
+@functools.cache
+def driver_sql(statement: TextClause) -> str:
+    """``statement`` with psycopg's ``%(name)s`` placeholders (literal ``%`` escaped), as
+    SQLAlchemy would send it; the parameters stay the same dict."""
+    return str(statement.compile(dialect=_DIALECT))
+
+
+class WriteBehind:
+    """Writes of one DB transaction queued until just before it commits (``send``).
+
+    Only for statements whose results the request never reads, and only while nothing
+    executed in between reads the rows they write: a queued write has not run yet.
+    """
+
+    def __init__(self) -> None:
+        self._queued: list[tuple[str, dict[str, Any]]] = []
+
+    def add(self, statement: str, params: dict[str, Any]) -> None:
+        self._queued.append((statement, params))
+
+    def send(self, conn: Connection) -> None:
+        """Run the queued writes, in order; errors raise here, before COMMIT."""
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        raw = driver_connection(conn)
+        if len(queued) == 1:
+            with raw.cursor() as cur:
+                cur.execute(*queued[0])
+            return
+        with raw.pipeline(), raw.cursor() as cur:
+            for statement, params in queued:
+                cur.execute(statement, params)
+
+
+def execute_or_queue(
+    conn: Connection, writes: WriteBehind | None, statement: str, params: dict[str, Any]
+) -> None:
+    """Run a write whose result is not read now, or queue it on ``writes`` if given."""
+    if writes is not None:
+        writes.add(statement, params)
+        return
+    with driver_connection(conn).cursor() as cur:
+        cur.execute(statement, params)
