@@ -18,6 +18,7 @@ from app.coordinator import machines as m
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
 from app.log.topics import create_topic
+from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 PARTITIONS = [("t", 0), ("t", 1), ("u", 0)]
@@ -62,6 +63,9 @@ def test_batches_and_end_commit_together(broker: Broker) -> None:
     # Every transition is still an event, in order, and the projection their fold.
     assert events(broker, "c")[-3:] == [m.BEGIN, m.PREPARE_COMMIT, m.COMPLETE_COMMIT]
     assert_transactions_rebuild(broker)
+    # The markers' write superseded the appends' advance of the same partitions: the
+    # partition rows and producer states are still the fold of the log.
+    assert_partition_log_rebuilds(broker, broker.clock.now_ms())
 
 
 def assert_transactions_rebuild(broker: Broker) -> None:
@@ -118,6 +122,39 @@ def test_a_refused_batch_stops_the_commit(broker: Broker) -> None:
     # The registration made by the refused commit was persisted with its batch.
     assert events(broker, "f").count(m.BEGIN) == 2
     assert_transactions_rebuild(broker)
+
+
+def test_a_refused_marker_keeps_the_appended_batches(broker: Broker) -> None:
+    """A partition whose producer state carries a newer coordinator epoch refuses its
+    marker (rule 7): the batches stay appended, partitions advanced, and the transaction
+    stays PREPARE_COMMIT, to be completed by that coordinator."""
+    driver = TxnDriver(broker, "r")
+    assert driver.init() == 0
+    assert driver.send("u", 0, "early").error_code == 0
+    with broker.engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE producer_states SET coordinator_epoch = 99 "
+                "WHERE topic = 'u' AND partition = 0 AND producer_id = :pid"
+            ),
+            {"pid": driver.producer_id},
+        )
+    r = driver.commit_with(driver.requests(("t", 0, "late")), register=[("t", 0)])
+    assert [b.error_code for b in r.batches] == [0]
+    assert r.end.error_code == KafkaError.TRANSACTION_COORDINATOR_FENCED
+    assert state_of(broker, "r") == m.PREPARE_COMMIT
+    assert read_values(broker, "t", 0, committed=False) == ["late"]
+    assert read_values(broker, "t", 0) == []
+    assert partition_offsets(broker, "t", 0) == (1, 0)
+    with broker.engine.connect() as conn:
+        state = conn.execute(
+            text(
+                "SELECT last_sequence, last_offset, txn_first_offset FROM producer_states "
+                "WHERE topic = 't' AND partition = 0 AND producer_id = :pid"
+            ),
+            {"pid": driver.producer_id},
+        ).one()
+    assert tuple(state) == (0, 0, 0)  # the append's state, its transaction still open
 
 
 def test_partitions_without_a_batch_in_the_request_get_their_markers(broker: Broker) -> None:

@@ -68,6 +68,8 @@ class Batch:
     # unknown, the transaction may have committed with it, so it is retried until the
     # answer is known rather than failed by message.timeout.ms (see ``Sender``).
     ends_transaction: bool = False
+    # Being attempted on another thread than the sender's (``Sender.send_here``).
+    sending_elsewhere: bool = False
     last_error: KafkaError | None = None
     # Built on the first attempt; every retry sends the very same request.
     _request: ProduceRequest | None = None
@@ -170,6 +172,14 @@ class RecordAccumulator:
             or before // limits.max_bytes != queue.size // limits.max_bytes
         )
 
+    def fits_one_batch_each(self) -> bool:
+        """Whether every partition's queued records fit in one batch (holding lock)."""
+        limits = self.limits
+        return all(
+            len(q.records) <= limits.max_records and q.size <= limits.max_bytes
+            for q in self._queues.values()
+        )
+
     def wait(self, timeout: float | None) -> None:
         """The sender's wait for work (holding lock)."""
         self.sender_waiting = True
@@ -241,7 +251,10 @@ class RecordAccumulator:
         queue = self._queues[(batch.topic, batch.partition)]
         if queue.in_flight is batch:
             queue.in_flight = None
-        self.cond.notify_all()
+        # News to a waiting sender only if the partition has records to send now.
+        if queue.records and self.sender_waiting:
+            self.sender_waiting = False
+            self.cond.notify_all()
 
     def in_flight(self) -> list[Batch]:
         return [q.in_flight for q in self._queues.values() if q.in_flight is not None]

@@ -132,6 +132,7 @@ class Producer:
                 accumulator=self._accumulator,
                 reports=self._reports,
                 flush=self.flush,
+                await_delivery=self._await_delivery,
                 request_timeout_s=self._request_timeout_s,
                 retry_backoff_s=self._retry_backoff_s,
             )
@@ -266,21 +267,26 @@ class Producer:
     def flush(self, timeout: float | None = None) -> int:
         """Send everything now (ignoring linger.ms) and serve reports until none is
         outstanding or ``timeout`` passes. Returns the messages still outstanding."""
-        if timeout is not None and timeout < 0:
-            timeout = None
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._accumulator.cond:
             self._accumulator.flushing += 1
             self._accumulator.cond.notify_all()
         try:
-            while len(self._reports):
-                remaining = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
-                if remaining <= 0:
-                    break
-                self._reports.serve(remaining, self._default_callback)
+            return self._await_delivery(timeout)
         finally:
             with self._accumulator.cond:
                 self._accumulator.flushing -= 1
+
+    def _await_delivery(self, timeout: float | None) -> int:
+        """Serve reports until none is outstanding or ``timeout`` passes (``flush`` without
+        hurrying the sender: for a commit whose batches all went out already)."""
+        if timeout is not None and timeout < 0:
+            timeout = None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._reports):
+            remaining = 0.1 if deadline is None else min(0.1, deadline - time.monotonic())
+            if remaining <= 0:
+                break
+            self._reports.serve(remaining, self._default_callback)
         return len(self._reports)
 
     def __len__(self) -> int:

@@ -1,8 +1,9 @@
 """The producer's background sender: batches out, delivery reports back.
 
 All calls to the Produce handler happen here, one batch per partition in flight, in one
-thread; the batches ready at the same time go out in one request (one DB transaction, one
-COMMIT), each answered on its own, as Kafka sends one request per leader. A batch that
+thread (or, for a commit's last batches, on the committing thread: ``send_here``); the
+batches ready at the same time go out in one request (one DB transaction, one COMMIT),
+each answered on its own, as Kafka sends one request per leader. A batch that
 fails retriably (including a lost database connection, whose outcome is unknown) is resent
 unchanged, with the same producer_id, producer_epoch and base_sequence, so the broker
 either appends it or recognises it and answers with the offsets it was first given. A
@@ -135,7 +136,11 @@ class Sender:
                 expired = acc.expire(now, self.message_timeout_s) if self.message_timeout_s else []
                 if self._needs_identity:
                     break
-                retries = [b for b in acc.in_flight() if b.attempts and b.next_attempt <= now]
+                retries = [
+                    b
+                    for b in acc.in_flight()
+                    if b.attempts and not b.sending_elsewhere and b.next_attempt <= now
+                ]
                 fresh: list[Batch] = []
                 next_ready = None
                 if self.identity.idempotent or not self.require_identity:
@@ -159,8 +164,64 @@ class Sender:
         self.send(retries + fresh)
         return True
 
+    def send_all_here(self) -> bool:
+        """Send everything queued now, ignoring linger.ms, on the calling thread, if the
+        sender has nothing in flight and one batch per partition takes it all; returns
+        whether it did (else nothing was sent, and ``flush`` is the way).
+
+        For ``commit_transaction``: its last batches then go out (with the EndTxn) without
+        waking the sender thread and waiting to be woken by it, two thread hand-offs that
+        cost as much as the commit's statements. The batches are in flight as if the sender
+        had formed them, so the sender leaves their partitions alone; marked as being sent
+        elsewhere, they are not retried by the sender while this attempt runs. A retriable
+        failure leaves them to the sender's retries, as any attempt does.
+        """
+        acc = self.accumulator
+        with acc.cond:
+            now = time.monotonic()
+            oldest = acc.oldest_enqueued()
+            if (
+                self._stopping
+                or self._needs_identity
+                or (self.require_identity and not self.identity.idempotent)
+                or acc.in_flight()
+                or not acc.fits_one_batch_each()
+                # Records past message.timeout.ms are the sender's to expire, not to send.
+                or (
+                    self.message_timeout_s
+                    and oldest is not None
+                    and now - oldest >= self.message_timeout_s
+                )
+            ):
+                return False
+            acc.flushing += 1
+            try:
+                fresh, _ = acc.drain(
+                    now, self.identity, self.transactional_id, self.is_transactional
+                )
+            finally:
+                acc.flushing -= 1
+            for batch in fresh:
+                batch.sending_elsewhere = True
+        try:
+            if self.on_batch_formed is not None:
+                for batch in fresh:
+                    self.on_batch_formed(batch)
+            self.send(fresh)
+        finally:
+            with acc.cond:
+                for batch in fresh:
+                    batch.sending_elsewhere = False
+                if acc.in_flight():
+                    acc.cond.notify_all()  # a retry to make: the sender's from now on
+        return True
+
     def _wait_time(self, now: float, next_ready: float | None) -> float | None:
-        deadlines = [b.next_attempt for b in self.accumulator.in_flight() if b.attempts]
+        deadlines = [
+            b.next_attempt
+            for b in self.accumulator.in_flight()
+            if b.attempts and not b.sending_elsewhere
+        ]
         if next_ready is not None:
             deadlines.append(next_ready)
         oldest = self.accumulator.oldest_enqueued()

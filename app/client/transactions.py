@@ -87,6 +87,7 @@ class Transactions:
         accumulator: RecordAccumulator,
         reports: DeliveryReports,
         flush: Callable[[float | None], int],
+        await_delivery: Callable[[float | None], int],
         request_timeout_s: float,
         retry_backoff_s: float,
     ) -> None:
@@ -98,6 +99,7 @@ class Transactions:
         self.accumulator = accumulator
         self.reports = reports
         self._flush = flush
+        self._await_delivery = await_delivery
         self.request_timeout_s = request_timeout_s
         self.retry_backoff_s = retry_backoff_s
         self.manager = tm.TransactionManager()
@@ -237,7 +239,13 @@ class Transactions:
     def commit_transaction(self, timeout: float | None) -> None:
         if self.manager.state != tm.COMMITTING:
             self.manager.fire("start_commit", "commit_transaction")
-        remaining = self._flush(timeout)
+        # The last batches go out with the EndTxn from this thread when the sender is idle
+        # (COMMITTING: no record can be added meanwhile); else the flush has the sender
+        # send them. Either way, their reports are served before the commit goes on.
+        if self.sender.send_all_here():
+            remaining = self._await_delivery(timeout)
+        else:
+            remaining = self._flush(timeout)
         if remaining:
             raise KafkaException(
                 KafkaError(

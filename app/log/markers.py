@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.lso import lso_after_marker
-from app.log.partition_lock import PartitionRow, TopicPartition
+from app.log.partition_lock import PartitionRow, TopicPartition, partition_key, producer_key
 from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
@@ -157,6 +157,17 @@ def write_txn_markers(
                        coordinator_epoch, now_ms)
         for o in marked
     ]  # fmt: skip
+    if writes is not None:
+        # The markers' write sets these partitions' rows and this producer's state on each
+        # in full: an advance of them queued earlier in this request has nothing to add.
+        writes.supersede(
+            key
+            for o in marked
+            for key in (
+                partition_key(o.topic, o.partition),
+                producer_key(o.topic, o.partition, producer_id),
+            )
+        )
     execute_or_queue(
         conn,
         writes,

@@ -11,7 +11,7 @@ slower: psycopg's pipeline mode costs more than the round trip it saves on a loc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
@@ -159,4 +159,16 @@ def advance_partitions(
         "s_coordinator_epochs": [e.coordinator_epoch for _, _, e in entries],
         "s_txn_first_offsets": [e.txn_first_offset for _, _, e in entries],
     }
-    execute_or_queue(conn, writes, sql.ADVANCE_PARTITIONS, params)
+    sets: list[Hashable] = [partition_key(t, p) for t, p, _, _ in advances]
+    sets += [producer_key(t, p, e.producer_id) for t, p, e in entries]
+    execute_or_queue(conn, writes, sql.ADVANCE_PARTITIONS, params, sets)
+
+
+def partition_key(topic: str, partition: int) -> tuple[str, str, int]:
+    """A partition row, as the writes queued on a ``WriteBehind`` name what they set."""
+    return ("partition", topic, partition)
+
+
+def producer_key(topic: str, partition: int, producer_id: int) -> tuple[str, str, int, int]:
+    """A producer's state on a partition, as the queued writes name what they set."""
+    return ("producer", topic, partition, producer_id)

@@ -15,6 +15,7 @@ PostgreSQL still runs them one after the other, in the order they were queued.
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from psycopg import Connection as PgConnection
@@ -44,13 +45,24 @@ class WriteBehind:
 
     Only for statements whose results the request never reads, and only while nothing
     executed in between reads the rows they write: a queued write has not run yet.
+
+    A write may name the rows it sets (``sets``: keys such as a partition); a later write
+    that sets all of them in full (``supersede``) makes it pointless, and it is dropped: a
+    transaction's markers rewrite the partition rows and producer states its appends had
+    just advanced in the same request.
     """
 
     def __init__(self) -> None:
-        self._queued: list[tuple[str, dict[str, Any]]] = []
+        self._queued: list[tuple[str, dict[str, Any], frozenset[Hashable]]] = []
 
-    def add(self, statement: str, params: dict[str, Any]) -> None:
-        self._queued.append((statement, params))
+    def add(self, statement: str, params: dict[str, Any], sets: Iterable[Hashable] = ()) -> None:
+        self._queued.append((statement, params, frozenset(sets)))
+
+    def supersede(self, keys: Iterable[Hashable]) -> None:
+        """Drop the queued writes that set only rows among ``keys`` (about to be set in full
+        by a write queued next)."""
+        covered = frozenset(keys)
+        self._queued = [q for q in self._queued if not (q[2] and q[2] <= covered)]
 
     def send(self, conn: Connection) -> None:
         """Run the queued writes, in order; errors raise here, before COMMIT."""
@@ -60,19 +72,24 @@ class WriteBehind:
         raw = driver_connection(conn)
         if len(queued) == 1:
             with raw.cursor() as cur:
-                cur.execute(*queued[0])
+                cur.execute(queued[0][0], queued[0][1])
             return
         with raw.pipeline(), raw.cursor() as cur:
-            for statement, params in queued:
+            for statement, params, _ in queued:
                 cur.execute(statement, params)
 
 
 def execute_or_queue(
-    conn: Connection, writes: WriteBehind | None, statement: str, params: dict[str, Any]
+    conn: Connection,
+    writes: WriteBehind | None,
+    statement: str,
+    params: dict[str, Any],
+    sets: Iterable[Hashable] = (),
 ) -> None:
-    """Run a write whose result is not read now, or queue it on ``writes`` if given."""
+    """Run a write whose result is not read now, or queue it on ``writes`` if given
+    (``sets``: see ``WriteBehind``)."""
     if writes is not None:
-        writes.add(statement, params)
+        writes.add(statement, params, sets)
         return
     with driver_connection(conn).cursor() as cur:
         cur.execute(statement, params)
