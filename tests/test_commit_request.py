@@ -4,6 +4,7 @@ using it, including when its answer is lost."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -271,3 +272,33 @@ def test_an_unresolved_commit_times_out_retriably_and_completes_when_retried(
         producer.close()
     assert read_values(broker, "t", 0) == ["v"]
     assert state_of(broker, "unresolved") == m.COMPLETE_COMMIT
+
+
+def test_an_idle_sender_leaves_the_last_batches_to_the_committing_thread(
+    db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing in flight, commit_transaction() sends the last batches and the EndTxn
+    itself (no hand-off to the sender thread and back); the delivery reports are served
+    as usual."""
+    threads: list[threading.Thread] = []
+    real = transactions.produce_and_end_txn
+
+    def recording(*args: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(*args)
+
+    monkeypatch.setattr(transactions, "produce_and_end_txn", recording)
+    producer = transactional_producer(db_url, "here")
+    reports: list[tuple[Any, int]] = []
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.produce(
+            "t", "v", partition=0, on_delivery=lambda e, msg: reports.append((e, msg.offset()))
+        )
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert threads == [threading.current_thread()]
+    assert reports == [(None, 0)]
+    assert read_values(broker, "t", 0) == ["v"]
