@@ -701,8 +701,9 @@ How to read these figures:
   Each timed write phase starts once the server has settled (VACUUM ANALYZE, CHECKPOINT),
   so the autovacuum and checkpoint a phase causes do not land in the next one. Raw
   baselines are the best of `--repeats` runs; the transactional ratio compares each side's
-  best of `--txn-rounds` alternating rounds, each side on a fresh database (the quiet
-  machine's speed, as `timeit` takes the minimum), and the median of the rounds' own
+  best of `--txn-rounds` rounds, each side on a fresh database (the quiet machine's
+  speed, as `timeit` takes the minimum), each side leading every other round (a round's
+  first phase tends to run on a quieter machine), and the median of the rounds' own
   ratios is given beside it.
 - "floor" lines measure PostgreSQL alone doing the unavoidable part of a case, with no
   kip98 code: the most the case's ratio could reach on this machine with this schema.
@@ -735,16 +736,17 @@ How to read these figures:
   COPY, so the target is out of reach here with this table, before any produce logic.
   A produce also commits every batch (acknowledged batches are durable): committing every
   1000 rows costs the raw COPY itself a factor of about 3, and against that cadence the
-  handler reaches about half (0.43-0.61 across runs). The Producer client adds about 2 µs
-  of Python per record in `produce()` and as much again in its sender.
+  handler reaches about half (0.43-0.61 across runs); the commits alone hold the raw
+  COPY to 0.29-0.33. The Producer client adds about 2 µs of Python per record in
+  `produce()` and as much again in its sender, while half the raw COPY's speed (about
+  1.5 million rows/s here) leaves 1.3 µs per record for the whole path.
 - **Transactional / idempotent (target 0.85).** A transaction of 1000 records over 4
-  partitions commits in one DB transaction (its last batches with EndTxn, 9 round trips).
-  What is left is structural: the idempotent producer's database time overlaps the
-  application's `produce()` calls, while a commit cannot return before its transaction is
-  committed; a transaction's batches are a quarter the size; and a transaction has its
-  own statements (its row, the markers, its events) and its own commit. Across runs the
-  ratio lands at 0.74-0.95 (best of rounds) and 0.80-0.94 (median of rounds), about 0.85
-  on average: at the target, not reliably above it.
+  partitions commits in one DB transaction: its last batches with EndTxn, sent from the
+  committing thread, on the psycopg connection, its last writes in one pipeline. The
+  idempotent producer's database time still overlaps the application's `produce()`
+  calls, while a commit cannot return before its transaction is committed, and a
+  transaction's batches are a quarter the size. Across runs the ratio lands at 0.84-0.96
+  (best of rounds) and 0.87-0.98 (median of rounds).
 - **Spark (target 0.5).** Read the floor line: PostgreSQL alone inserting the same rows
   into `read_committed_records` (logged, primary-keyed, as the contract has it) takes
   2.3-2.8 times the plain Spark read on this machine (0.36-0.43). A materialisation reads
@@ -771,8 +773,9 @@ def main() -> None:
     parser.add_argument(
         "--txn-rounds",
         type=int,
-        default=5,
-        help="alternating idempotent/transactional rounds; each side's best is compared",
+        default=6,
+        help="idempotent/transactional rounds, each side leading every other round; each "
+        "side's best is compared",
     )
     parser.add_argument("--latency-samples", type=int, default=100)
     parser.add_argument(
