@@ -5,6 +5,7 @@ using it, including when its answer is lost."""
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -302,3 +303,37 @@ def test_an_idle_sender_leaves_the_last_batches_to_the_committing_thread(
     assert threads == [threading.current_thread()]
     assert reports == [(None, 0)]
     assert read_values(broker, "t", 0) == ["v"]
+
+
+def test_commits_racing_the_sender_report_every_record_once(db_url: str, broker: Broker) -> None:
+    """With linger.ms=1 the sender thread and commit_transaction() often reach a
+    transaction's last batches at the same moment; whichever forms them sends them, and
+    every record is stored and reported exactly once, with the offset it has in the log."""
+    producer = transactional_producer(db_url, "race", **{"linger.ms": 1})
+    reports: list[tuple[Any, str, int]] = []
+
+    def report(err: Any, msg: Any) -> None:
+        reports.append((err, msg.value().decode(), msg.offset()))
+
+    expected: dict[tuple[str, int], list[str]] = {tp: [] for tp in PARTITIONS}
+    try:
+        producer.init_transactions()
+        for i in range(120):
+            producer.begin_transaction()
+            for topic, partition in PARTITIONS[: 1 + i % 3]:
+                value = f"{topic}{partition}-{i}"
+                producer.produce(topic, value, partition=partition, on_delivery=report)
+                expected[(topic, partition)].append(value)
+            if i % 4 == 1:
+                time.sleep(0.001)  # let the sender's linger run out first, now and then
+            producer.commit_transaction()
+    finally:
+        producer.close()
+    stored = {tp: read_values(broker, *tp) for tp in PARTITIONS}
+    assert stored == expected
+    assert all(err is None for err, _, _ in reports)
+    assert sorted(v for _, v, _ in reports) == sorted(v for vs in expected.values() for v in vs)
+    for (topic, partition), values in stored.items():
+        # Each partition holds its values, one transaction marker after each.
+        offsets = {v: o for _, v, o in reports if v.startswith(f"{topic}{partition}-")}
+        assert [offsets[v] for v in values] == [2 * n for n in range(len(values))]
