@@ -738,27 +738,26 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Produce vs one raw COPY (target 0.5).** Read the floor line first: PostgreSQL alone,
-  COPYing the very rows a produce writes into `records` in one transaction, reaches a
-  third to a half of the bare-table COPY on this machine (0.33-0.46 across runs), because
-  `records` has 15 columns and a primary key. No produce path can beat its own table's
-  COPY, so the target is out of reach here with this table, before any produce logic.
-  A produce also commits every batch (acknowledged batches are durable): committing every
-  1000 rows costs the raw COPY itself a factor of about 3, and against that cadence the
-  handler reaches about half (0.43-0.61 across runs); the commits alone hold the raw
-  COPY to 0.29-0.33. The Producer client adds about 2 µs of Python per record in
-  `produce()` and as much again in its sender, while half the raw COPY's speed (about
-  1.5 million rows/s here) leaves 1.3 µs per record for the whole path.
+- **Produce vs one raw COPY (target 0.5).** Read the two PostgreSQL-only lines first.
+  A produce commits every batch (an acknowledged batch is durable): the raw COPY itself,
+  committed every 1000 rows, reaches only 0.28-0.44 of the one-transaction COPY across
+  runs, so no produce of 1000-record batches can reach 0.5 on this machine, before any
+  produce logic. Against that cadence the handler reaches about half (0.43-0.61 across
+  runs). The `records` table itself (15 columns, a primary key) costs more again: COPYing
+  the very rows a produce writes, in one transaction, reaches 0.33-0.64. The Producer
+  client adds about 2 µs of Python per record in `produce()` and as much again in its
+  sender, while half the raw COPY's speed (1.5 million rows/s or more here) leaves at
+  most 1.3 µs per record for the whole path.
 - **Transactional / idempotent (target 0.85).** A transaction of 1000 records over 4
   partitions commits in one DB transaction: its last batches with EndTxn, sent from the
   committing thread, on the psycopg connection, its last writes in one pipeline. The
   idempotent producer's database time still overlaps the application's `produce()`
   calls, while a commit cannot return before its transaction is committed, and a
-  transaction's batches are a quarter the size. Across runs the ratio lands at 0.84-0.96
+  transaction's batches are a quarter the size. Across runs the ratio lands at 0.84-0.99
   (best of rounds) and 0.87-0.98 (median of rounds).
 - **Spark (target 0.5).** Read the floor line: PostgreSQL alone inserting the same rows
   into `read_committed_records` (logged, primary-keyed, as the contract has it) takes
-  2.3-2.8 times the plain Spark read on this machine (0.36-0.43). A materialisation reads
+  2.3-3 times the plain Spark read on this machine (0.33-0.43). A materialisation reads
   the rows and, to be exactly once, writes them twice (staging, then the move in one
   transaction), so the target is below what PostgreSQL itself allows here.
 - Figures vary from run to run on this shared 2-CPU machine, by ±10% on most ratios.
