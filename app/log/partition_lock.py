@@ -6,7 +6,9 @@ for all partitions of a request (markers lock theirs the same way). They run on 
 connection under the caller's SQLAlchemy transaction: once per produced batch,
 SQLAlchemy's statement handling would cost more than the statements' own planning (psycopg
 prepares them after a few executions). (Pipelining the lock with the BEGIN was measured
-slower: psycopg's pipeline mode costs more than the round trip it saves on a local server.)
+slower: psycopg's pipeline mode costs more than the one round trip it saves on a local
+server. It pays from two statements on: ``markers.lock_for_markers`` and
+``storage.driver.WriteBehind``.)
 """
 
 from __future__ import annotations
