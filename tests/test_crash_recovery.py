@@ -102,14 +102,15 @@ def test_combined_commit_without_crash_commits(db_url: str, broker: Broker) -> N
 @pytest.mark.parametrize(
     "crash_at",
     ["append.after_copy", "end_txn.after_prepare", "complete.after_marker",
-     "complete.before_complete"],
+     "complete.before_complete", "commit_request.before_commit"],
 )  # fmt: skip
 def test_crash_inside_a_combined_commit_leaves_nothing(
     db_url: str, broker: Broker, crash_at: str
 ) -> None:
     """The last batches, PREPARE, markers and COMPLETE are one DB transaction: killed
     anywhere inside it, none of it happened (the registration included), and the next
-    instance starts clean."""
+    instance starts clean. The markers, the events and the advance are queued until just
+    before COMMIT, so the last point is the one where all of them ran on the server."""
     assert run_child(db_url, crash_at, combined=True) == -signal.SIGKILL
     assert state_of(broker, "crash") == m.EMPTY
     assert nothing_visible(broker) and settled(broker)

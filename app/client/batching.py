@@ -68,7 +68,7 @@ class Batch:
     # unknown, the transaction may have committed with it, so it is retried until the
     # answer is known rather than failed by message.timeout.ms (see ``Sender``).
     ends_transaction: bool = False
-    # Being attempted on another thread than the sender's (``Sender.send_here``).
+    # Being attempted on another thread than the sender's (``Sender.send_all_here``).
     sending_elsewhere: bool = False
     last_error: KafkaError | None = None
     # Built on the first attempt; every retry sends the very same request.

@@ -1,7 +1,7 @@
 """The producer's background sender: batches out, delivery reports back.
 
 All calls to the Produce handler happen here, one batch per partition in flight, in one
-thread (or, for a commit's last batches, on the committing thread: ``send_here``); the
+thread (or, for a commit's last batches, on the committing thread: ``send_all_here``); the
 batches ready at the same time go out in one request (one DB transaction, one COMMIT),
 each answered on its own, as Kafka sends one request per leader. A batch that
 fails retriably (including a lost database connection, whose outcome is unknown) is resent

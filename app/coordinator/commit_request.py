@@ -77,6 +77,7 @@ def produce_and_end_txn(
         response = _commit(conn, broker, requests, add, end, transitions, writes)
         transitions.flush(conn, writes)
         writes.send(conn)
+        crash_point("commit_request.before_commit")  # every write done, none committed
         return response
 
 
