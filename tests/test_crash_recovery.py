@@ -1,6 +1,6 @@
 """A process killed with SIGKILL at each step of a transaction: the outcome is always
 all-or-nothing across partitions, and another process completes it without help
-(DESIGN §6 rule 2; PREPARE durable ⇒ the transaction completes that way)."""
+(docs/design.md rule 2; PREPARE durable ⇒ the transaction completes that way)."""
 
 from __future__ import annotations
 

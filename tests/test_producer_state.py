@@ -1,4 +1,4 @@
-"""The pure producer-state rules (DESIGN §6 rules 4 to 6), without a database."""
+"""The pure producer-state rules (docs/design.md rules 4 to 6), without a database."""
 
 from __future__ import annotations
 

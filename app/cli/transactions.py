@@ -3,7 +3,7 @@
 Kafka's names are kept so runbooks written for Kafka read the same here. There is one
 coordinator (the database), so the coordinator id is always 0; ``find-hanging`` and
 ``abort`` are the way out when a partition's LSO is stuck behind a transaction nobody
-will finish (DESIGN §6 rule 10).
+will finish (docs/design.md rule 10).
 """
 
 from __future__ import annotations

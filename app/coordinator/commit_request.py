@@ -16,7 +16,7 @@ rule, rule 4) and answers the batches as delivered, with the offsets they were g
 A refused batch stops the commit: the other batches are appended, the transaction stays
 ongoing, and the client's commit fails as it would after a failed flush.
 
-Lock order (DESIGN §3): the transactional id's row first (FOR UPDATE), then, in one
+Lock order (docs/design.md §3.3): the transactional id's row first (FOR UPDATE), then, in one
 statement and sorted, every partition the request touches (its batches' and those the
 markers will mark); the registration, the appends and the markers work on those rows.
 """

@@ -3,7 +3,7 @@ locked in sorted order), the pending offsets, then COMPLETE_* — one DB transac
 
 Used by EndTxn right after PREPARE, and as roll-forward by whoever next finds the
 transaction PREPARE_* (InitProducerId, the coordinator loop): PREPARE durable means the
-transaction completes that way, whoever finishes it (DESIGN §6 rule 2).
+transaction completes that way, whoever finishes it (docs/design.md rule 2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The produce-side check of a transactional batch (DESIGN §4, rule 6).
+"""The produce-side check of a transactional batch (docs/design.md §4, rule 6).
 
 Runs inside the Produce handler's DB transaction, before the partition lock: the
 transactional id's row is taken FOR SHARE, so an EndTxn (FOR UPDATE) cannot slip between

@@ -6,7 +6,7 @@ holds that partition's lease, and every takeover bumps the partition's coordinat
 
 - roll forward transactions left PREPARE_* by a process that died mid-EndTxn;
 - time out BEGIN transactions past transaction.timeout.ms: fence (bump epoch), then abort,
-  so no LSO stays pinned by a stalled producer (DESIGN §6 rule 10);
+  so no LSO stays pinned by a stalled producer (docs/design.md rule 10);
 - expire transactional ids idle for transactional.id.expiration.ms (EMPTY/COMPLETE only);
 - expire idle producer state (whoever holds partition 0);
 - every ``log_cleaner_interval_ms``, clean (retention, compaction) the topic partitions

@@ -1,6 +1,6 @@
 """The coordinator's two state machines, declared once as tables (``transitions``).
 
-Transaction status follows Kafka's TransactionState (names in DESIGN §4); producer identity
+Transaction status follows Kafka's TransactionState (names in docs/design.md §4); producer identity
 follows the epoch lifecycle: a transactional id owns (producer_id, epoch), every bump
 fences older holders, and an exhausted epoch rotates to a fresh producer id.
 

@@ -2,7 +2,7 @@
 transactions projection, coordinator leases), in one place.
 
 Locking: a coordinator request serialises on its transactional id's row (FOR UPDATE);
-a produce into the transaction takes the same row FOR SHARE (DESIGN §3.4). Whoever holds
+a produce into the transaction takes the same row FOR SHARE (docs/design.md §3.4). Whoever holds
 the row may then lock data partitions (sorted), never the other way round.
 """
 

@@ -1,6 +1,6 @@
 """Load transaction metadata under its row lock, and persist transitions as events.
 
-Persist, then publish (DESIGN §6.1): a transition exists once its event row and the
+Persist, then publish (docs/design.md rule 1): a transition exists once its event row and the
 projection update commit together; nothing in memory is trusted across requests.
 """
 

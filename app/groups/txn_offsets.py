@@ -1,5 +1,5 @@
 """Transactional offsets at the end of a transaction: applied on COMMIT, dropped on ABORT
-(DESIGN §6 rule 9). Runs inside the coordinator's completion DB transaction, so the
+(docs/design.md rule 9). Runs inside the coordinator's completion DB transaction, so the
 offsets become visible exactly when the markers do."""
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[Produce
 
     Each batch is decided and answered on its own, as with separate requests: a refused
     batch writes nothing (every refusal comes before the COPY) and the others go on. The
-    partitions are locked in sorted order (DESIGN §3.3) in one statement and held to the
+    partitions are locked in sorted order (docs/design.md §3.3) in one statement and held to the
     one COMMIT, the accepted batches written with one COPY and the partitions advanced with
     one statement, whatever their number; a transactional id's row is read once, FOR SHARE,
     for all its batches.

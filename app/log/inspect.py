@@ -1,5 +1,5 @@
 """What kafka-transactions.sh shows about partitions: producers, hanging transactions,
-and the admin's last resort, aborting one (DESIGN §6 rule 10: ship tools to find and abort
+and the admin's last resort, aborting one (docs/design.md rule 10: ship tools to find and abort
 hanging transactions)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The partition row lock with the producer's state, and the write that advances both.
 
-The Produce handler's two statements around its COPY (DESIGN §3.1: the lock is taken
+The Produce handler's two statements around its COPY (docs/design.md §3.1: the lock is taken
 first and held to COMMIT by the caller's DB transaction), for one partition or, set-based,
 for all partitions of a request (markers lock theirs the same way). They run on the psycopg
 connection under the caller's SQLAlchemy transaction: once per produced batch,

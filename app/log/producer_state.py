@@ -113,7 +113,7 @@ def validate_append(
     last_seq: int,
     is_transactional: bool,
 ) -> Verdict:
-    """Decide what to do with a data batch of an idempotent producer (DESIGN §6 rules 4 to 6)."""
+    """Decide what to do with a data batch of an idempotent producer (docs/design.md rules 4-6)."""
     if entry is None:
         # New producer, or its state expired: any sequence is accepted (KIP-360).
         return ACCEPT

@@ -2,7 +2,7 @@
 state, aborted index), in one place so the locking story can be read at a glance.
 
 Locking: an append or a marker takes its partition row ``FOR UPDATE`` first and holds it
-to COMMIT (DESIGN §3.1), so offsets are gapless and commit in order; producer_states and
+to COMMIT (docs/design.md §3.1), so offsets are gapless and commit in order; producer_states and
 aborted_txns rows of a partition are only written under that lock.
 """
 
@@ -101,7 +101,7 @@ RECORDED_BATCH = """
 
 # Several partitions at once, for a produce request with batches for several partitions
 # and for markers: the partition rows locked in one statement, in the order a Python sort
-# of (topic, partition) gives (COLLATE "C", DESIGN §3.3), each with the state of the
+# of (topic, partition) gives (COLLATE "C", docs/design.md §3.3), each with the state of the
 # producer named for it read alongside; after topic and partition, the columns of
 # LOCK_PARTITION (``partition_lock.PartitionRow``).
 LOCK_PARTITIONS = """

@@ -1,4 +1,4 @@
-"""Engines and the one retry policy for transient PostgreSQL conflicts (DESIGN §3.5)."""
+"""Engines and the one retry policy for transient PostgreSQL conflicts (docs/design.md §3.5)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ partitions = Table(
     metadata,
     Column("topic", Text, nullable=False),
     Column("partition", Integer, nullable=False),
-    # The row whose lock serialises appends (DESIGN §3.1); next_offset is the high watermark.
+    # The row whose lock serialises appends (docs/design.md §3.1); next_offset: the high watermark.
     Column("next_offset", BigInteger, nullable=False, server_default=text("0")),
     Column("log_start_offset", BigInteger, nullable=False, server_default=text("0")),
     Column("last_stable_offset", BigInteger, nullable=False, server_default=text("0")),
