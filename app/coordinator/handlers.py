@@ -13,7 +13,6 @@ from dataclasses import replace
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
 
 from app.broker import Broker
 from app.coordinator import machines as m
@@ -31,7 +30,7 @@ from app.coordinator.metadata import (
     txn_partition_for,
     validate_timeout,
 )
-from app.coordinator.txn_log import Persist, load_for_update, load_with_lease, persist
+from app.coordinator.txn_log import Persist, claim, load_for_update, load_with_lease, persist
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log.markers import write_txn_marker
@@ -93,14 +92,7 @@ def init_transactional_producer_id(
 ) -> InitProducerIdResponse:
     try:
         validate_timeout(req.transaction_timeout_ms, broker.settings.max_transaction_timeout_ms)
-        for attempt in range(3):
-            try:
-                return _init(broker, req)
-            except IntegrityError:
-                # Two first-ever InitProducerId calls raced to create the id; the loser retries.
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return _init(broker, req)
     except KafkaException as exc:
         return InitProducerIdResponse(exc.error.code(), error_message=exc.error.str())
 
@@ -115,14 +107,20 @@ def _init(broker: Broker, req: InitProducerIdRequest) -> InitProducerIdResponse:
         authorize_all(conn, broker, needs.init_producer_id(tid))
         epoch = coordinator_epoch(conn, txn_partition)
         meta = load_for_update(conn, tid)
-        if meta is None:
-            producer_id = allocate_producer_id(conn, tid, now)
-            meta = TxnMetadata(
+        producer_id = NO_PRODUCER_ID
+        while meta is None:
+            # No row, so nothing locked: the id is created by claiming its row. A request
+            # that finds it claimed meanwhile is a second instance, and fences the first
+            # through the row like any other (its open transaction aborted, not forgotten).
+            if producer_id == NO_PRODUCER_ID:
+                producer_id = allocate_producer_id(conn, tid, now)
+            created = TxnMetadata(
                 tid, producer_id, 0, NO_PRODUCER_ID, -1, m.EMPTY, (), False,
                 req.transaction_timeout_ms, now, now, epoch, txn_partition,
             )  # fmt: skip
-            persist(conn, meta, "InitProducerId: new transactional id")
-            return InitProducerIdResponse(KafkaError.NO_ERROR, producer_id, 0)
+            if claim(conn, created, "InitProducerId: new transactional id"):
+                return InitProducerIdResponse(KafkaError.NO_ERROR, producer_id, 0)
+            meta = load_for_update(conn, tid)
 
         if req.producer_id != NO_PRODUCER_ID:
             # KIP-360: the caller names the identity it holds. A retry of an InitProducerId
