@@ -27,6 +27,7 @@ from app.coordinator.metadata import (
     plan_add,
     plan_end,
     plan_fence_abort,
+    plan_register,
     txn_partition_for,
     validate_timeout,
 )
@@ -185,17 +186,33 @@ def register_partitions(
     existing: set[tuple[str, int]] | None = None,
     record: Persist = persist,
 ) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
-    """AddPartitionsToTxn in the caller's DB transaction: the handler's own, or a produce
-    request's that registers its partitions before appending (KIP-890's implicit add, where
-    the partition leader adds on the producer's behalf). Every refusal is answered before
-    anything is written.
+    """AddPartitionsToTxn in the caller's DB transaction (``check_registration``, then
+    ``record_registration``). Also returns the transaction as registered (None on a
+    refusal), its row locked FOR UPDATE until the caller commits."""
+    response, before = check_registration(conn, broker, req, read_for_update, existing)
+    if before is None:
+        return response, None
+    return record_registration(conn, broker, before, req, {}, record)
 
-    Also returns the transaction as registered (None on a refusal), its row locked FOR
-    UPDATE until the caller commits: a produce request checks its batches against it
-    instead of reading the row again. ``read_for_update``: the metadata, if the caller
-    already read it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist
-    among those wanted, if the caller already locked them; ``record``: how the transition
-    is persisted (``txn_log.TransitionBatch`` to write it with later ones)."""
+
+def check_registration(
+    conn: Connection,
+    broker: Broker,
+    req: AddPartitionsToTxnRequest,
+    read_for_update: TxnMetadata | None = None,
+    existing: set[tuple[str, int]] | None = None,
+) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
+    """Every refusal of an AddPartitionsToTxn, answered before anything is written; writes
+    nothing. The caller's DB transaction is the handler's own, or a produce request's that
+    registers its partitions along with its batches (KIP-890's implicit add, where the
+    partition leader adds on the producer's behalf).
+
+    Returns the answer and, unless it is a refusal, the transaction before the
+    registration, its row locked FOR UPDATE until the caller commits: a produce request
+    checks its batches against it (as registered) instead of reading the row again, then
+    records the registration. ``read_for_update``: the metadata, if the caller already read
+    it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist among
+    those wanted, if the caller already locked them."""
     wanted = sorted(set(req.partitions))
     try:
         if not wanted:
@@ -242,14 +259,36 @@ def register_partitions(
         if read_for_update is None:
             read_for_update = load_for_update(conn, req.transactional_id)
         meta = check_producer(read_for_update, req.producer_id, req.producer_epoch)
-        if not (meta.state == m.BEGIN and set(wanted) <= set(meta.partitions)):
-            now = broker.clock.now_ms()
-            meta = record(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
+        plan_register(meta, wanted, broker.clock.now_ms())  # the state's refusals, too
         return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0)), meta
     except KafkaException as exc:
         code = exc.error.code()
         response = AddPartitionsToTxnResponse(code, dict.fromkeys(wanted, code), exc.error.str())
         return response, None
+
+
+def record_registration(
+    conn: Connection,
+    broker: Broker,
+    before: TxnMetadata,
+    req: AddPartitionsToTxnRequest,
+    refused: dict[tuple[str, int], int],
+    record: Persist = persist,
+) -> tuple[AddPartitionsToTxnResponse, TxnMetadata]:
+    """Persist the registration ``check_registration`` allowed on ``before``, less the
+    partitions in ``refused`` (with the error of their refused batches) that were not in the
+    transaction already: a produce request registers a partition only along with a batch
+    for it, never a partition its batches did not reach (its abort marker could be refused,
+    and the transaction never end). ``record``: how the transition is persisted
+    (``txn_log.TransitionBatch`` to write it with later ones). Returns the answer and the
+    transaction as registered."""
+    wanted = sorted(set(req.partitions))
+    kept = set(before.partitions) if before.state == m.BEGIN else set()
+    dropped = {tp: code for tp, code in refused.items() if tp in wanted and tp not in kept}
+    after = plan_register(before, [tp for tp in wanted if tp not in dropped], broker.clock.now_ms())
+    meta = before if after is None else record(conn, after, "AddPartitionsToTxn")
+    results = {tp: dropped.get(tp, KafkaError.NO_ERROR) for tp in wanted}
+    return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, results), meta
 
 
 @retry_conflicts
