@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from app.broker import Broker
 from app.coordinator import handlers
@@ -20,10 +20,15 @@ from app.coordinator import machines as m
 from app.coordinator.producer_id import init_producer_id
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
+from app.groups.offsets import offset_commit, txn_offset_commit
+from app.groups.rebuild import compute_group_offsets, live_group_offsets
 from app.log.topics import create_topic
 from app.protocol import (
     InitProducerIdRequest,
     InitProducerIdResponse,
+    OffsetAndMetadata,
+    OffsetCommitRequest,
+    TxnOffsetCommitRequest,
 )
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
@@ -167,3 +172,55 @@ def test_racing_first_init_producer_id_without_a_transaction(
     assert first.add(("a", 0)) == KafkaError.PRODUCER_FENCED
     with broker.engine.connect() as conn:
         assert compute_transactions(conn, broker.settings) == live_transactions(conn)
+
+
+def pause_before(broker: Broker, paused: Paused, statement: str) -> None:
+    """Hold ``paused`` just before it runs a statement starting with ``statement``."""
+
+    def before(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        if paused.on_own_thread() and not paused.paused_once and sql.lstrip().startswith(statement):
+            paused.pause()
+
+    event.listen(broker.engine, "before_cursor_execute", before)
+
+
+def assert_group_offsets_rebuild(broker: Broker) -> None:
+    with broker.engine.connect() as conn:
+        assert compute_group_offsets(conn) == live_group_offsets(conn)
+
+
+def commit(broker: Broker, offset: int) -> int:
+    req = OffsetCommitRequest("g", {("a", 0): OffsetAndMetadata(offset)})
+    return offset_commit(broker, req).error_code
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_racing_offset_commits_keep_the_projection_the_fold(broker: Broker, existing: bool) -> None:
+    """Two commits of one group's offset at once, the first held just before it writes the
+    projection: whichever value the projection ends with must be the later event's, whether
+    or not the row existed."""
+    if existing:
+        assert commit(broker, 5) == 0
+    late = Paused(lambda: commit(broker, 10))
+    pause_before(broker, late, "INSERT INTO group_offsets")
+    late.start()
+    assert commit(broker, 20) == 0
+    assert late.resume() == 0
+    assert_group_offsets_rebuild(broker)
+
+
+def test_a_transactional_commit_racing_a_plain_one_keeps_the_fold(broker: Broker) -> None:
+    """The COMMIT marker's offsets land while a plain commit of the same partition runs."""
+    d = TxnDriver(broker, "tx")
+    assert d.init() == 0
+    assert d.add_offsets("g") == 0
+    req = TxnOffsetCommitRequest(
+        "tx", "g", d.producer_id, d.producer_epoch, {("a", 0): OffsetAndMetadata(10)}
+    )
+    assert txn_offset_commit(broker, req).error_code == 0
+    late = Paused(lambda: d.end(commit=True))
+    pause_before(broker, late, "INSERT INTO group_offsets")
+    late.start()
+    assert commit(broker, 20) == 0
+    assert late.resume() == 0
+    assert_group_offsets_rebuild(broker)
