@@ -19,7 +19,9 @@ from app.client import KafkaException, Producer, transactions
 from app.coordinator import machines as m
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
+from app.log.append import produce
 from app.log.topics import create_topic
+from app.protocol import ProduceRequest, RecordIn
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
@@ -337,3 +339,41 @@ def test_commits_racing_the_sender_report_every_record_once(db_url: str, broker:
         # Each partition holds its values, one transaction marker after each.
         offsets = {v: o for _, v, o in reports if v.startswith(f"{topic}{partition}-")}
         assert [offsets[v] for v in values] == [2 * n for n in range(len(values))]
+
+
+@pytest.mark.parametrize(
+    ("epoch_ahead", "refusal"),
+    [
+        # An idempotent batch of the same producer id and epoch took the sequence on.
+        (0, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER),
+        # One at a later epoch than the coordinator's, even the abort's bumped one: the
+        # partition would refuse the abort marker, were it registered.
+        (2, KafkaError.INVALID_PRODUCER_EPOCH),
+    ],
+)
+def test_a_refused_batch_does_not_register_its_partition(
+    broker: Broker, epoch_ahead: int, refusal: int
+) -> None:
+    driver = TxnDriver(broker, "g")
+    assert driver.init() == 0
+    assert driver.send("t", 0, "first").error_code == 0
+    other = ProduceRequest(
+        "u", 0, [RecordIn(None, b"other", 0)] * 3, producer_id=driver.producer_id,
+        producer_epoch=driver.producer_epoch + epoch_ahead, base_sequence=0,
+    )  # fmt: skip
+    if produce(broker, other).error_code != 0:
+        pytest.skip("a partition cannot get ahead of its producer id's allocated epoch")
+    r = driver.commit_with(driver.requests(("t", 0, "second"), ("u", 0, "refused")), [("u", 0)])
+    assert [b.error_code for b in r.batches] == [0, refusal]
+    assert r.end.error_code == KafkaError.OPERATION_NOT_ATTEMPTED
+    assert r.registered is not None and r.registered.results == {("u", 0): refusal}
+    with broker.engine.connect() as conn:
+        partitions = conn.execute(
+            text("SELECT partitions FROM transactions WHERE transactional_id = 'g'")
+        ).scalar_one()
+    assert partitions == [["t", 0]]
+    assert driver.end(commit=False) == 0
+    assert state_of(broker, "g") == m.COMPLETE_ABORT
+    assert read_values(broker, "t", 0) == [] and read_values(broker, "u", 0) == ["other"] * 3
+    assert settled(broker)
+    assert_transactions_rebuild(broker)

@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 from app.broker import Broker
 from app.client import KafkaException, Producer, transactions
 from app.coordinator import machines as m
+from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
 from app.log import append
 from app.log.append import produce, produce_many, produce_registering
@@ -285,3 +286,75 @@ def test_registration_lost_with_the_connection_then_abort(
     finally:
         producer.close()
     assert read_values(broker, "t", 0) == ["next"]
+
+
+def registered_partitions(broker: Broker, tid: str) -> list[tuple[str, int]]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT partitions FROM transactions WHERE transactional_id = :t"), {"t": tid}
+        ).scalar_one()
+    return [(t, p) for t, p in rows]
+
+
+def test_a_refused_batch_does_not_register_its_partition(broker: Broker) -> None:
+    """The partition has seen the transaction's producer id at a later epoch than the
+    coordinator's: its batch is refused, so the request must not register it either, or
+    the transaction would hold a partition whose abort marker is refused (never ending)."""
+    d = TxnDriver(broker, "ahead")
+    assert d.init() == 0
+    assert d.send("t", 0, "kept").error_code == 0
+    ahead = produce(
+        broker,
+        ProduceRequest(
+            "t", 1, [RecordIn(None, b"idempotent", 0)], producer_id=d.producer_id,
+            producer_epoch=d.producer_epoch + 2, base_sequence=0,
+        ),
+    )  # fmt: skip
+    if ahead.error_code != 0:
+        pytest.skip("a partition cannot get ahead of its producer id's allocated epoch")
+    before = events(broker, "ahead")
+    registered, responses = produce_registering(
+        broker, [txn_request(d, 1, "refused")], registering(d, 1)
+    )
+    assert [r.error_code for r in responses] == [KafkaError.INVALID_PRODUCER_EPOCH]
+    assert registered is not None
+    assert registered.results == {("t", 1): KafkaError.INVALID_PRODUCER_EPOCH}
+    assert registered_partitions(broker, "ahead") == [("t", 0)]
+    assert events(broker, "ahead") == before
+    assert d.end(commit=False) == 0
+    assert state_of(broker, "ahead") == m.COMPLETE_ABORT
+    assert read_values(broker, "t", 0) == []
+    assert read_values(broker, "t", 1) == ["idempotent"]
+
+
+def test_only_partitions_whose_batch_is_refused_stay_unregistered(broker: Broker) -> None:
+    """One request registering three partitions: "t" 0 already registered (its batch
+    refused: it stays), "t" 1 new and accepted (registered), "t" 2 new and refused (not)."""
+    d = TxnDriver(broker, "mixed")
+    assert d.init() == 0
+    assert d.send("t", 0, "first").error_code == 0
+    gap = ProduceRequest(
+        "t", 0, [RecordIn(None, b"gap", 0)], producer_id=d.producer_id,
+        producer_epoch=d.producer_epoch, base_sequence=5, transactional_id="mixed",
+        is_transactional=True,
+    )  # fmt: skip
+    empty = ProduceRequest(
+        "t", 2, [], producer_id=d.producer_id, producer_epoch=d.producer_epoch,
+        base_sequence=0, transactional_id="mixed", is_transactional=True,
+    )  # fmt: skip
+    registered, responses = produce_registering(
+        broker, [gap, txn_request(d, 1, "accepted"), empty], registering(d, 0, 1, 2)
+    )
+    assert [r.error_code for r in responses] == [
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, 0, KafkaError.INVALID_RECORD,
+    ]  # fmt: skip
+    assert registered is not None and registered.error_code == 0
+    assert registered.results == {
+        ("t", 0): 0, ("t", 1): 0, ("t", 2): KafkaError.INVALID_RECORD,
+    }  # fmt: skip
+    assert registered_partitions(broker, "mixed") == [("t", 0), ("t", 1)]
+    d.sequences[("t", 1)] = 1
+    assert d.end(commit=True) == 0
+    assert [read_values(broker, "t", p) for p in range(3)] == [["first"], ["accepted"], []]
+    with broker.engine.connect() as conn:
+        assert compute_transactions(conn, broker.settings) == live_transactions(conn)

@@ -13,7 +13,6 @@ from dataclasses import replace
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
 
 from app.broker import Broker
 from app.coordinator import machines as m
@@ -28,10 +27,11 @@ from app.coordinator.metadata import (
     plan_add,
     plan_end,
     plan_fence_abort,
+    plan_register,
     txn_partition_for,
     validate_timeout,
 )
-from app.coordinator.txn_log import Persist, load_for_update, load_with_lease, persist
+from app.coordinator.txn_log import Persist, claim, load_for_update, load_with_lease, persist
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log.markers import write_txn_marker
@@ -93,14 +93,7 @@ def init_transactional_producer_id(
 ) -> InitProducerIdResponse:
     try:
         validate_timeout(req.transaction_timeout_ms, broker.settings.max_transaction_timeout_ms)
-        for attempt in range(3):
-            try:
-                return _init(broker, req)
-            except IntegrityError:
-                # Two first-ever InitProducerId calls raced to create the id; the loser retries.
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return _init(broker, req)
     except KafkaException as exc:
         return InitProducerIdResponse(exc.error.code(), error_message=exc.error.str())
 
@@ -115,14 +108,20 @@ def _init(broker: Broker, req: InitProducerIdRequest) -> InitProducerIdResponse:
         authorize_all(conn, broker, needs.init_producer_id(tid))
         epoch = coordinator_epoch(conn, txn_partition)
         meta = load_for_update(conn, tid)
-        if meta is None:
-            producer_id = allocate_producer_id(conn, tid, now)
-            meta = TxnMetadata(
+        producer_id = NO_PRODUCER_ID
+        while meta is None:
+            # No row, so nothing locked: the id is created by claiming its row. A request
+            # that finds it claimed meanwhile is a second instance, and fences the first
+            # through the row like any other (its open transaction aborted, not forgotten).
+            if producer_id == NO_PRODUCER_ID:
+                producer_id = allocate_producer_id(conn, tid, now)
+            created = TxnMetadata(
                 tid, producer_id, 0, NO_PRODUCER_ID, -1, m.EMPTY, (), False,
                 req.transaction_timeout_ms, now, now, epoch, txn_partition,
             )  # fmt: skip
-            persist(conn, meta, "InitProducerId: new transactional id")
-            return InitProducerIdResponse(KafkaError.NO_ERROR, producer_id, 0)
+            if claim(conn, created, "InitProducerId: new transactional id"):
+                return InitProducerIdResponse(KafkaError.NO_ERROR, producer_id, 0)
+            meta = load_for_update(conn, tid)
 
         if req.producer_id != NO_PRODUCER_ID:
             # KIP-360: the caller names the identity it holds. A retry of an InitProducerId
@@ -187,17 +186,33 @@ def register_partitions(
     existing: set[tuple[str, int]] | None = None,
     record: Persist = persist,
 ) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
-    """AddPartitionsToTxn in the caller's DB transaction: the handler's own, or a produce
-    request's that registers its partitions before appending (KIP-890's implicit add, where
-    the partition leader adds on the producer's behalf). Every refusal is answered before
-    anything is written.
+    """AddPartitionsToTxn in the caller's DB transaction (``check_registration``, then
+    ``record_registration``). Also returns the transaction as registered (None on a
+    refusal), its row locked FOR UPDATE until the caller commits."""
+    response, before = check_registration(conn, broker, req, read_for_update, existing)
+    if before is None:
+        return response, None
+    return record_registration(conn, broker, before, req, {}, record)
 
-    Also returns the transaction as registered (None on a refusal), its row locked FOR
-    UPDATE until the caller commits: a produce request checks its batches against it
-    instead of reading the row again. ``read_for_update``: the metadata, if the caller
-    already read it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist
-    among those wanted, if the caller already locked them; ``record``: how the transition
-    is persisted (``txn_log.TransitionBatch`` to write it with later ones)."""
+
+def check_registration(
+    conn: Connection,
+    broker: Broker,
+    req: AddPartitionsToTxnRequest,
+    read_for_update: TxnMetadata | None = None,
+    existing: set[tuple[str, int]] | None = None,
+) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
+    """Every refusal of an AddPartitionsToTxn, answered before anything is written; writes
+    nothing. The caller's DB transaction is the handler's own, or a produce request's that
+    registers its partitions along with its batches (KIP-890's implicit add, where the
+    partition leader adds on the producer's behalf).
+
+    Returns the answer and, unless it is a refusal, the transaction before the
+    registration, its row locked FOR UPDATE until the caller commits: a produce request
+    checks its batches against it (as registered) instead of reading the row again, then
+    records the registration. ``read_for_update``: the metadata, if the caller already read
+    it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist among
+    those wanted, if the caller already locked them."""
     wanted = sorted(set(req.partitions))
     try:
         if not wanted:
@@ -244,14 +259,36 @@ def register_partitions(
         if read_for_update is None:
             read_for_update = load_for_update(conn, req.transactional_id)
         meta = check_producer(read_for_update, req.producer_id, req.producer_epoch)
-        if not (meta.state == m.BEGIN and set(wanted) <= set(meta.partitions)):
-            now = broker.clock.now_ms()
-            meta = record(conn, plan_add(meta, wanted, False, now), "AddPartitionsToTxn")
+        plan_register(meta, wanted, broker.clock.now_ms())  # the state's refusals, too
         return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0)), meta
     except KafkaException as exc:
         code = exc.error.code()
         response = AddPartitionsToTxnResponse(code, dict.fromkeys(wanted, code), exc.error.str())
         return response, None
+
+
+def record_registration(
+    conn: Connection,
+    broker: Broker,
+    before: TxnMetadata,
+    req: AddPartitionsToTxnRequest,
+    refused: dict[tuple[str, int], int],
+    record: Persist = persist,
+) -> tuple[AddPartitionsToTxnResponse, TxnMetadata]:
+    """Persist the registration ``check_registration`` allowed on ``before``, less the
+    partitions in ``refused`` (with the error of their refused batches) that were not in the
+    transaction already: a produce request registers a partition only along with a batch
+    for it, never a partition its batches did not reach (its abort marker could be refused,
+    and the transaction never end). ``record``: how the transition is persisted
+    (``txn_log.TransitionBatch`` to write it with later ones). Returns the answer and the
+    transaction as registered."""
+    wanted = sorted(set(req.partitions))
+    kept = set(before.partitions) if before.state == m.BEGIN else set()
+    dropped = {tp: code for tp, code in refused.items() if tp in wanted and tp not in kept}
+    after = plan_register(before, [tp for tp in wanted if tp not in dropped], broker.clock.now_ms())
+    meta = before if after is None else record(conn, after, "AddPartitionsToTxn")
+    results = {tp: dropped.get(tp, KafkaError.NO_ERROR) for tp in wanted}
+    return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, results), meta
 
 
 @retry_conflicts

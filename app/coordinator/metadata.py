@@ -133,6 +133,16 @@ def plan_add(
     )
 
 
+def plan_register(
+    meta: TxnMetadata, partitions: list[TopicPartitionKey], now_ms: int
+) -> TxnMetadata | None:
+    """AddPartitionsToTxn's transition, or None if there is none to make: no partition, or
+    every one already in the ongoing transaction."""
+    if not partitions or (meta.state == m.BEGIN and set(partitions) <= set(meta.partitions)):
+        return None
+    return plan_add(meta, partitions, False, now_ms)
+
+
 def plan_end(
     meta: TxnMetadata, commit: bool, producer_id: int, producer_epoch: int, now_ms: int
 ) -> TxnMetadata:

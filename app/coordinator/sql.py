@@ -90,6 +90,31 @@ APPEND_EVENT_AND_PROJECT = text(_EVENT + _PROJECT.format(last_event="event_id"))
 # Persist several transitions of one id: their events and the projection, in one statement.
 APPEND_EVENTS_AND_PROJECT = text(_EVENTS + _PROJECT.format(last_event="max(event_id)"))
 
+# The first transition of a transactional id with no row (new, or DEAD and forgotten):
+# its event and its projection row, only if the row is still absent. The row is claimed
+# first (a concurrent creator's row makes it wait for that one's COMMIT, then do nothing),
+# so the event is written only with the row it creates; the claim names the event id it
+# draws. No row returned: another InitProducerId created the id first.
+CLAIM_NEW_ID = text(
+    f"""
+    WITH claim AS (
+        INSERT INTO transactions ({TXN_COLUMNS}, txn_partition, last_event_id)
+        VALUES (:transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+                :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets,
+                :timeout_ms, :txn_start_ms, :updated_ms, :coordinator_epoch, :txn_partition,
+                nextval(pg_get_serial_sequence('transaction_log', 'event_id')))
+        ON CONFLICT (transactional_id) DO NOTHING
+        RETURNING last_event_id
+    )
+    INSERT INTO transaction_log (event_id, {TXN_COLUMNS}, reason)
+    SELECT last_event_id, :transactional_id, :producer_id, :producer_epoch, :last_producer_id,
+           :last_producer_epoch, :state, CAST(:partitions AS jsonb), :has_offsets, :timeout_ms,
+           :txn_start_ms, :updated_ms, :coordinator_epoch, :reason
+    FROM claim
+    RETURNING event_id
+    """
+)
+
 # A DEAD transition: its event, and the id leaves the projection.
 APPEND_EVENT_AND_FORGET = text(
     f"""

@@ -77,6 +77,14 @@ def persist(conn: Connection, meta: TxnMetadata, reason: str) -> TxnMetadata:
     return meta
 
 
+def claim(conn: Connection, meta: TxnMetadata, reason: str) -> bool:
+    """Persist the first transition of an id that has no row, as ``persist`` would, if the
+    row is still absent; False (nothing written) if another request created it first, whose
+    row ``load_for_update`` then waits for and locks. A row read as absent is not locked:
+    only this insert-if-absent makes two first InitProducerIds take turns."""
+    return conn.execute(sql.CLAIM_NEW_ID, {**_params(meta), "reason": reason}).first() is not None
+
+
 # ``persist`` or ``TransitionBatch.persist``: how a handler writes a transition.
 Persist = Callable[[Connection, TxnMetadata, str], TxnMetadata]
 

@@ -84,11 +84,14 @@ def offset_commit(broker: Broker, req: OffsetCommitRequest) -> OffsetCommitRespo
                 conn, req.group_id, req.member_id, req.generation_id, broker.clock.now_ms()
             )
             params = {**cols, "group_id": req.group_id, "now": broker.clock.now_ms()}
+            # The projection first: its rows (locked, or inserted, which a concurrent insert
+            # waits on) order concurrent commits of one offset, so the later event is the
+            # one the projection keeps.
+            conn.execute(sql.UPSERT_COMMITTED, params)
             conn.execute(
                 sql.LOG_COMMITS,
                 {**params, "kind": "commit", "producer_id": None, "producer_epoch": None},
             )
-            conn.execute(sql.UPSERT_COMMITTED, params)
         return OffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
     except KafkaException as exc:
         code = exc.error.code()
@@ -126,8 +129,8 @@ def txn_offset_commit(broker: Broker, req: TxnOffsetCommitRequest) -> TxnOffsetC
                 **cols, "group_id": req.group_id, "now": broker.clock.now_ms(),
                 "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
             }  # fmt: skip
+            conn.execute(sql.UPSERT_PENDING, params)  # the projection first, as above
             conn.execute(sql.LOG_COMMITS, {**params, "kind": "txn_pending"})
-            conn.execute(sql.UPSERT_PENDING, params)
         return TxnOffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
     except KafkaException as exc:
         code = exc.error.code()

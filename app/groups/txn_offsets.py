@@ -11,9 +11,11 @@ from app.groups import sql
 
 def complete_pending_offsets(conn: Connection, producer_id: int, commit: bool, now_ms: int) -> None:
     params = {"producer_id": producer_id, "now": now_ms}
+    if commit:
+        # The projection's rows first, so a plain commit of the same offset running
+        # meanwhile is ordered against this one by them, its event with them (``offsets``).
+        conn.execute(sql.APPLY_PENDING, params)
     conn.execute(
         sql.LOG_PENDING_OUTCOME, {**params, "kind": "txn_commit" if commit else "txn_abort"}
     )
-    if commit:
-        conn.execute(sql.APPLY_PENDING, params)
     conn.execute(sql.DROP_PENDING, params)

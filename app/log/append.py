@@ -154,8 +154,10 @@ def append_batches(
     metadata already read in it, by id (``add``'s FOR UPDATE, if there). ``locked``: if
     the caller already locked every partition involved (``lock_partitions``), their rows,
     which are then used instead of locking again and kept as the appends leave them.
-    ``record``: how the registration is persisted (by default at once); ``writes``: where
-    to queue the partitions' advance (by default it runs at once)."""
+    ``record``: how the registration is persisted (by default at once, once the batches are
+    decided: a partition whose batches were all refused is left out of it, unless already
+    in the transaction); ``writes``: where to queue the partitions' advance (by default it
+    runs at once)."""
     responses: dict[int, ProduceResponse] = {}
     columns: dict[int, Columns] = {}
     for i, req in enumerate(requests):
@@ -164,17 +166,22 @@ def append_batches(
         except KafkaException as exc:
             responses[i] = _refusal(exc)
     registered = None
+    before: TxnMetadata | None = None
     if add is not None:
         # The data plane asking the coordinator, as a partition leader does in KIP-890.
-        from app.coordinator.handlers import register_partitions
-        from app.coordinator.txn_log import persist
+        from app.coordinator.handlers import check_registration
+        from app.coordinator.metadata import plan_register
 
         existing = None if locked is None else set(locked)
-        registered, meta = register_partitions(
-            conn, broker, add, loaded.get(add.transactional_id), existing, record or persist
+        registered, before = check_registration(
+            conn, broker, add, loaded.get(add.transactional_id), existing
         )
-        if meta is not None:
-            loaded[add.transactional_id] = meta
+        if before is not None:
+            # The batches are checked against the transaction as registered; the
+            # registration is recorded once they are decided.
+            now = broker.clock.now_ms()
+            wanted = sorted(set(add.partitions))
+            loaded[add.transactional_id] = plan_register(before, wanted, now) or before
         elif registered.error_code != KafkaError.NO_ERROR:
             for i in columns:
                 tp = (requests[i].topic, requests[i].partition)
@@ -190,7 +197,34 @@ def append_batches(
             except KafkaException as exc:
                 responses[i] = _refusal(exc)
     responses.update(_append_all(broker, conn, requests, columns, admitted, locked, writes))
+    if add is not None and before is not None:
+        from app.coordinator.handlers import record_registration
+        from app.coordinator.txn_log import persist
+
+        refused = _refused_partitions(requests, responses, add.transactional_id)
+        registered, loaded[add.transactional_id] = record_registration(
+            conn, broker, before, add, refused, record or persist
+        )
     return registered, [responses[i] for i in range(len(requests))]
+
+
+def _refused_partitions(
+    requests: list[ProduceRequest], responses: dict[int, ProduceResponse], transactional_id: str
+) -> dict[TopicPartition, int]:
+    """The partitions where every batch of ``transactional_id`` in the request was refused,
+    with the error of the first: the request must not register them (rule 6 the other way
+    round: no partition in a transaction for a batch that is not in its log)."""
+    accepted: set[TopicPartition] = set()
+    refused: dict[TopicPartition, int] = {}
+    for i, req in enumerate(requests):
+        if not (req.is_transactional and req.transactional_id == transactional_id):
+            continue
+        tp = (req.topic, req.partition)
+        if responses[i].error_code == KafkaError.NO_ERROR:
+            accepted.add(tp)
+        else:
+            refused.setdefault(tp, responses[i].error_code)
+    return {tp: code for tp, code in refused.items() if tp not in accepted}
 
 
 def admit(
