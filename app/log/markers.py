@@ -6,10 +6,11 @@ closes the producer's open transaction, adds an aborted-index entry on ABORT wit
 that moment, and moves the LSO, all in the caller's DB transaction. A marker for a producer
 with no open transaction on the partition writes nothing, which makes retries idempotent.
 
-All partitions of a transaction are marked set-based, in three statements whatever their
-number (lock and read, the other open transactions, write) and two round trips (the first
-two are pipelined; the write can be queued with the request's last writes); the rules stay
-the pure functions of ``producer_state`` and ``lso``, applied per partition in Python.
+All partitions of a transaction are marked set-based, in four statements whatever their
+number (lock, the producer's states, the other open transactions, write) and two round
+trips (the first three are pipelined; the write can be queued with the request's last
+writes); the rules stay the pure functions of ``producer_state`` and ``lso``, applied per
+partition in Python.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.lso import lso_after_marker
-from app.log.partition_lock import PartitionRow, TopicPartition, partition_key, producer_key
+from app.log.partition_lock import (
+    PartitionRow,
+    TopicPartition,
+    lock_params,
+    partition_key,
+    partition_rows,
+    producer_key,
+)
 from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
@@ -46,28 +54,32 @@ def lock_for_markers(
     conn: Connection, partitions: Iterable[TopicPartition], producer_id: int
 ) -> MarkerLocks:
     """Lock ``partitions`` in sorted order (missing ones are left out) and read what their
-    markers need, in one round trip: the second statement waits in the pipeline until the
-    first holds the locks, so its snapshot sees every transaction opened before them."""
-    wanted = sorted(set(partitions))
-    lock = {
-        "topics": [t for t, _ in wanted],
-        "partitions": [p for _, p in wanted],
-        "producer_ids": [producer_id] * len(wanted),
-    }
+    markers need, in one round trip: the reads wait in the pipeline until the first
+    statement holds the locks, so their snapshots see every write committed before them
+    (the producer's state as the last append or marker left it, every transaction opened)."""
+    wanted = [(t, p, producer_id) for t, p in sorted(set(partitions))]
+    lock = lock_params(wanted)
     others = {
         "topics": lock["topics"],
         "partitions": lock["partitions"],
         "producer_id": producer_id,
     }
     raw = driver_connection(conn)
-    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
+    with (
+        raw.pipeline(),
+        raw.cursor() as locking,
+        raw.cursor() as states,
+        raw.cursor() as reading,
+    ):
         locking.execute(sql.LOCK_PARTITIONS, lock)
+        states.execute(sql.PRODUCER_STATES, lock)
         reading.execute(sql.FIRST_OPEN_TXN_OFFSETS, others)
         rows = locking.fetchall()
+        state_rows = states.fetchall()
         first_open = reading.fetchall()
     return MarkerLocks(
         producer_id,
-        {(row[0], row[1]): PartitionRow(*row[2:]) for row in rows},
+        partition_rows(wanted, rows, state_rows),
         {(t, p): first for t, p, first in first_open},
     )
 

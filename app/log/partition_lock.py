@@ -1,14 +1,20 @@
 """The partition row lock with the producer's state, and the write that advances both.
 
-The Produce handler's two statements around its COPY (DESIGN §3.1: the lock is taken
-first and held to COMMIT by the caller's DB transaction), for one partition or, set-based,
-for all partitions of a request (markers lock theirs the same way). They run on the psycopg
+The Produce handler's statements around its COPY (DESIGN §3.1: the lock is taken first
+and held to COMMIT by the caller's DB transaction), for one partition or, set-based, for all
+partitions of a request (markers lock theirs the same way). They run on the psycopg
 connection under the caller's SQLAlchemy transaction: once per produced batch,
 SQLAlchemy's statement handling would cost more than the statements' own planning (psycopg
-prepares them after a few executions). (Pipelining the lock with the BEGIN was measured
-slower: psycopg's pipeline mode costs more than the one round trip it saves on a local
-server. It pays from two statements on: ``markers.lock_for_markers`` and
-``storage.driver.WriteBehind``.)
+prepares them after a few executions).
+
+The producer's state is read by a second statement, pipelined behind the lock: one that
+waited for the lock sees the partition row as the previous holder left it but every other
+row as it was before the wait (READ COMMITTED re-checks only the locked row), and would
+take a batch whose first attempt committed meanwhile for a new one. (Pipelining the lock
+with the BEGIN was measured slower: psycopg's pipeline mode costs more than the one round
+trip it saves on a local server. It pays from two statements on, as here, in
+``markers.lock_for_markers`` and in ``storage.driver.WriteBehind``; a batch without
+producer id has no state to read, and its lock goes alone.)
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from sqlalchemy import Connection
 
 from app.log import sql
 from app.log.producer_state import ProducerEntry
+from app.protocol import NO_PRODUCER_ID
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
 
 
@@ -73,16 +80,27 @@ class PartitionRow(NamedTuple):
         )
 
 
+# The state columns of a PartitionRow for a producer without state on the partition.
+NO_STATE = (None,) * 8
+
+
 def lock_partition(
     conn: Connection, topic: str, partition: int, producer_id: int
 ) -> PartitionRow | None:
-    """Lock the partition row ``FOR UPDATE`` and read ``producer_id``'s state on it;
-    None if the partition does not exist."""
+    """Lock the partition row ``FOR UPDATE`` and read ``producer_id``'s state on it once
+    the lock is held, in one round trip; None if the partition does not exist."""
     raw = driver_connection(conn)
     params = {"topic": topic, "partition": partition, "producer_id": producer_id}
-    with raw.cursor() as cur:
-        row = cur.execute(sql.LOCK_PARTITION, params).fetchone()
-    return None if row is None else PartitionRow(*row)
+    if producer_id == NO_PRODUCER_ID:
+        with raw.cursor() as cur:
+            row = cur.execute(sql.LOCK_PARTITION, params).fetchone()
+        return None if row is None else PartitionRow._make((*row, *NO_STATE))
+    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
+        locking.execute(sql.LOCK_PARTITION, params)
+        reading.execute(sql.PRODUCER_STATE, params)
+        row = locking.fetchone()
+        state = reading.fetchone()
+    return None if row is None else PartitionRow(*row, *(state or NO_STATE))
 
 
 def advance_partition(
@@ -125,15 +143,41 @@ def lock_partitions(
     conn: Connection, wanted: Sequence[tuple[str, int, int]]
 ) -> dict[TopicPartition, PartitionRow]:
     """Lock the rows of ``wanted`` (topic, partition, producer_id), in sorted order, in one
-    statement; each with that producer's state on it. Missing partitions are left out."""
-    params = {
+    statement, then read each named producer's state on them once the locks are held, in
+    the same round trip. Missing partitions are left out."""
+    params = lock_params(wanted)
+    raw = driver_connection(conn)
+    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
+        locking.execute(sql.LOCK_PARTITIONS, params)
+        reading.execute(sql.PRODUCER_STATES, params)
+        rows = locking.fetchall()
+        states = reading.fetchall()
+    return partition_rows(wanted, rows, states)
+
+
+def lock_params(wanted: Sequence[tuple[str, int, int]]) -> dict[str, Any]:
+    """The parameters of LOCK_PARTITIONS and PRODUCER_STATES for ``wanted``."""
+    return {
         "topics": [t for t, _, _ in wanted],
         "partitions": [p for _, p, _ in wanted],
         "producer_ids": [pid for _, _, pid in wanted],
     }
-    with driver_connection(conn).cursor() as cur:
-        rows = cur.execute(sql.LOCK_PARTITIONS, params).fetchall()
-    return {(row[0], row[1]): PartitionRow(*row[2:]) for row in rows}
+
+
+def partition_rows(
+    wanted: Sequence[tuple[str, int, int]],
+    rows: Sequence[Sequence[Any]],
+    states: Sequence[Sequence[Any]],
+) -> dict[TopicPartition, PartitionRow]:
+    """The locked rows (LOCK_PARTITIONS) each joined with the state (PRODUCER_STATES) of
+    the producer ``wanted`` names for it; one per partition (the last named, if several)."""
+    locked = {(row[0], row[1]): row[2:] for row in rows}
+    found = {(s[0], s[1], s[2]): s[2:] for s in states}
+    return {
+        (t, p): PartitionRow(*locked[(t, p)], *found.get((t, p, pid), NO_STATE))
+        for t, p, pid in wanted
+        if (t, p) in locked
+    }
 
 
 def advance_partitions(
