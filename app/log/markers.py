@@ -6,11 +6,12 @@ closes the producer's open transaction, adds an aborted-index entry on ABORT wit
 that moment, and moves the LSO, all in the caller's DB transaction. A marker for a producer
 with no open transaction on the partition writes nothing, which makes retries idempotent.
 
-All partitions of a transaction are marked set-based, in four statements whatever their
-number (lock, the producer's states, the other open transactions, write) and two round
-trips (the first three are pipelined; the write can be queued with the request's last
-writes); the rules stay the pure functions of ``producer_state`` and ``lso``, applied per
-partition in Python.
+All partitions of a transaction are marked set-based, in three statements whatever their
+number (lock and read, the other open transactions, write) and two round trips (the first
+two are pipelined; the write can be queued with the request's last writes); the rules stay
+the pure functions of ``producer_state`` and ``lso``, applied per partition in Python.
+After a wait for the locks, the producer's states are read once more (see
+``partition_lock.partition_rows``).
 """
 
 from __future__ import annotations
@@ -54,9 +55,9 @@ def lock_for_markers(
     conn: Connection, partitions: Iterable[TopicPartition], producer_id: int
 ) -> MarkerLocks:
     """Lock ``partitions`` in sorted order (missing ones are left out) and read what their
-    markers need, in one round trip: the reads wait in the pipeline until the first
-    statement holds the locks, so their snapshots see every write committed before them
-    (the producer's state as the last append or marker left it, every transaction opened)."""
+    markers need, in one round trip: the second statement waits in the pipeline until the
+    first holds the locks, so its snapshot sees every transaction opened before them. The
+    producer's states are read again if a lock was waited for (``partition_rows``)."""
     wanted = [(t, p, producer_id) for t, p in sorted(set(partitions))]
     lock = lock_params(wanted)
     others = {
@@ -65,21 +66,14 @@ def lock_for_markers(
         "producer_id": producer_id,
     }
     raw = driver_connection(conn)
-    with (
-        raw.pipeline(),
-        raw.cursor() as locking,
-        raw.cursor() as states,
-        raw.cursor() as reading,
-    ):
+    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
         locking.execute(sql.LOCK_PARTITIONS, lock)
-        states.execute(sql.PRODUCER_STATES, lock)
         reading.execute(sql.FIRST_OPEN_TXN_OFFSETS, others)
         rows = locking.fetchall()
-        state_rows = states.fetchall()
         first_open = reading.fetchall()
     return MarkerLocks(
         producer_id,
-        partition_rows(wanted, rows, state_rows),
+        partition_rows(conn, wanted, rows),
         {(t, p): first for t, p, first in first_open},
     )
 

@@ -7,14 +7,15 @@ connection under the caller's SQLAlchemy transaction: once per produced batch,
 SQLAlchemy's statement handling would cost more than the statements' own planning (psycopg
 prepares them after a few executions).
 
-The producer's state is read by a second statement, pipelined behind the lock: one that
-waited for the lock sees the partition row as the previous holder left it but every other
-row as it was before the wait (READ COMMITTED re-checks only the locked row), and would
-take a batch whose first attempt committed meanwhile for a new one. (Pipelining the lock
-with the BEGIN was measured slower: psycopg's pipeline mode costs more than the one round
-trip it saves on a local server. It pays from two statements on, as here, in
-``markers.lock_for_markers`` and in ``storage.driver.WriteBehind``; a batch without
-producer id has no state to read, and its lock goes alone.)
+The producer's state is read with the lock, and read again, by a statement of its own,
+when the lock was waited for and its holder wrote (``unmoved`` false: see
+sql.LOCK_PARTITION): one that waited sees the partition row as the holder left it but every
+other row as it was before the wait (READ COMMITTED re-checks only the locked row), and
+would take a batch whose first attempt committed meanwhile for a new one. (Reading it
+always in a second statement, pipelined, was measured ~15% slower a batch: psycopg's
+pipeline mode costs more than the round trip it saves on a local server, as pipelining the
+lock with the BEGIN did. It pays from several statements on: ``markers.lock_for_markers``
+and ``storage.driver.WriteBehind``.)
 """
 
 from __future__ import annotations
@@ -87,20 +88,17 @@ NO_STATE = (None,) * 8
 def lock_partition(
     conn: Connection, topic: str, partition: int, producer_id: int
 ) -> PartitionRow | None:
-    """Lock the partition row ``FOR UPDATE`` and read ``producer_id``'s state on it once
-    the lock is held, in one round trip; None if the partition does not exist."""
-    raw = driver_connection(conn)
+    """Lock the partition row ``FOR UPDATE`` and read ``producer_id``'s state on it as it
+    is once the lock is held; None if the partition does not exist."""
     params = {"topic": topic, "partition": partition, "producer_id": producer_id}
-    if producer_id == NO_PRODUCER_ID:
-        with raw.cursor() as cur:
-            row = cur.execute(sql.LOCK_PARTITION, params).fetchone()
-        return None if row is None else PartitionRow._make((*row, *NO_STATE))
-    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
-        locking.execute(sql.LOCK_PARTITION, params)
-        reading.execute(sql.PRODUCER_STATE, params)
-        row = locking.fetchone()
-        state = reading.fetchone()
-    return None if row is None else PartitionRow(*row, *(state or NO_STATE))
+    with driver_connection(conn).cursor() as cur:
+        row = cur.execute(sql.LOCK_PARTITION, params).fetchone()
+        if row is None:
+            return None
+        if row[-1] or producer_id == NO_PRODUCER_ID:
+            return PartitionRow._make(row[:-1])
+        state = cur.execute(sql.PRODUCER_STATE, params).fetchone()
+    return PartitionRow._make((*row[:3], *(state or NO_STATE)))
 
 
 def advance_partition(
@@ -143,16 +141,11 @@ def lock_partitions(
     conn: Connection, wanted: Sequence[tuple[str, int, int]]
 ) -> dict[TopicPartition, PartitionRow]:
     """Lock the rows of ``wanted`` (topic, partition, producer_id), in sorted order, in one
-    statement, then read each named producer's state on them once the locks are held, in
-    the same round trip. Missing partitions are left out."""
-    params = lock_params(wanted)
-    raw = driver_connection(conn)
-    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
-        locking.execute(sql.LOCK_PARTITIONS, params)
-        reading.execute(sql.PRODUCER_STATES, params)
-        rows = locking.fetchall()
-        states = reading.fetchall()
-    return partition_rows(wanted, rows, states)
+    statement; each with that producer's state on it as it is once the locks are held.
+    Missing partitions are left out."""
+    with driver_connection(conn).cursor() as cur:
+        rows = cur.execute(sql.LOCK_PARTITIONS, lock_params(wanted)).fetchall()
+    return partition_rows(conn, wanted, rows)
 
 
 def lock_params(wanted: Sequence[tuple[str, int, int]]) -> dict[str, Any]:
@@ -165,16 +158,19 @@ def lock_params(wanted: Sequence[tuple[str, int, int]]) -> dict[str, Any]:
 
 
 def partition_rows(
-    wanted: Sequence[tuple[str, int, int]],
-    rows: Sequence[Sequence[Any]],
-    states: Sequence[Sequence[Any]],
+    conn: Connection, wanted: Sequence[tuple[str, int, int]], rows: Sequence[Sequence[Any]]
 ) -> dict[TopicPartition, PartitionRow]:
-    """The locked rows (LOCK_PARTITIONS) each joined with the state (PRODUCER_STATES) of
-    the producer ``wanted`` names for it; one per partition (the last named, if several)."""
-    locked = {(row[0], row[1]): row[2:] for row in rows}
+    """The rows LOCK_PARTITIONS returned for ``wanted``, by partition. If a lock was waited
+    for and its holder wrote (a row not ``unmoved``), the joined states may be from before
+    that write: they are read again, now that the locks are held."""
+    if all(row[-1] for row in rows):
+        return {(row[0], row[1]): PartitionRow._make(row[2:-1]) for row in rows}
+    with driver_connection(conn).cursor() as cur:
+        states = cur.execute(sql.PRODUCER_STATES, lock_params(wanted)).fetchall()
+    locked = {(row[0], row[1]): row[2:5] for row in rows}
     found = {(s[0], s[1], s[2]): s[2:] for s in states}
     return {
-        (t, p): PartitionRow(*locked[(t, p)], *found.get((t, p, pid), NO_STATE))
+        (t, p): PartitionRow._make((*locked[(t, p)], *found.get((t, p, pid), NO_STATE)))
         for t, p, pid in wanted
         if (t, p) in locked
     }
