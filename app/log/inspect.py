@@ -10,7 +10,7 @@ from datetime import datetime
 from app.broker import Broker
 from app.errors import KafkaError, fail
 from app.log import sql
-from app.log.markers import write_txn_marker
+from app.log.markers import lock_for_markers, write_txn_markers
 from app.protocol import CONTROL_ABORT
 from app.security import needs
 from app.security.authorizer import authorize_all
@@ -84,18 +84,28 @@ def find_hanging(
 @retry_conflicts
 def abort_hanging(broker: Broker, topic: str, partition: int, start_offset: int) -> bool:
     """Write an ABORT marker for the transaction open at ``start_offset`` on the partition,
-    with the producer's own epochs (kafka-transactions.sh abort). Unblocks the LSO."""
+    with the producer's own epochs (kafka-transactions.sh abort). Unblocks the LSO.
+
+    The transaction is looked up first only to know its producer; whether it is still open
+    is decided under the partition lock, from the state read once it is held: its COMMIT
+    (or ABORT) may have been waiting on the lock too, and the producer may have opened its
+    next transaction since, which is not the one asked for."""
+    tp = (topic, partition)
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.abort_hanging(topic))
         row = conn.execute(
             sql.OPEN_TXN_AT, {"topic": topic, "partition": partition, "start_offset": start_offset}
         ).first()
-        if row is None:
+        locked = None if row is None else lock_for_markers(conn, [tp], row.producer_id)
+        held = None if locked is None else locked.rows.get(tp)
+        entry = None if held is None else held.producer_entry()
+        if entry is None or entry.txn_first_offset != start_offset:
             raise fail(
                 KafkaError.INVALID_TXN_STATE,
                 f"no open transaction starts at offset {start_offset} of {topic} [{partition}]",
             )
-        return write_txn_marker(
-            conn, topic, partition, row.producer_id, row.producer_epoch, max(row.coordinator_epoch, 0),
-            CONTROL_ABORT, broker.clock.now_ms(),
+        written = write_txn_markers(
+            conn, [tp], entry.producer_id, entry.producer_epoch, max(entry.coordinator_epoch, 0),
+            CONTROL_ABORT, broker.clock.now_ms(), locked=locked,
         )  # fmt: skip
+        return bool(written)

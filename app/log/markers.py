@@ -10,6 +10,8 @@ All partitions of a transaction are marked set-based, in three statements whatev
 number (lock and read, the other open transactions, write) and two round trips (the first
 two are pipelined; the write can be queued with the request's last writes); the rules stay
 the pure functions of ``producer_state`` and ``lso``, applied per partition in Python.
+After a wait for the locks, the producer's states are read once more (see
+``partition_lock.partition_rows``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.lso import lso_after_marker
-from app.log.partition_lock import PartitionRow, TopicPartition, partition_key, producer_key
+from app.log.partition_lock import (
+    PartitionRow,
+    TopicPartition,
+    lock_params,
+    partition_key,
+    partition_rows,
+    producer_key,
+)
 from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
@@ -47,13 +56,10 @@ def lock_for_markers(
 ) -> MarkerLocks:
     """Lock ``partitions`` in sorted order (missing ones are left out) and read what their
     markers need, in one round trip: the second statement waits in the pipeline until the
-    first holds the locks, so its snapshot sees every transaction opened before them."""
-    wanted = sorted(set(partitions))
-    lock = {
-        "topics": [t for t, _ in wanted],
-        "partitions": [p for _, p in wanted],
-        "producer_ids": [producer_id] * len(wanted),
-    }
+    first holds the locks, so its snapshot sees every transaction opened before them. The
+    producer's states are read again if a lock was waited for (``partition_rows``)."""
+    wanted = [(t, p, producer_id) for t, p in sorted(set(partitions))]
+    lock = lock_params(wanted)
     others = {
         "topics": lock["topics"],
         "partitions": lock["partitions"],
@@ -67,7 +73,7 @@ def lock_for_markers(
         first_open = reading.fetchall()
     return MarkerLocks(
         producer_id,
-        {(row[0], row[1]): PartitionRow(*row[2:]) for row in rows},
+        partition_rows(conn, wanted, rows),
         {(t, p): first for t, p, first in first_open},
     )
 

@@ -1,14 +1,21 @@
 """The partition row lock with the producer's state, and the write that advances both.
 
-The Produce handler's two statements around its COPY (docs/design.md §3.1: the lock is taken
-first and held to COMMIT by the caller's DB transaction), for one partition or, set-based,
-for all partitions of a request (markers lock theirs the same way). They run on the psycopg
+The Produce handler's statements around its COPY (docs/design.md §3.1: the lock is taken first
+and held to COMMIT by the caller's DB transaction), for one partition or, set-based, for all
+partitions of a request (markers lock theirs the same way). They run on the psycopg
 connection under the caller's SQLAlchemy transaction: once per produced batch,
 SQLAlchemy's statement handling would cost more than the statements' own planning (psycopg
-prepares them after a few executions). (Pipelining the lock with the BEGIN was measured
-slower: psycopg's pipeline mode costs more than the one round trip it saves on a local
-server. It pays from two statements on: ``markers.lock_for_markers`` and
-``storage.driver.WriteBehind``.)
+prepares them after a few executions).
+
+The producer's state is read with the lock, and read again, by a statement of its own,
+when the lock was waited for and its holder wrote (``unmoved`` false: see
+sql.LOCK_PARTITION): one that waited sees the partition row as the holder left it but every
+other row as it was before the wait (READ COMMITTED re-checks only the locked row), and
+would take a batch whose first attempt committed meanwhile for a new one. (Reading it
+always in a second statement, pipelined, was measured ~15% slower a batch: psycopg's
+pipeline mode costs more than the round trip it saves on a local server, as pipelining the
+lock with the BEGIN did. It pays from several statements on: ``markers.lock_for_markers``
+and ``storage.driver.WriteBehind``.)
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from sqlalchemy import Connection
 
 from app.log import sql
 from app.log.producer_state import ProducerEntry
+from app.protocol import NO_PRODUCER_ID
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
 
 
@@ -73,16 +81,24 @@ class PartitionRow(NamedTuple):
         )
 
 
+# The state columns of a PartitionRow for a producer without state on the partition.
+NO_STATE = (None,) * 8
+
+
 def lock_partition(
     conn: Connection, topic: str, partition: int, producer_id: int
 ) -> PartitionRow | None:
-    """Lock the partition row ``FOR UPDATE`` and read ``producer_id``'s state on it;
-    None if the partition does not exist."""
-    raw = driver_connection(conn)
+    """Lock the partition row ``FOR UPDATE`` and read ``producer_id``'s state on it as it
+    is once the lock is held; None if the partition does not exist."""
     params = {"topic": topic, "partition": partition, "producer_id": producer_id}
-    with raw.cursor() as cur:
+    with driver_connection(conn).cursor() as cur:
         row = cur.execute(sql.LOCK_PARTITION, params).fetchone()
-    return None if row is None else PartitionRow(*row)
+        if row is None:
+            return None
+        if row[-1] or producer_id == NO_PRODUCER_ID:
+            return PartitionRow._make(row[:-1])
+        state = cur.execute(sql.PRODUCER_STATE, params).fetchone()
+    return PartitionRow._make((*row[:3], *(state or NO_STATE)))
 
 
 def advance_partition(
@@ -125,15 +141,39 @@ def lock_partitions(
     conn: Connection, wanted: Sequence[tuple[str, int, int]]
 ) -> dict[TopicPartition, PartitionRow]:
     """Lock the rows of ``wanted`` (topic, partition, producer_id), in sorted order, in one
-    statement; each with that producer's state on it. Missing partitions are left out."""
-    params = {
+    statement; each with that producer's state on it as it is once the locks are held.
+    Missing partitions are left out."""
+    with driver_connection(conn).cursor() as cur:
+        rows = cur.execute(sql.LOCK_PARTITIONS, lock_params(wanted)).fetchall()
+    return partition_rows(conn, wanted, rows)
+
+
+def lock_params(wanted: Sequence[tuple[str, int, int]]) -> dict[str, Any]:
+    """The parameters of LOCK_PARTITIONS and PRODUCER_STATES for ``wanted``."""
+    return {
         "topics": [t for t, _, _ in wanted],
         "partitions": [p for _, p, _ in wanted],
         "producer_ids": [pid for _, _, pid in wanted],
     }
+
+
+def partition_rows(
+    conn: Connection, wanted: Sequence[tuple[str, int, int]], rows: Sequence[Sequence[Any]]
+) -> dict[TopicPartition, PartitionRow]:
+    """The rows LOCK_PARTITIONS returned for ``wanted``, by partition. If a lock was waited
+    for and its holder wrote (a row not ``unmoved``), the joined states may be from before
+    that write: they are read again, now that the locks are held."""
+    if all(row[-1] for row in rows):
+        return {(row[0], row[1]): PartitionRow._make(row[2:-1]) for row in rows}
     with driver_connection(conn).cursor() as cur:
-        rows = cur.execute(sql.LOCK_PARTITIONS, params).fetchall()
-    return {(row[0], row[1]): PartitionRow(*row[2:]) for row in rows}
+        states = cur.execute(sql.PRODUCER_STATES, lock_params(wanted)).fetchall()
+    locked = {(row[0], row[1]): row[2:5] for row in rows}
+    found = {(s[0], s[1], s[2]): s[2:] for s in states}
+    return {
+        (t, p): PartitionRow._make((*locked[(t, p)], *found.get((t, p, pid), NO_STATE)))
+        for t, p, pid in wanted
+        if (t, p) in locked
+    }
 
 
 def advance_partitions(

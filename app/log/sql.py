@@ -3,7 +3,8 @@ state, aborted index), in one place so the locking story can be read at a glance
 
 Locking: an append or a marker takes its partition row ``FOR UPDATE`` first and holds it
 to COMMIT (docs/design.md §3.1), so offsets are gapless and commit in order; producer_states and
-aborted_txns rows of a partition are only written under that lock.
+aborted_txns rows of a partition are only written under that lock, and what decides a
+write is read as it is once the lock is held (see LOCK_PARTITION).
 """
 
 from __future__ import annotations
@@ -39,18 +40,40 @@ COPY_RECORDS = "COPY records ({}) FROM STDIN (FORMAT BINARY)".format(
 # (``app.log.partition_lock``), with psycopg's placeholders: they run once per batch on the
 # produce path, where SQLAlchemy's per-statement work shows.
 
-# The partition row lock, and the producer's state read in the same round trip.
-LOCK_PARTITION = """
-    SELECT p.next_offset, p.log_start_offset, p.last_stable_offset,
-           s.producer_id AS s_producer_id, s.producer_epoch AS s_producer_epoch,
-           s.last_sequence AS s_last_sequence, s.last_offset AS s_last_offset,
-           s.last_timestamp AS s_last_timestamp, s.batches AS s_batches,
-           s.coordinator_epoch AS s_coordinator_epoch, s.txn_first_offset AS s_txn_first_offset
+# A producer's state on a partition, in ``partition_lock.PartitionRow``'s order.
+_PRODUCER_STATE_COLUMNS = """
+    s.producer_id, s.producer_epoch, s.last_sequence, s.last_offset, s.last_timestamp,
+    s.batches, s.coordinator_epoch, s.txn_first_offset
+"""
+
+# The partition row lock, with the producer's state on it read alongside, and whether that
+# read can be trusted (``unmoved``). At READ COMMITTED a statement that waited for a row
+# lock re-reads only the row it locked: the state joined to it is the one of the
+# statement's snapshot, from before the wait, and misses what the lock's holder wrote (a
+# batch whose first attempt was finishing its COMMIT would be taken for a new one).
+# Every transaction that writes a partition's producer states under its lock also updates
+# the partition row (appends and markers move next_offset, the cleaner's eviction
+# log_start_offset, a rebuild rewrites every row), and the lock is granted on the row's
+# newest version; so when that version is the snapshot's (``unmoved``: the subquery
+# reads with the snapshot, ``p`` is the version locked), no such write committed since
+# the snapshot and the joined state is current. When it is not,
+# PRODUCER_STATE reads the state again, a statement of its own started with the lock held:
+# a second round trip only after the lock was waited for. (Always reading it that way,
+# pipelined, made a one-batch produce ~15% slower on a local server; this check ~1%.)
+LOCK_PARTITION = f"""
+    SELECT p.next_offset, p.log_start_offset, p.last_stable_offset, {_PRODUCER_STATE_COLUMNS},
+           p.ctid = (SELECT v.ctid FROM partitions v
+                     WHERE v.topic = p.topic AND v.partition = p.partition) AS unmoved
     FROM partitions p
     LEFT JOIN producer_states s
       ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = %(producer_id)s
     WHERE p.topic = %(topic)s AND p.partition = %(partition)s
     FOR UPDATE OF p
+"""
+
+PRODUCER_STATE = f"""
+    SELECT {_PRODUCER_STATE_COLUMNS} FROM producer_states s
+    WHERE s.topic = %(topic)s AND s.partition = %(partition)s AND s.producer_id = %(producer_id)s
 """
 
 ADVANCE_PARTITION = """
@@ -102,14 +125,13 @@ RECORDED_BATCH = """
 # Several partitions at once, for a produce request with batches for several partitions
 # and for markers: the partition rows locked in one statement, in the order a Python sort
 # of (topic, partition) gives (COLLATE "C", docs/design.md §3.3), each with the state of the
-# producer named for it read alongside; after topic and partition, the columns of
-# LOCK_PARTITION (``partition_lock.PartitionRow``).
-LOCK_PARTITIONS = """
+# producer named for it; after topic and partition, the columns of LOCK_PARTITION,
+# ``unmoved`` included: where a row moved, PRODUCER_STATES reads the states again.
+LOCK_PARTITIONS = f"""
     SELECT p.topic, p.partition, p.next_offset, p.log_start_offset, p.last_stable_offset,
-           s.producer_id AS s_producer_id, s.producer_epoch AS s_producer_epoch,
-           s.last_sequence AS s_last_sequence, s.last_offset AS s_last_offset,
-           s.last_timestamp AS s_last_timestamp, s.batches AS s_batches,
-           s.coordinator_epoch AS s_coordinator_epoch, s.txn_first_offset AS s_txn_first_offset
+           {_PRODUCER_STATE_COLUMNS},
+           p.ctid = (SELECT v.ctid FROM partitions v
+                     WHERE v.topic = p.topic AND v.partition = p.partition) AS unmoved
     FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[]),
                 CAST(%(producer_ids)s AS bigint[])) AS u(topic, partition, producer_id)
     JOIN partitions p ON p.topic = u.topic AND p.partition = u.partition
@@ -117,6 +139,15 @@ LOCK_PARTITIONS = """
       ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = u.producer_id
     ORDER BY p.topic COLLATE "C", p.partition
     FOR UPDATE OF p
+"""
+
+# The state of the producer named for each partition, read once their locks are held.
+PRODUCER_STATES = f"""
+    SELECT s.topic, s.partition, {_PRODUCER_STATE_COLUMNS}
+    FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[]),
+                CAST(%(producer_ids)s AS bigint[])) AS u(topic, partition, producer_id)
+    JOIN producer_states s
+      ON s.topic = u.topic AND s.partition = u.partition AND s.producer_id = u.producer_id
 """
 
 # The advance of several partitions after one COPY of all their batches: next offsets and
@@ -145,7 +176,8 @@ ADVANCE_PARTITIONS = f"""
 """
 
 # Markers, set-based: all partitions of a transaction in three statements whatever their
-# number (LOCK_PARTITIONS, the two below), run on the psycopg connection (``app.log.markers``).
+# number (LOCK_PARTITIONS, the two below; PRODUCER_STATES too after a wait), run on the
+# psycopg connection (``app.log.markers``).
 # Per partition, the first offset of the earliest transaction still open other than one
 # producer's (the one whose markers are being written). A statement of its own, run after
 # the partition locks are held (pipelined behind LOCK_PARTITIONS: PostgreSQL starts it, and
