@@ -9,12 +9,13 @@ prometheus-client registry, read at each scrape.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Engine, text
 
+from app.coordinator.loop import ITEM_WORK
 from app.coordinator.machines import DEAD, TXN_STATES
 
 OUTCOMES = ("started", "committed", "aborted", "timed_out")
@@ -54,6 +55,7 @@ _OUTCOMES = text(
     ) events
     """
 )
+_ITEM_FAILURES = text("SELECT work, failures FROM coordinator_item_failures")
 _LATE = text("SELECT count(*) FROM (SELECT DISTINCT topic, partition FROM hanging_transactions) p")
 
 
@@ -82,6 +84,10 @@ class Snapshot:
     transactional_ids: dict[str, int]
     transactions: dict[str, int]
     partitions_with_late_transactions: int
+    # Coordinator loop items that failed (and were backed off and skipped), by kind of work.
+    coordinator_item_failures: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(ITEM_WORK, 0)
+    )
 
 
 def gather(engine: Engine) -> Snapshot:
@@ -108,12 +114,15 @@ def gather(engine: Engine) -> Snapshot:
             by_state.update({state: int(n) for state, n in conn.execute(_STATES)})
             outcomes = conn.execute(_OUTCOMES).one()
             late = int(conn.execute(_LATE).scalar_one())
+            item_failures = dict.fromkeys(ITEM_WORK, 0)
+            item_failures.update({w: int(n) for w, n in conn.execute(_ITEM_FAILURES)})
     return Snapshot(
         producer_ids_live=live,
         partitions=partitions,
         transactional_ids=by_state,
         transactions=dict(zip(OUTCOMES, (int(n) for n in outcomes), strict=True)),
         partitions_with_late_transactions=late,
+        coordinator_item_failures=item_failures,
     )
 
 
@@ -203,6 +212,15 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         "coordinator transaction (they pin the LSO).",
         value=snap.partitions_with_late_transactions,
     )
+    failures = CounterMetricFamily(
+        "kip98_coordinator_item_failures",
+        "Coordinator loop items (a transaction to roll forward, time out or expire; producer "
+        "expiry; cleaning) that failed and were skipped, by kind of work.",
+        labels=["work"],
+    )
+    for work, count in snap.coordinator_item_failures.items():
+        failures.add_metric([work], count)
+    yield failures
 
 
 def prometheus_text(snap: Snapshot) -> bytes:

@@ -33,6 +33,7 @@ from app.log.topics import alter_topic_config, create_topic
 from app.protocol import READ_COMMITTED, READ_UNCOMMITTED, FetchRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
 from app.storage.rebuild import rebuild_all
+from tests.identities import hand_out
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets
 
@@ -61,6 +62,7 @@ def clean(broker: Broker, topic: str, partition: int = 0) -> Any:
 def idempotent(
     broker: Broker, topic: str, pid: int, seq: int, records: list[RecordIn], partition: int = 0
 ) -> Any:
+    hand_out(broker, pid)
     r = produce(
         broker,
         ProduceRequest(topic, partition, records, producer_id=pid, producer_epoch=0, base_sequence=seq),

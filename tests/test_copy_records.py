@@ -17,6 +17,7 @@ from app.log.copy_records import Columns, record_size_bytes
 from app.log.producer_state import INT32_MAX
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
+from tests.identities import identity_at_epoch
 
 COLUMNS = (
     'topic, partition, "offset", "timestamp", key, value, headers, producer_id, producer_epoch, '
@@ -65,10 +66,11 @@ def test_every_column_round_trips_idempotent_with_wrapping_sequences(
     broker: Broker, clock: ManualClock
 ) -> None:
     start = INT32_MAX - 2
-    request = ProduceRequest("t_copy.x-1", 2, RECORDS, 41, 3, start)
+    pid, epoch = identity_at_epoch(broker, "copy", 3)
+    request = ProduceRequest("t_copy.x-1", 2, RECORDS, pid, epoch, start)
     assert produce(broker, request).error_code == 0
     sequences = [start, start + 1, INT32_MAX, 0, 1]
-    assert stored(broker) == expected(0, sequences, 41, 3, False, clock.now_ms())
+    assert stored(broker) == expected(0, sequences, pid, 3, False, clock.now_ms())
 
 
 def test_every_column_round_trips_without_idempotence(broker: Broker, clock: ManualClock) -> None:

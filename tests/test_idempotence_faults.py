@@ -26,6 +26,7 @@ from app.client.producer import Producer
 from app.log.append import produce as produce_handler
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, ProduceResponse, RecordIn
+from tests.identities import hand_out
 
 
 def conninfo(db_url: str) -> str:
@@ -124,6 +125,7 @@ def test_handler_answers_a_retried_committed_batch_with_its_offsets(broker: Brok
         producer_epoch=0,
         base_sequence=0,
     )
+    hand_out(broker, 4242)
     produce_handler(broker, ProduceRequest("t", 0, [RecordIn(None, b"other", 0)]))
     first = produce_handler(broker, request)
     again = produce_handler(broker, request)

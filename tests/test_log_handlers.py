@@ -32,6 +32,7 @@ from app.protocol import (
 )
 from app.settings import BrokerSettings
 from app.storage.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
+from tests.identities import hand_out, identity_at_epoch, init_transactional
 
 
 @pytest.fixture
@@ -45,6 +46,7 @@ def broker(db_url: str, clock: ManualClock) -> Broker:
         db_url, clock=clock, settings=BrokerSettings(producer_id_expiration_ms=60_000)
     )
     create_topic(b, "t", 2)
+    hand_out(b, 77, 1, 2)
     return b
 
 
@@ -147,14 +149,16 @@ def test_sequence_gap_is_out_of_order(broker: Broker) -> None:
 
 
 def test_older_epoch_is_rejected(broker: Broker) -> None:
-    send(broker, 0, epoch=1)
-    assert send(broker, 3, epoch=0).error_code == KafkaError.INVALID_PRODUCER_EPOCH
+    pid, _ = identity_at_epoch(broker, "bumped", 1)
+    send(broker, 0, epoch=1, pid=pid)
+    assert send(broker, 3, epoch=0, pid=pid).error_code == KafkaError.INVALID_PRODUCER_EPOCH
 
 
 def test_new_epoch_starts_at_zero(broker: Broker) -> None:
-    send(broker, 0, epoch=0)
-    assert send(broker, 3, epoch=1).error_code == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
-    assert send(broker, 0, epoch=1).error_code == 0
+    pid, _ = identity_at_epoch(broker, "bumped", 1)
+    send(broker, 0, epoch=0, pid=pid)
+    assert send(broker, 3, epoch=1, pid=pid).error_code == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert send(broker, 0, epoch=1, pid=pid).error_code == 0
 
 
 def test_sequences_are_per_partition(broker: Broker) -> None:
@@ -298,14 +302,18 @@ def test_list_offsets(broker: Broker, clock: ManualClock) -> None:
 def test_rebuild_equals_live_after_randomized_workload(broker: Broker, clock: ManualClock) -> None:
     rng = random.Random(98)
     next_seq: dict[tuple[int, int], int] = {}
-    epochs = {pid: 0 for pid in range(1, 6)}
+    # Five producers whose epochs the coordinator bumps (InitProducerId) now and then.
+    ids = {k: init_transactional(broker, f"p{k}")[0] for k in range(1, 6)}
+    epochs = dict.fromkeys(ids.values(), 0)
     for _ in range(300):
         action = rng.random()
-        pid, part = rng.randint(1, 5), rng.randint(0, 1)
+        k, part = rng.randint(1, 5), rng.randint(0, 1)
+        pid = ids[k]
         if action < 0.1:
             produce(broker, ProduceRequest("t", part, recs(rng.randint(1, 4))))
         elif action < 0.15:
             epochs[pid] += 1
+            assert init_transactional(broker, f"p{k}") == (pid, epochs[pid])
             for p in (0, 1):
                 next_seq[(pid, p)] = 0
         elif action < 0.2:

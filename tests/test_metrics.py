@@ -16,6 +16,7 @@ from app.log.topics import create_topic
 from app.metrics import Kip98Collector, Snapshot, gather, prometheus_text
 from app.protocol import ProduceRequest, RecordIn
 from tests.cli_runner import run_kip98
+from tests.identities import hand_out
 from tests.txn_driver import TxnDriver
 
 
@@ -129,6 +130,7 @@ def test_cleaner_figures(db_url: str) -> None:
     clock = ManualClock()
     broker = Broker.connect(db_url, clock=clock)
     create_topic(broker, "kv", 1, {"cleanup.policy": "compact"})
+    hand_out(broker, 5000)
     for seq, value in enumerate([b"1", b"2", b"3"]):
         r = produce(
             broker,

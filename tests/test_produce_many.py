@@ -21,6 +21,7 @@ from app.log import append
 from app.log.append import produce, produce_many, produce_registering
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, ProduceRequest, RecordIn
+from tests.identities import hand_out
 from tests.txn_driver import TxnDriver, read_values, state_of
 
 
@@ -28,6 +29,7 @@ from tests.txn_driver import TxnDriver, read_values, state_of
 def broker(db_url: str) -> Broker:
     b = Broker.connect(db_url)
     create_topic(b, "t", 3)
+    hand_out(b, 7)
     return b
 
 

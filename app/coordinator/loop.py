@@ -12,6 +12,11 @@ holds that partition's lease, and every takeover bumps the partition's coordinat
 - every ``log_cleaner_interval_ms``, clean (retention, compaction) the topic partitions
   that hash to its leases (app.cleaner).
 
+One item that keeps failing (a marker a partition refuses, a database error of its own)
+must not stop the rest: it is logged, counted (``coordinator_item_failures``, read by
+app.metrics), backed off by the clock, and the pass goes on with every other item and
+kind of work. Only the database going away ends a pass (the next one starts afresh).
+
 Runs as ``kip98 coordinator run`` and as a daemon thread in client processes.
 """
 
@@ -24,6 +29,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field, replace
 
+import psycopg
 from psycopg.errors import InsufficientPrivilege
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -40,6 +46,49 @@ from app.storage.engine import retry_conflicts
 
 log = logging.getLogger(__name__)
 
+# The kinds of work a failure is counted under (the ``work`` label of the metric), and the
+# pass's items by kind.
+ITEM_WORK = ("roll_forward", "time_out", "expire", "expire_producers", "clean")
+_WORK_OF = {"prepared": "roll_forward", "timed_out": "time_out", "expirable": "expire"}
+# A failed item waits one coordinator interval, then twice as long after each further
+# failure, never longer than this.
+ITEM_BACKOFF_MAX_MS = 60_000
+
+
+def ends_the_pass(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database connection lost (or the server going down), which
+    ends the pass, rather than one item's failure, which is backed off and skipped:
+    counting a lost connection against every item in turn would only hide the outage."""
+    orig: BaseException | None = exc
+    if isinstance(exc, DBAPIError):
+        if exc.connection_invalidated:
+            return True
+        orig = exc.orig
+    if isinstance(orig, psycopg.InterfaceError):
+        return True
+    if not isinstance(orig, psycopg.OperationalError):
+        return False
+    sqlstate = orig.sqlstate
+    # No SQLSTATE: the connection itself failed; class 08: connection exception; 57P:
+    # the server shutting down or restarting.
+    return sqlstate is None or sqlstate.startswith(("08", "57P"))
+
+
+def _lease_lost(exc: BaseException) -> bool:
+    return (
+        isinstance(exc, KafkaException)
+        and exc.error.code() == KafkaError.TRANSACTION_COORDINATOR_FENCED
+    )
+
+
+@dataclass
+class _Backoff:
+    """A transactional id whose last attempt failed: how many times in a row, and when the
+    loop may try it again."""
+
+    failures: int
+    retry_at_ms: int
+
 
 @dataclass
 class PassStats:
@@ -50,6 +99,8 @@ class PassStats:
     expired_producers: int = 0
     fenced: int = 0
     cleaned_records: int = 0
+    failed: int = 0
+    backed_off: int = 0
 
     def add(self, other: PassStats) -> None:
         self.rolled_forward += other.rolled_forward
@@ -58,6 +109,8 @@ class PassStats:
         self.expired_producers += other.expired_producers
         self.fenced += other.fenced
         self.cleaned_records += other.cleaned_records
+        self.failed += other.failed
+        self.backed_off += other.backed_off
 
 
 class CoordinatorLoop:
@@ -70,6 +123,7 @@ class CoordinatorLoop:
         # The first cleaning waits one interval: a process starting up has better things to do.
         self._last_clean_ms = broker.clock.now_ms()
         self.cleaning_allowed = True
+        self._backoff: dict[str, _Backoff] = {}
 
     # ------------------------------------------------------------ leases
     @retry_conflicts
@@ -94,9 +148,12 @@ class CoordinatorLoop:
         stats = PassStats(leases=self.acquire_leases())
         now = self.broker.clock.now_ms()
         work = self._pass_work(list(stats.leases), now)
+        # Forget the back-off of ids with nothing left to do (or no longer ours).
+        listed = {tid for items in work.values() for _, tid in items}
+        self._backoff = {t: b for t, b in self._backoff.items() if t in listed}
         for txn_partition, epoch in sorted(stats.leases.items()):
             try:
-                self._work_partition(work.get(txn_partition, []), epoch, stats)
+                self._work_partition(work.get(txn_partition, []), epoch, now, stats)
             except KafkaException as exc:
                 if exc.error.code() != KafkaError.TRANSACTION_COORDINATOR_FENCED:
                     raise
@@ -105,13 +162,49 @@ class CoordinatorLoop:
                     "lost the lease of transaction-log partition %d: %s", txn_partition, exc
                 )
         if 0 in stats.leases:
-            stats.expired_producers = expire_producer_states(self.broker, now)
+            try:
+                stats.expired_producers = expire_producer_states(self.broker, now)
+            except Exception as exc:
+                if ends_the_pass(exc):
+                    raise
+                self._failed("expire_producers", "producer state expiry failed", exc, now, stats)
         interval = self.broker.settings.log_cleaner_interval_ms
         if self.cleaning_allowed and interval > 0 and now - self._last_clean_ms >= interval:
-            self._last_clean_ms = now
-            stats.cleaned_records = self._clean(set(stats.leases), now)
+            self._last_clean_ms = now  # a failed cleaning waits one interval too
+            try:
+                stats.cleaned_records = self._clean(set(stats.leases), now)
+            except Exception as exc:
+                if ends_the_pass(exc):
+                    raise
+                self._failed("clean", "log cleaning failed", exc, now, stats)
         self.totals.add(stats)
         return stats
+
+    def _failed(self, work: str, what: str, exc: Exception, now: int, stats: PassStats) -> None:
+        """Log and count one failure of ``work``; the pass goes on."""
+        stats.failed += 1
+        log.warning("%s: %s", what, exc, exc_info=not isinstance(exc, KafkaException))
+        try:
+            with self.broker.engine.begin() as conn:
+                conn.execute(sql.COUNT_ITEM_FAILURE, {"work": work, "now": now})
+        except Exception as count_exc:  # the metric must not fail the pass either
+            log.warning("could not count a coordinator failure: %s", count_exc)
+
+    def _item_failed(
+        self, work: str, transactional_id: str, exc: Exception, now: int, stats: PassStats
+    ) -> None:
+        """Back off from ``transactional_id``: one interval, doubled per failure in a row,
+        up to ITEM_BACKOFF_MAX_MS."""
+        previous = self._backoff.get(transactional_id)
+        failures = 1 if previous is None else previous.failures + 1
+        base = max(1, self.broker.settings.coordinator_interval_ms)
+        wait = min(base << min(failures - 1, 32), max(base, ITEM_BACKOFF_MAX_MS))
+        self._backoff[transactional_id] = _Backoff(failures, now + wait)
+        what = (
+            f"{work} of transactional id {transactional_id!r} failed "
+            f"({failures} in a row; next try in {wait} ms)"
+        )
+        self._failed(work, what, exc, now, stats)
 
     def _clean(self, leases: set[int], now: int) -> int:
         n = self.broker.settings.transaction_log_partitions
@@ -146,15 +239,31 @@ class CoordinatorLoop:
                 work.setdefault(r.txn_partition, []).append((r.work, r.transactional_id))
         return work
 
-    def _work_partition(self, work: list[tuple[str, str]], epoch: int, stats: PassStats) -> None:
+    def _work_partition(
+        self, work: list[tuple[str, str]], epoch: int, now: int, stats: PassStats
+    ) -> None:
         for kind, tid in work:
-            if kind == "prepared":
-                roll_forward(self.broker, tid, expected_epoch=epoch)
-                stats.rolled_forward += 1
-            elif kind == "timed_out":
-                stats.timed_out += self._time_out(tid, epoch)
+            held = self._backoff.get(tid)
+            if held is not None and now < held.retry_at_ms:
+                stats.backed_off += 1
+                continue
+            try:
+                self._work_item(kind, tid, epoch, stats)
+            except Exception as exc:
+                if ends_the_pass(exc) or _lease_lost(exc):
+                    raise
+                self._item_failed(_WORK_OF[kind], tid, exc, now, stats)
             else:
-                stats.expired_ids += self._expire(tid, epoch)
+                self._backoff.pop(tid, None)
+
+    def _work_item(self, kind: str, tid: str, epoch: int, stats: PassStats) -> None:
+        if kind == "prepared":
+            roll_forward(self.broker, tid, expected_epoch=epoch)
+            stats.rolled_forward += 1
+        elif kind == "timed_out":
+            stats.timed_out += self._time_out(tid, epoch)
+        else:
+            stats.expired_ids += self._expire(tid, epoch)
 
     def _check_lease(self, conn: Connection, txn_partition: int, epoch: int) -> None:
         current = coordinator_epoch(conn, txn_partition)

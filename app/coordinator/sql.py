@@ -188,3 +188,12 @@ PASS_WORK = text(
              transactional_id
     """
 )
+
+# One more failure of an item of ``work`` (the loop's metric; app.metrics reads it).
+COUNT_ITEM_FAILURE = text(
+    """
+    INSERT INTO coordinator_item_failures AS f (work, failures, last_failed_ms)
+    VALUES (:work, 1, :now)
+    ON CONFLICT (work) DO UPDATE SET failures = f.failures + 1, last_failed_ms = EXCLUDED.last_failed_ms
+    """
+)

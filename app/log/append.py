@@ -32,6 +32,7 @@ from app.log.partition_lock import (
     lock_partition,
     lock_partitions,
 )
+from app.log.producer_ids import check_issued, issued_epochs
 from app.log.producer_state import (
     BatchMeta,
     ProducerEntry,
@@ -267,11 +268,19 @@ def _append_all(
             locked.update(lock_partitions(conn, wanted))  # as those appends left them
         return answers
     rows = locked if locked is not None else lock_partitions(conn, wanted)
+    unseen = {
+        i
+        for i, tp in zip(admitted, partitions, strict=True)
+        if needs_identity_check(requests[i], rows.get(tp))
+    }
+    issued = issued_epochs(conn, (requests[i].producer_id for i in unseen)) if unseen else {}
     responses: dict[int, ProduceResponse] = {}
     plans: list[tuple[ProduceRequest, AppendPlan]] = []
     for i in admitted:
         req = requests[i]
         try:
+            if i in unseen:
+                check_issued(req.producer_id, req.producer_epoch, issued)
             plan = plan_append(broker, req, columns[i], rows.get((req.topic, req.partition)))
         except KafkaException as exc:
             responses[i] = _refusal(exc)
@@ -301,6 +310,9 @@ def _append_one(
     """One batch: the lock, its COPY and the advance, each a statement of its own."""
     try:
         row = lock_partition(conn, req.topic, req.partition, req.producer_id)
+        if needs_identity_check(req, row):
+            issued = issued_epochs(conn, (req.producer_id,))
+            check_issued(req.producer_id, req.producer_epoch, issued)
         plan = plan_append(broker, req, columns, row)
     except KafkaException as exc:
         return _refusal(exc)
@@ -348,6 +360,25 @@ class AppendPlan:
     next_offset: int = -1
     lso: int = -1
     entry: ProducerEntry | None = None
+
+
+def needs_identity_check(req: ProduceRequest, row: PartitionRow | None) -> bool:
+    """Whether ``req``'s identity must be checked against what the coordinator handed out
+    (``producer_ids.check_issued``) before the partition takes it: an idempotent batch from
+    a producer the partition has no state for, or in an epoch above the one it has.
+
+    A (producer_id, epoch) the partition already holds passed this check when it got
+    there, so a producer's later batches cost no query; an older epoch is refused by the
+    producer-state rules anyway. A transactional batch was checked against its
+    transactional id's current identity already (``admit``)."""
+    if req.producer_id == NO_PRODUCER_ID or req.is_transactional or row is None:
+        return False
+    entry = row.producer_entry()
+    return (
+        entry is None
+        or entry.producer_id != req.producer_id
+        or req.producer_epoch > entry.producer_epoch
+    )
 
 
 def plan_append(

@@ -326,6 +326,24 @@ ALLOCATE_PRODUCER_ID = text(
     """
 )
 
+# The highest epoch handed out for each allocated producer id among :producer_ids (an id
+# not returned was never allocated). An idempotent producer's id only ever has epoch 0
+# (InitProducerId without a transactional id allocates a new id instead of bumping); a
+# transactional id's current and previous identities are in its ``transactions`` row; -1
+# for an id its transactional id holds no more (rotated away, or the id expired).
+ISSUED_PRODUCER_EPOCHS = text(
+    """
+    SELECT a.producer_id,
+           CASE WHEN a.transactional_id IS NULL THEN 0
+                WHEN t.producer_id = a.producer_id THEN t.producer_epoch
+                WHEN t.last_producer_id = a.producer_id THEN t.last_producer_epoch
+                ELSE -1 END AS issued_epoch
+    FROM producer_ids a
+    LEFT JOIN transactions t ON t.transactional_id = a.transactional_id
+    WHERE a.producer_id = ANY(:producer_ids)
+    """
+)
+
 # ---------------------------------------------------------------- admin inspection
 
 DESCRIBE_PRODUCERS = text(

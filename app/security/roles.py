@@ -32,6 +32,7 @@ CLIENT_WRITES: dict[str, tuple[str, ...]] = {
     "transaction_log": ("INSERT",),
     "transactions": ("INSERT", "UPDATE", "DELETE"),  # DELETE: transactional-id expiry
     "coordinator_leases": ("INSERT", "UPDATE"),
+    "coordinator_item_failures": ("INSERT", "UPDATE"),
     "offset_commit_log": ("INSERT",),
     "group_offsets": ("INSERT", "UPDATE"),
     "pending_txn_offsets": ("INSERT", "UPDATE", "DELETE"),

@@ -237,6 +237,17 @@ coordinator_leases = Table(
     Column("expires_ms", BigInteger, nullable=False, server_default=text("0")),
 )
 
+# Per kind of the coordinator loop's work, how many times one item of it failed (a marker
+# refused, a database error); the loop logs each, backs off from the item and goes on
+# with the others. Counted here, not in a process, so every reader of metrics sees them.
+coordinator_item_failures = Table(
+    "coordinator_item_failures",
+    metadata,
+    Column("work", Text, primary_key=True),
+    Column("failures", BigInteger, nullable=False, server_default=text("0")),
+    Column("last_failed_ms", BigInteger, nullable=False, server_default=text("0")),
+)
+
 # ---------------------------------------------------------------- group family
 
 offset_commit_log = Table(
