@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from app.broker import Broker
+from app.client.fetcher import Fetcher
 from app.log import fetch as fetch_module
 from app.log.append import produce
 from app.log.fetch import fetch
@@ -185,3 +186,41 @@ def test_read_committed_within_bytes_skips_aborted_records(broker: Broker) -> No
     assert r.records == [] and r.next_offset == 6
     r = fetch(broker, FetchRequest("t", 0, 2, max_bytes=RECORD_BYTES, min_one_record=False))
     assert offsets(r.records) == [6] and r.next_offset == 7
+
+
+def fetcher(broker: Broker, max_bytes: int) -> Fetcher:
+    f = Fetcher(
+        broker,
+        isolation_level=READ_UNCOMMITTED,
+        max_partition_bytes=1 << 20,
+        max_bytes=max_bytes,
+        auto_offset_reset="earliest",
+        partition_eof=False,
+    )
+    f.assign([("t", p, 0) for p in range(3)])
+    return f
+
+
+def test_fetch_max_bytes_spans_the_partitions_of_a_fill(broker: Broker) -> None:
+    for p in range(3):
+        produce(broker, ProduceRequest("t", p, big_records(4, tag=p)))
+    f = fetcher(broker, max_bytes=RECORD_BYTES * 5 // 2)
+    f.fill()
+    buffered = [len(f.cursors[("t", p)].buffer) for p in range(3)]
+    assert buffered == [2, 0, 0], "the first partition used the request's bytes up"
+    assert [f.cursors[("t", p)].fetch_offset for p in range(3)] == [2, 0, 0]
+
+
+def test_fetch_max_bytes_starves_no_partition(broker: Broker) -> None:
+    """The first partition of a fill gets its records even over the limit, and the next
+    fill starts after the last partition that got some, so every partition moves, even
+    beside one that always has more than the limit."""
+    for p, n in enumerate((20, 4, 4)):
+        produce(broker, ProduceRequest("t", p, big_records(n, tag=p)))
+    f = fetcher(broker, max_bytes=1)
+    handed: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    for _ in range(12):
+        f.fill()
+        for m in f.take(100):
+            handed[m.partition() or 0].append(m.offset() or 0)
+    assert handed == {p: [0, 1, 2, 3] for p in range(3)}
