@@ -84,6 +84,10 @@ class FetchRequest:
     max_bytes: int = 1_048_576
     isolation_level: int = READ_COMMITTED
     max_records: int | None = None
+    # Whether the first record comes back even when larger than max_bytes (Kafka's
+    # minOneMessage): true but for the partitions of a consumer's fill after one that
+    # returned records, which fetch.max.bytes may leave nothing for.
+    min_one_record: bool = True
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from app.clock import ManualClock
 from app.errors import KafkaError, KafkaException
 from app.log.append import produce
 from app.log.expiry import expire_producer_states
-from app.log.fetch import fetch, list_offsets, payload_bytes, trim_to_bytes
+from app.log.fetch import fetch, list_offsets, payload_bytes
 from app.log.producer_state import INT32_MAX, increment_sequence
 from app.log.topics import create_topic, delete_topic, describe_topic, list_topics
 from app.protocol import (
@@ -249,17 +249,28 @@ def test_fetch_returns_plain_tuples_with_headers_as_stored_text(broker: Broker) 
         assert r.records[0][RECORD_PRODUCER_ID] == tombstone[RECORD_PRODUCER_ID]
 
 
-def test_trim_to_bytes_counts_keys_and_values_of_tuples() -> None:
-    rows = [(i, 0, key, value, None, -1) for i, (key, value) in enumerate(
-        [(None, b"x" * 10), (b"k", None), (None, None), (b"kk", b"v" * 5)]
-    )]  # fmt: skip
-    sizes = [24 + 10, 24 + 1, 24, 24 + 7]
-    assert payload_bytes(rows) == sum(sizes)
-    assert trim_to_bytes(rows, sum(sizes)) == rows
-    assert trim_to_bytes(rows, sum(sizes) - 1) == rows[:3]
-    assert trim_to_bytes(rows, sizes[0] + sizes[1]) == rows[:2]
-    assert trim_to_bytes(rows, 1) == rows[:1]
-    assert trim_to_bytes([], 1) == []
+def test_payload_bytes_counts_what_the_fetch_statement_counts(broker: Broker) -> None:
+    """The consumer charges fetch.max.bytes with ``payload_bytes``; the statement cut the
+    read by its own sum: the same sizes, so a limit of exactly n records returns n."""
+    stored = encode_headers([("h", b"\x00\xff")])
+    records = [RecordIn(None, b"x" * 10, 0), RecordIn(b"k", None, 0, stored),
+               RecordIn(None, None, 0), RecordIn(b"kk", b"v" * 5, 0, [])]  # fmt: skip
+    produce(broker, ProduceRequest("t", 0, records))
+    rows = fetch(broker, FetchRequest("t", 0, 0, isolation_level=READ_UNCOMMITTED)).records
+    sizes = [payload_bytes([row]) for row in rows]
+    assert sizes[0] == 24 + 10 and sizes[2] == 24 and sizes[3] == 24 + 7 + len("[]")
+    assert sizes[1] == 24 + 1 + len(str(rows[1][RECORD_HEADERS]).encode())
+    assert payload_bytes(rows) == sum(sizes) and payload_bytes([]) == 0
+    for n in range(1, 5):
+        for level in (READ_UNCOMMITTED, READ_COMMITTED):
+            r = fetch(
+                broker, FetchRequest("t", 0, 0, max_bytes=sum(sizes[:n]), isolation_level=level)
+            )
+            assert r.records == rows[:n] and r.next_offset == n
+            r = fetch(
+                broker, FetchRequest("t", 0, 0, max_bytes=sum(sizes[:n]) - 1, isolation_level=level)
+            )
+            assert r.records == rows[: max(1, n - 1)]
 
 
 def test_fetch_steps_over_control_records(broker: Broker) -> None:

@@ -74,6 +74,7 @@ class Consumer:
             self._broker,
             isolation_level=self._isolation_level,
             max_partition_bytes=cfg.get_int("max.partition.fetch.bytes"),
+            max_bytes=cfg.get_int("fetch.max.bytes"),
             auto_offset_reset=str(cfg["auto.offset.reset"]),
             partition_eof=cfg.get_bool("enable.partition.eof"),
         )

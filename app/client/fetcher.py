@@ -5,7 +5,9 @@ A cursor's ``fetch_offset`` is where its next Fetch starts; it moves to the resp
 the consumer's position never stops on an offset the application cannot be given.
 A fetch's records wait in the cursor's buffer as they came (plain tuples, which the
 garbage collector soon stops tracking) and are handed out one partition at a time in
-turn, so a busy partition cannot starve a quiet one. Nothing on this path runs Python
+turn, so a busy partition cannot starve a quiet one. A fill's fetches share fetch.max.bytes
+as one Kafka Fetch request's partitions do, the next fill starting after the last partition
+that got records, so a busy partition cannot take every fill's bytes either. Nothing on this path runs Python
 code per record but the Message constructor, called only as records are handed out:
 Messages that live briefly keep the collector's older generations small, where a buffer
 full of them made it sweep the whole heap again and again. Positions (what commits will
@@ -30,7 +32,7 @@ from app.client.message import (
     Message,
 )
 from app.errors import KafkaError
-from app.log.fetch import fetch, list_offsets
+from app.log.fetch import fetch, list_offsets, payload_bytes
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -134,16 +136,21 @@ class Fetcher:
         auto_offset_reset: str,
         partition_eof: bool,
         stored_offset: StoredOffsetLookup | None = None,
+        max_bytes: int = 52_428_800,
     ) -> None:
         self.broker = broker
         self.isolation_level = isolation_level
         self.max_partition_bytes = max_partition_bytes
+        # fetch.max.bytes: what one fill may bring in over all partitions.
+        self.max_bytes = max_bytes
         self.auto_offset_reset = auto_offset_reset
         self.partition_eof = partition_eof
         self.stored_offset = stored_offset
         self.cursors: dict[tuple[str, int], PartitionCursor] = {}
         self._order: list[PartitionCursor] = []
         self._turn = 0
+        # Where the next fill starts in _order.
+        self._fill_turn = 0
 
     # --- assignment ----------------------------------------------------------------------
 
@@ -152,6 +159,7 @@ class Fetcher:
         self.cursors = {(t, p): PartitionCursor(t, p, offset) for t, p, offset in partitions}
         self._order = list(self.cursors.values())
         self._turn = 0
+        self._fill_turn = 0
 
     # --- handing out ---------------------------------------------------------------------
 
@@ -221,14 +229,30 @@ class Fetcher:
 
     def fill(self) -> None:
         """One Fetch per partition whose buffer ran dry; a lost connection is only logged
-        (the next round tries again)."""
-        for cursor in list(self.cursors.values()):
+        (the next round tries again).
+
+        The fetches share fetch.max.bytes as the partitions of one Kafka Fetch request do:
+        each reads at most what is left of it (and max.partition.fetch.bytes); once it is
+        used up, the partitions after get nothing this time. Only the first partition that
+        has records gets one over the limit (Kafka's at least one batch). The next fill
+        starts after the last partition that got records, so every partition gets its turn
+        to go first.
+        """
+        cursors = self._order
+        n = len(cursors)
+        left = self.max_bytes
+        first = True  # no partition has returned records yet
+        start = self._fill_turn
+        for index in [(start + i) % n for i in range(n)]:
+            cursor = cursors[index]
             if cursor.has_buffered or cursor.event is not None or cursor.stalled:
                 continue
+            if left <= 0 and not first:
+                break
             try:
                 if not cursor.resolved and not self._resolve(cursor):
                     continue
-                self._fetch(cursor)
+                records = self._fetch(cursor, max(1, min(self.max_partition_bytes, left)), first)
             except Exception as exc:
                 if not is_connection_error(exc):
                     raise
@@ -238,24 +262,33 @@ class Fetcher:
                     cursor.partition,
                     exc,
                 )
+                continue
+            if records:
+                left -= payload_bytes(records)
+                first = False
+                self._fill_turn = (index + 1) % n
 
-    def _fetch(self, cursor: PartitionCursor) -> None:
+    def _fetch(
+        self, cursor: PartitionCursor, max_bytes: int, min_one_record: bool
+    ) -> list[RecordOut]:
+        """Fetch into the cursor's (empty) buffer; the records fetched."""
         response = fetch(
             self.broker,
             FetchRequest(
                 cursor.topic,
                 cursor.partition,
                 cursor.fetch_offset,
-                max_bytes=self.max_partition_bytes,
+                max_bytes=max_bytes,
                 isolation_level=self.isolation_level,
+                min_one_record=min_one_record,
             ),
         )
         if response.error_code == KafkaError.OFFSET_OUT_OF_RANGE:
             self._out_of_range(cursor, KafkaError(response.error_code, response.error_message))
-            return
+            return []
         if response.error_code != KafkaError.NO_ERROR:
             cursor.error_event(KafkaError(response.error_code, response.error_message))
-            return
+            return []
         cursor.reported_error = None
         cursor.low_watermark = response.log_start_offset
         cursor.high_watermark = response.high_watermark
@@ -270,6 +303,7 @@ class Fetcher:
             cursor.buffer, cursor.taken = response.records, 0
             cursor.eof_reported = False
         cursor.fetch_offset = max(cursor.fetch_offset, response.next_offset)
+        return response.records
 
     def _out_of_range(self, cursor: PartitionCursor, error: KafkaError) -> None:
         if self.auto_offset_reset == RESET_ERROR:

@@ -7,7 +7,8 @@ what the log cleaner removed, below the LSO; offsets never move). Nor does it ne
 transaction: at READ COMMITTED every statement takes its own snapshot anyway, so a fetch
 runs in autocommit and saves the BEGIN and ROLLBACK round trips. read_committed is
 bounded by the LSO and filtered in SQL (markers and aborted transactions never leave the
-database).
+database). So is max_bytes: the statement stops returning records at the limit, and the
+values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from sqlalchemy import Connection
 from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
+from app.log.copy_records import RECORD_OVERHEAD_BYTES
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    RECORD_HEADERS,
     RECORD_KEY,
     RECORD_OFFSET,
+    RECORD_TIMESTAMP,
     RECORD_VALUE,
     AbortedTransaction,
     FetchRequest,
@@ -38,10 +42,9 @@ from app.protocol import (
 from app.security import needs
 from app.security.authorizer import authorize_all
 
-RECORD_OVERHEAD_BYTES = 24
-
 _key_of = itemgetter(RECORD_KEY)
 _value_of = itemgetter(RECORD_VALUE)
+_headers_of = itemgetter(RECORD_HEADERS)
 
 
 def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
@@ -68,23 +71,13 @@ def read_records(conn: Connection, statement: str, params: dict[str, object]) ->
 
 
 def payload_bytes(records: list[RecordOut]) -> int:
-    """What ``trim_to_bytes`` counts for the whole list, summed in C (no loop in Python)."""
+    """The bytes a fetch counted for these records against max_bytes (the fetch statements'
+    record size), summed in C (no loop in Python): what the consumer's fetch.max.bytes is
+    charged for a partition's response."""
     keys = sum(map(len, filter(None, map(_key_of, records))))
     values = sum(map(len, filter(None, map(_value_of, records))))
-    return RECORD_OVERHEAD_BYTES * len(records) + keys + values
-
-
-def trim_to_bytes(records: list[RecordOut], max_bytes: int) -> list[RecordOut]:
-    """Keep records within max_bytes, but always at least one (as Kafka returns a batch
-    larger than the limit rather than stalling the consumer)."""
-    if payload_bytes(records) <= max_bytes:
-        return records
-    total = 0
-    for i, (_, _, key, value, _, _) in enumerate(records):
-        total += RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
-        if total > max_bytes and i > 0:
-            return records[:i]
-    return records
+    headers = sum(map(len, map(str.encode, filter(None, map(_headers_of, records)))))
+    return RECORD_OVERHEAD_BYTES * len(records) + keys + values + headers
 
 
 def fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
@@ -111,6 +104,9 @@ def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
         "from_offset": req.fetch_offset,
         "max_records": limit,
         "read_committed": read_committed,
+        "max_bytes": req.max_bytes,
+        "min_one_record": req.min_one_record,
+        "record_overhead": RECORD_OVERHEAD_BYTES,
     }
     with broker.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         authorize_all(conn, broker, needs.fetch(req.topic))
@@ -143,7 +139,6 @@ def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
             )
             if first < window_end
         ]
-        aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges]
         statement = sql.FETCH_UNCOMMITTED
         if ranges:
             statement = sql.FETCH_COMMITTED
@@ -151,10 +146,13 @@ def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
             params["aborted_firsts"] = [first for _, first, _ in ranges]
             params["aborted_lasts"] = [last for _, _, last in ranges]
         records = read_records(conn, statement, params)
-    kept = trim_to_bytes(records, req.max_bytes)
-    # The whole window was examined unless max_bytes cut the result short.
-    next_offset = kept[-1][RECORD_OFFSET] + 1 if len(kept) < len(records) else window_end
-    return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, kept, next_offset, aborted)
+    # The whole window was examined unless max_bytes cut the read short: then the last row
+    # is the first record left out (only its offset), where the next fetch starts.
+    next_offset = window_end
+    if records and records[-1][RECORD_TIMESTAMP] is None:
+        next_offset = records.pop()[RECORD_OFFSET]
+    aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges if first < next_offset]
+    return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, records, next_offset, aborted)
 
 
 def list_offsets(broker: Broker, req: ListOffsetsRequest) -> ListOffsetsResponse:

@@ -249,14 +249,49 @@ PARTITION_OFFSETS = text(
 # their rows are the hot path of every consumer, and psycopg builds plain tuples in C where
 # SQLAlchemy would wrap each in a Row. Columns come in RecordOut's order; headers stay JSON
 # text (decoded by the client only when asked), so no JSON is parsed per row here.
+#
+# Both cut the read at max_bytes in SQL (Kafka's max.partition.fetch.bytes, or what is left
+# of fetch.max.bytes): a running sum of record sizes, as ``copy_records.record_size_bytes``
+# counts them (the overhead, key, value and headers' JSON text), over the records in offset
+# order. octet_length of a bytea reads the length from the TOAST pointer, so a record past
+# the limit costs its small row in the table, never its value: values are read from the
+# TOAST table only as the kept rows are sent. The first record is kept even over the limit
+# when min_one_record (Kafka returns at least one batch, here a record, so a consumer never
+# stalls on a large one). After the kept records comes at most one more row, with only its
+# offset (its other columns NULL, timestamp too, which no record has): the first record the
+# limit left out, where the next fetch starts. Without it the whole window was read.
+_FETCH_WITHIN_BYTES = """
+    SELECT "offset", CASE WHEN kept THEN "timestamp" END, CASE WHEN kept THEN key END,
+           CASE WHEN kept THEN value END, CASE WHEN kept THEN headers END,
+           CASE WHEN kept THEN producer_id END
+    FROM (
+        SELECT *, running <= %(max_bytes)s OR (rn = 1 AND %(min_one_record)s) AS kept,
+               running - size <= %(max_bytes)s OR rn = 1 OR (rn = 2 AND %(min_one_record)s)
+                 AS shown
+        FROM (
+            SELECT w.*, sum(size) OVER running_sum AS running, row_number() OVER running_sum AS rn
+            FROM ({rows}) w
+            WINDOW running_sum AS (ORDER BY "offset" ROWS UNBOUNDED PRECEDING)
+            ORDER BY "offset" LIMIT %(max_records)s
+        ) summed
+    ) marked
+    WHERE shown
+    ORDER BY "offset"
+    """
+
+_RECORD_SIZE = """%(record_overhead)s + coalesce(octet_length(r.key), 0)
+        + coalesce(octet_length(r.value), 0) + coalesce(octet_length(CAST(r.headers AS text)), 0)"""
 
 # read_uncommitted: every data record in range. Markers are filtered here, in SQL.
-FETCH_UNCOMMITTED = """
-    SELECT "offset", "timestamp", key, value, CAST(headers AS text), producer_id FROM records
-    WHERE topic = %(topic)s AND partition = %(partition)s
-      AND "offset" >= %(from_offset)s AND "offset" < %(to_offset)s AND NOT is_control
-    ORDER BY "offset" LIMIT %(max_records)s
+FETCH_UNCOMMITTED = _FETCH_WITHIN_BYTES.format(
+    rows=f"""
+    SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
+           r.producer_id, {_RECORD_SIZE} AS size
+    FROM records r
+    WHERE r.topic = %(topic)s AND r.partition = %(partition)s
+      AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
     """
+)
 
 # read_committed: below the LSO, without markers and without records of the aborted
 # transactions overlapping the range. Those few ranges are read first (PARTITION_FOR_FETCH)
@@ -264,8 +299,11 @@ FETCH_UNCOMMITTED = """
 # per record; with none in range, FETCH_UNCOMMITTED bounded by the LSO does the job. Their
 # offset spans, merged once into a multirange (PostgreSQL 14+), let every record outside
 # them skip the anti-join: most records, and the anti-join per record cost ~2x the scan.
-FETCH_COMMITTED = """
-    SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text), r.producer_id
+# Records filtered out count no bytes: the running sum is over the records returned.
+FETCH_COMMITTED = _FETCH_WITHIN_BYTES.format(
+    rows=f"""
+    SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
+           r.producer_id, {_RECORD_SIZE} AS size
     FROM records r
     WHERE r.topic = %(topic)s AND r.partition = %(partition)s
       AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
@@ -278,8 +316,8 @@ FETCH_COMMITTED = """
           SELECT 1 FROM unnest(CAST(%(aborted_pids)s AS bigint[]), CAST(%(aborted_firsts)s AS bigint[]),
                                CAST(%(aborted_lasts)s AS bigint[])) AS a(producer_id, first_offset, last_offset)
           WHERE a.producer_id = r.producer_id AND r."offset" BETWEEN a.first_offset AND a.last_offset))
-    ORDER BY r."offset" LIMIT %(max_records)s
     """
+)
 
 # A fetch's one look at the partition: its offsets and, in read_committed, the aborted
 # transactions that may overlap the window (as KIP-98's FetchResponse lists them), read in

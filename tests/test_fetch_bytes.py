@@ -1,0 +1,226 @@
+"""Fetch's byte limits against a real PostgreSQL: ``max.partition.fetch.bytes`` is applied
+in SQL, so records past the limit never leave the database (nor their values the TOAST
+table), at least one record comes back, as Kafka returns at least one batch, and the
+consumer's ``fetch.max.bytes`` spans the partitions of one fill without starving any."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from app.broker import Broker
+from app.client.fetcher import Fetcher
+from app.log import fetch as fetch_module
+from app.log.append import produce
+from app.log.fetch import fetch
+from app.log.topics import create_topic
+from app.protocol import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    RECORD_OFFSET,
+    RECORD_VALUE,
+    FetchRequest,
+    ProduceRequest,
+    RecordIn,
+    RecordOut,
+)
+from app.settings import BrokerSettings
+from tests.txn_driver import TxnDriver
+
+VALUE_BYTES = 40_000
+# What a fetch counts for one of those records: the overhead, the 2-byte key, the value.
+RECORD_BYTES = 24 + 2 + VALUE_BYTES
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    b = Broker.connect(db_url, settings=BrokerSettings(transactional_id_expiration_ms=3_600_000))
+    create_topic(b, "t", 3)
+    return b
+
+
+def big_records(n: int, tag: int = 0) -> list[RecordIn]:
+    """Incompressible values, so PostgreSQL stores each out of line in the TOAST table."""
+    rng = random.Random(tag)
+    return [RecordIn(f"{tag}{i}".encode()[-2:].rjust(2, b"k"), rng.randbytes(VALUE_BYTES), 0)
+            for i in range(n)]  # fmt: skip
+
+
+def offsets(records: list[RecordOut]) -> list[int]:
+    return [r[RECORD_OFFSET] for r in records]
+
+
+@pytest.mark.parametrize("level", [READ_UNCOMMITTED, READ_COMMITTED])
+def test_a_limit_below_one_record_returns_exactly_one(broker: Broker, level: int) -> None:
+    produce(broker, ProduceRequest("t", 0, big_records(12)))
+    r = fetch(broker, FetchRequest("t", 0, 3, max_bytes=1000, isolation_level=level))
+    assert offsets(r.records) == [3] and r.next_offset == 4
+    assert r.records[0][RECORD_VALUE] is not None and len(r.records[0][RECORD_VALUE]) == VALUE_BYTES
+
+
+@pytest.mark.parametrize("level", [READ_UNCOMMITTED, READ_COMMITTED])
+def test_a_limit_of_two_and_a_half_records_returns_two(broker: Broker, level: int) -> None:
+    produce(broker, ProduceRequest("t", 0, big_records(12)))
+    r = fetch(
+        broker, FetchRequest("t", 0, 0, max_bytes=RECORD_BYTES * 5 // 2, isolation_level=level)
+    )
+    assert offsets(r.records) == [0, 1] and r.next_offset == 2
+    exact = fetch(
+        broker, FetchRequest("t", 0, 10, max_bytes=2 * RECORD_BYTES, isolation_level=level)
+    )
+    assert offsets(exact.records) == [10, 11] and exact.next_offset == 12
+
+
+def test_without_min_one_record_a_record_over_the_limit_stays_behind(broker: Broker) -> None:
+    produce(broker, ProduceRequest("t", 0, big_records(3)))
+    r = fetch(broker, FetchRequest("t", 0, 1, max_bytes=1000, min_one_record=False))
+    assert r.error_code == 0 and r.records == [] and r.next_offset == 1
+    two = fetch(
+        broker, FetchRequest("t", 0, 0, max_bytes=2 * RECORD_BYTES + 10, min_one_record=False)
+    )
+    assert offsets(two.records) == [0, 1] and two.next_offset == 2
+
+
+def spy_on_database_rows(monkeypatch: pytest.MonkeyPatch) -> list[list[RecordOut]]:
+    """Every fetch's rows as the database cursor gave them."""
+    seen: list[list[RecordOut]] = []
+    original = fetch_module.read_records
+
+    def spy(conn: Any, statement: str, params: dict[str, object]) -> list[RecordOut]:
+        rows = original(conn, statement, params)
+        seen.append(list(rows))
+        return rows
+
+    monkeypatch.setattr(fetch_module, "read_records", spy)
+    return seen
+
+
+def test_values_past_the_limit_never_leave_the_database(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    produce(broker, ProduceRequest("t", 0, big_records(12)))
+    seen = spy_on_database_rows(monkeypatch)
+    r = fetch(broker, FetchRequest("t", 0, 0, max_bytes=RECORD_BYTES * 5 // 2))
+    assert offsets(r.records) == [0, 1]
+    (rows,) = seen
+    values_read = [row[RECORD_VALUE] for row in rows if row[RECORD_VALUE] is not None]
+    assert sum(map(len, values_read)) == 2 * VALUE_BYTES, (
+        f"the database sent {len(values_read)} values for a fetch that returns 2"
+    )
+
+
+def toast_blocks_of_each_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Per fetch, the blocks of the records table's TOAST relation its read touched
+    (PostgreSQL's per-transaction counters, read in a transaction around the read)."""
+    blocks: list[int] = []
+    original = fetch_module.read_records
+    counter = (
+        "SELECT pg_stat_get_xact_blocks_fetched(reltoastrelid) FROM pg_class "
+        "WHERE oid = 'records'::regclass"
+    )
+
+    def measured(conn: Any, statement: str, params: dict[str, object]) -> list[RecordOut]:
+        driver = conn.connection.driver_connection
+        driver.execute("BEGIN")
+        before = driver.execute(counter).fetchone()[0]
+        rows = original(conn, statement, params)
+        blocks.append(driver.execute(counter).fetchone()[0] - before)
+        driver.execute("COMMIT")
+        return rows
+
+    monkeypatch.setattr(fetch_module, "read_records", measured)
+    return blocks
+
+
+@pytest.mark.parametrize("level", [READ_UNCOMMITTED, READ_COMMITTED])
+def test_a_fetch_reads_the_values_it_returns_and_no_others(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, level: int
+) -> None:
+    produce(broker, ProduceRequest("t", 0, big_records(12)))
+    blocks = toast_blocks_of_each_read(monkeypatch)
+    one_row = fetch(broker, FetchRequest("t", 0, 0, isolation_level=level, max_records=1))
+    assert len(one_row.records) == 1
+    (per_record,) = blocks
+    assert per_record > 0, "the measure sees the TOAST reads"
+    limited = fetch(broker, FetchRequest("t", 0, 0, max_bytes=1000, isolation_level=level))
+    assert len(limited.records) == 1
+    assert blocks[1] <= per_record, (
+        f"a fetch returning one record read {blocks[1]} TOAST blocks, one record is {per_record}"
+    )
+
+
+def test_read_committed_within_bytes_skips_aborted_records(broker: Broker) -> None:
+    """Committed and aborted transactions interleaved, read a few records at a time: the
+    committed records come back in order, each fetch within its limit, and no aborted one."""
+    d = TxnDriver(broker, "tx")
+    assert d.init() == 0
+    expected: list[bytes] = []
+    for i in range(6):
+        records = big_records(2, tag=i)
+        assert d.send_records("t", 0, records).error_code == 0
+        commit = i % 2 == 0
+        assert d.end(commit=commit) == 0
+        if commit:
+            expected.extend(r.value for r in records if r.value is not None)
+    for max_bytes in (1, RECORD_BYTES * 5 // 2, 3 * RECORD_BYTES):
+        got: list[bytes] = []
+        offset = 0
+        while True:
+            r = fetch(
+                broker,
+                FetchRequest("t", 0, offset, max_bytes=max_bytes, isolation_level=READ_COMMITTED),
+            )
+            assert r.error_code == 0
+            assert len(r.records) <= max(1, max_bytes // RECORD_BYTES)
+            got.extend(rec[RECORD_VALUE] or b"" for rec in r.records)
+            if r.next_offset == offset:
+                break
+            offset = r.next_offset
+        assert got == expected, f"max_bytes={max_bytes}"
+        assert offset == 18, "6 transactions of two records and a marker"
+    # Offsets 3-4 are aborted, 5 their marker: a fetch from 2 that has no room for a record
+    # still moves past them, to the first committed record it left out.
+    r = fetch(broker, FetchRequest("t", 0, 2, max_bytes=1000, min_one_record=False))
+    assert r.records == [] and r.next_offset == 6
+    r = fetch(broker, FetchRequest("t", 0, 2, max_bytes=RECORD_BYTES, min_one_record=False))
+    assert offsets(r.records) == [6] and r.next_offset == 7
+
+
+def fetcher(broker: Broker, max_bytes: int) -> Fetcher:
+    f = Fetcher(
+        broker,
+        isolation_level=READ_UNCOMMITTED,
+        max_partition_bytes=1 << 20,
+        max_bytes=max_bytes,
+        auto_offset_reset="earliest",
+        partition_eof=False,
+    )
+    f.assign([("t", p, 0) for p in range(3)])
+    return f
+
+
+def test_fetch_max_bytes_spans_the_partitions_of_a_fill(broker: Broker) -> None:
+    for p in range(3):
+        produce(broker, ProduceRequest("t", p, big_records(4, tag=p)))
+    f = fetcher(broker, max_bytes=RECORD_BYTES * 5 // 2)
+    f.fill()
+    buffered = [len(f.cursors[("t", p)].buffer) for p in range(3)]
+    assert buffered == [2, 0, 0], "the first partition used the request's bytes up"
+    assert [f.cursors[("t", p)].fetch_offset for p in range(3)] == [2, 0, 0]
+
+
+def test_fetch_max_bytes_starves_no_partition(broker: Broker) -> None:
+    """The first partition of a fill gets its records even over the limit, and the next
+    fill starts after the last partition that got some, so every partition moves, even
+    beside one that always has more than the limit."""
+    for p, n in enumerate((20, 4, 4)):
+        produce(broker, ProduceRequest("t", p, big_records(n, tag=p)))
+    f = fetcher(broker, max_bytes=1)
+    handed: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    for _ in range(12):
+        f.fill()
+        for m in f.take(100):
+            handed[m.partition() or 0].append(m.offset() or 0)
+    assert handed == {p: [0, 1, 2, 3] for p in range(3)}
