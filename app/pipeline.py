@@ -116,7 +116,7 @@ class Copier:
             producer.send_offsets_to_transaction(
                 consumer.position(consumer.assignment()), consumer.consumer_group_metadata()
             )
-            producer.commit_transaction()
+            self._commit(producer)
             self.stats.transactions += 1
             self.stats.records += len(msgs)
         except KafkaException as exc:
@@ -127,6 +127,21 @@ class Copier:
             producer.abort_transaction()
             self.stats.aborted += 1
             self._rewind(consumer)
+
+    def _commit(self, producer: Producer) -> None:
+        """commit_transaction(), again while it fails retriably: a commit whose outcome is
+        unknown may have committed, so it can only be completed, never aborted."""
+        while True:
+            try:
+                producer.commit_transaction()
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.fatal() or err.txn_requires_abort() or not err.retriable():
+                    raise
+                if not self._running:
+                    raise  # stopping: the transaction is left to time out or be fenced
+                log.info("commit not completed (%s); committing again", err)
 
     def _rewind(self, consumer: Consumer) -> None:
         """After an abort, read again from the committed offsets."""

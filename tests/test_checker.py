@@ -260,3 +260,45 @@ def test_acknowledged_abort_that_became_visible() -> None:
     got = found(h, dump)
     assert got.get("aborted-visible") == 1
     assert got.get("commit-without-request") == 1
+
+
+def test_abort_accepted_after_a_commit_timed_out() -> None:
+    """Refused, an abort after a timed-out commit is fine and the commit's outcome counts;
+    accepted, it breaks the contract, and when the transaction committed, the told
+    "aborted" contradicts the log."""
+    h, dump = clean_run()
+    h.txn("w1#1", "w1-1", [(T, 0, "w1-1")], outcome="none")
+    h.add("invoke", "abort-after-commit", "w1#1", txn="w1-1")
+    h.add("fail", "abort-after-commit", "w1#1", txn="w1-1", error="refused")
+    h.add("ok", "txn", "w1#1", txn="w1-1")
+    h.txn("w1#1", "w1-2", [(T, 1, "w1-2")], outcome="none")
+    h.add("invoke", "abort-after-commit", "w1#1", txn="w1-2")
+    h.add("ok", "abort-after-commit", "w1#1", txn="w1-2")
+    h.add("fail", "txn", "w1#1", txn="w1-2")
+    dump["committed"][T]["0"].append([6, "w1-1"])
+    dump["committed"][T]["1"].append([4, "w1-2"])
+    dump["final_read"]["records"] += [[T, 0, 6, "w1-1"], [T, 1, 4, "w1-2"]]
+    dump["partitions"][0].update(next_offset=8, last_stable_offset=8)
+    dump["partitions"][1].update(next_offset=6, last_stable_offset=6)
+    dump["offset_stats"][0].update(rows=8, distinct=8, max=7)
+    dump["offset_stats"][1].update(rows=6, distinct=6, max=5)
+    got = found(h, dump)
+    del got["copy-lagging"]  # the copier did not copy the new records: not judged here
+    assert got == {"abort-after-commit": 1, "aborted-visible": 1}, got
+
+
+def test_commit_of_an_instance_fenced_by_a_racer() -> None:
+    """Two racers on one fresh id: r1's init started after r0's returned, so r0's commit
+    asked after r1's init returned must have failed; r1's own commit is fine."""
+    h, dump = clean_run()
+    h.add("invoke", "race-init", "r0#1", tid="race-1")
+    h.add("ok", "race-init", "r0#1", tid="race-1")
+    h.add("invoke", "race-init", "r1#1", tid="race-1")
+    h.add("ok", "race-init", "r1#1", tid="race-1")
+    for racer in ("r0", "r1"):
+        h.add("invoke", "txn", f"{racer}#1", txn=f"{racer}-1", tid="race-1")
+        h.add("invoke", "commit", f"{racer}#1", txn=f"{racer}-1")
+        h.add("ok", "txn", f"{racer}#1", txn=f"{racer}-1")
+    got = found(h, dump)
+    assert got == {"zombie-commit": 1}, got
+    assert check(h.events, dump).anomalies["zombie-commit"][0]["txn"] == "r0-1"

@@ -25,6 +25,7 @@ from app.client import (
     Producer,
     TopicPartition,
 )
+from app.client import txn_manager as tm
 from app.groups.offsets import offset_fetch
 from app.protocol import OffsetFetchRequest
 from tests.client_helpers import create_topics, group_consumer
@@ -671,3 +672,21 @@ def test_records_timing_out_unsent_make_the_transaction_abortable(
     p.produce("alpha", b"kept", partition=0)
     p.commit_transaction(10)
     assert read_to_end(db_url, [("alpha", 0)])[("alpha", 0)] == [(0, b"kept")]
+
+
+def test_a_started_commit_can_only_be_retried_unless_it_failed_abortably() -> None:
+    """The client machine (librdkafka's): once commit_transaction() started, abort is
+    refused, not fatally and without requiring an abort, until the commit completes or
+    fails in a way that proves the transaction did not commit (abortable)."""
+    manager = tm.TransactionManager()
+    for trigger in ("initialized", "begin", "start_commit"):
+        manager.fire(trigger, trigger)
+    with pytest.raises(KafkaException) as refused:
+        manager.fire("start_abort", "abort_transaction")
+    err = refused.value.args[0]
+    assert err.code() == KafkaError._STATE and "commit_transaction() again" in err.str()
+    assert not (err.retriable() or err.fatal() or err.txn_requires_abort())
+    assert manager.state == tm.COMMITTING
+    manager.fail(KafkaError(KafkaError.INVALID_TXN_STATE))
+    manager.fire("start_abort", "abort_transaction")
+    assert manager.state == tm.ABORTING

@@ -377,3 +377,67 @@ def test_a_refused_batch_does_not_register_its_partition(
     assert read_values(broker, "t", 0) == [] and read_values(broker, "u", 0) == ["other"] * 3
     assert settled(broker)
     assert_transactions_rebuild(broker)
+
+
+def test_abort_after_an_unresolved_commit_is_refused_until_the_commit_completes(
+    db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The combined commit committed but its answer was lost until commit_transaction timed
+    out. Aborting now could only tell the application "aborted" about records that are in
+    the log: it is refused (not fatal, and no abort required), and retrying the commit
+    learns the real outcome, reported once."""
+    producer = transactional_producer(
+        db_url, "no-abort", **{"linger.ms": 100, "message.timeout.ms": 200}
+    )
+    reports: list[Any] = []
+    try:
+        producer.init_transactions()
+        lossy(monkeypatch, 1_000_000, reached=True)
+        producer.begin_transaction()
+        producer.produce("t", "v", partition=0, on_delivery=lambda e, msg: reports.append(e))
+        with pytest.raises(KafkaException):
+            producer.commit_transaction(0.5)
+        monkeypatch.undo()
+        try:
+            producer.abort_transaction(5)
+        except KafkaException as exc:
+            err = exc.args[0]
+        else:
+            pytest.fail(f"told aborted; committed in the log: {read_values(broker, 't', 0)}")
+        assert err.code() == KafkaError._STATE and "commit" in err.str()
+        assert not (err.retriable() or err.fatal() or err.txn_requires_abort())
+        producer.commit_transaction(10)
+        assert reports == [None]
+        producer.begin_transaction()
+        producer.produce("t", "next", partition=0)
+        producer.commit_transaction()
+    finally:
+        producer.close()
+    assert read_values(broker, "t", 0) == ["v", "next"]
+    assert events(broker, "no-abort").count("COMPLETE_COMMIT") == 2
+    assert settled(broker)
+
+
+def test_finite_retries_leave_the_unresolved_commit_to_the_commit(
+    db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``retries`` runs out while the combined commit's answer is lost: the batch may have
+    committed with the transaction, so it is not failed (which would have the application
+    abort a committed transaction); the commit resolves it."""
+    producer = transactional_producer(db_url, "few-retries", retries=1)
+    reports: list[Any] = []
+    try:
+        producer.init_transactions()
+        calls = lossy(monkeypatch, 3, reached=True)
+        producer.begin_transaction()
+        producer.produce("t", "v", partition=0, on_delivery=lambda e, msg: reports.append(e))
+        try:
+            producer.commit_transaction(10)
+        except KafkaException as exc:
+            pytest.fail(f"{exc}; committed in the log: {read_values(broker, 't', 0)}")
+        assert calls[0] == 4
+        assert reports == [None]
+    finally:
+        producer.close()
+    assert read_values(broker, "t", 0) == ["v"]
+    assert state_of(broker, "few-retries") == m.COMPLETE_COMMIT

@@ -1,4 +1,4 @@
-"""Decisions taken after waiting for a partition lock (DESIGN §3.1).
+"""Decisions taken after waiting for a partition lock (docs/design.md §3.1).
 
 At READ COMMITTED, a statement that waits for a row lock re-reads only the locked row once
 it gets it; every other row it read comes from its snapshot, taken before the wait. So what

@@ -29,3 +29,7 @@ def test_torture_run_has_no_anomaly(tmp_path: Path) -> None:
     )
     assert result.stats["worker_transactions"]["ok"] > 100
     assert result.stats["copier_transactions"]["ok"] > 10
+    operations = result.stats["operations"]
+    # Impatient workers had aborts after a timed-out commit refused, and racers raced.
+    assert operations.get("abort-after-commit:fail", 0) > 0, operations
+    assert operations.get("race-init:ok", 0) > 0, operations

@@ -350,7 +350,9 @@ class Producer:
         self._transactions().commit_transaction(timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
-        """Drop unsent records, wait for in-flight ones, then abort."""
+        """Drop unsent records, wait for in-flight ones, then abort. Refused (_STATE, not
+        fatal) once commit_transaction() has started, unless it failed abortably: a commit
+        that timed out may have committed, and only calling it again can tell."""
         self._transactions().abort_transaction(timeout)
 
     # --- for the transaction manager -----------------------------------------------------

@@ -8,10 +8,11 @@ fails retriably (including a lost database connection, whose outcome is unknown)
 unchanged, with the same producer_id, producer_epoch and base_sequence, so the broker
 either appends it or recognises it and answers with the offsets it was first given. A
 batch fails for good on a non-retriable error, after ``retries`` attempts, or once its
-oldest record is older than ``message.timeout.ms`` (unless it went out with its
-transaction's EndTxn and its outcome is unknown: reporting it failed could contradict a
-transaction that committed with it, so the commit's own timeout, which is retriable,
-governs instead).
+oldest record is older than ``message.timeout.ms``; none of these fails a batch that went
+out with its transaction's EndTxn and whose outcome is unknown (an unresolved commit):
+reporting it failed could contradict a transaction that committed with it, so it is sent
+again until an answer settles it, and the commit's own timeout, which is retriable,
+governs instead.
 
 Transactions plug in through seams, so the transaction manager never has to form or send
 batches itself: ``transactional_id``/``is_transactional`` stamp the batches formed while a
@@ -297,6 +298,11 @@ class Sender:
                 exc,
             )
             self._retry_or_fail(batch, KafkaError(KafkaError._TRANSPORT, f"connection lost: {exc}"))
+        elif self._unresolved_commit(batch):
+            # An earlier attempt may have committed the transaction with this batch; only
+            # an answer can tell, so it is asked again, however this attempt failed.
+            log.error("commit to %s [%d] failed", batch.topic, batch.partition, exc_info=exc)
+            self._retry_or_fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
         else:
             log.error("produce to %s [%d] failed", batch.topic, batch.partition, exc_info=exc)
             self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
@@ -316,10 +322,10 @@ class Sender:
     def _retry_or_fail(self, batch: Batch, error: KafkaError) -> None:
         now = time.monotonic()
         retry_at = now + self.retry_backoff_s
-        if batch.attempts > self.max_retries:
+        unresolved_commit = self._unresolved_commit(batch)
+        if batch.attempts > self.max_retries and not unresolved_commit:
             self._fail(batch, error)
             return
-        unresolved_commit = batch.ends_transaction and batch.ambiguous
         if (
             self.message_timeout_s
             and retry_at - batch.first_enqueued >= self.message_timeout_s
@@ -336,6 +342,12 @@ class Sender:
         with self.accumulator.cond:
             batch.last_error = error
             batch.next_attempt = retry_at
+
+    @staticmethod
+    def _unresolved_commit(batch: Batch) -> bool:
+        """Whether the batch went out with its transaction's EndTxn and an attempt's outcome
+        is unknown: the transaction may have committed with it."""
+        return batch.ends_transaction and batch.ambiguous
 
     def _succeed(self, batch: Batch, base_offset: int) -> None:
         self._succeed_all([(batch, base_offset)])

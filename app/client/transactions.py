@@ -290,7 +290,9 @@ class Transactions:
             if maybe and r.error_code == KafkaError.INVALID_TXN_STATE:
                 # The lost registration never happened: nothing of this transaction reached
                 # the log (registration and batches commit together). Same identity; the
-                # sequences of the lost batches were never used.
+                # sequences of the lost batches were never used. (The coordinator answers
+                # the same when the transaction ended committed, but no abort follows a
+                # commit whose outcome is unknown: ``txn_manager`` refuses it.)
                 self._set_identity(ident.producer_id, ident.producer_epoch)
             elif r.error_code:
                 self._raise(r.error_code, r.error_message)

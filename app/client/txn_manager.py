@@ -4,6 +4,13 @@ The producer asks this machine before every transactional call, so an API misuse
 typed error (_STATE) rather than a protocol violation at the coordinator, and a failure
 is classified the way librdkafka does: fenced or fatal errors end the producer; abortable
 ones require ``abort_transaction()`` before anything else.
+
+Once ``commit_transaction()`` has started, only retrying it (or closing) is allowed, as in
+librdkafka and Kafka's Java producer: a commit that timed out or failed retriably may have
+ended the transaction committed (its last batches go out with the EndTxn), so an abort
+could tell the application "aborted" about records that are in the log. Abort is allowed
+from COMMITTING only through ABORTABLE_ERROR, which a commit reaches only when it is
+certain the transaction did not commit (a batch or the EndTxn refused).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ TRANSITIONS: list[list[Any]] = [
     ["initialized",        UNINITIALIZED,                                   READY],
     ["begin",              READY,                                           IN_TRANSACTION],
     ["start_commit",       IN_TRANSACTION,                                  COMMITTING],
-    ["start_abort",        [IN_TRANSACTION, ABORTABLE_ERROR, COMMITTING],   ABORTING],
+    ["start_abort",        [IN_TRANSACTION, ABORTABLE_ERROR],               ABORTING],
     ["completed",          [COMMITTING, ABORTING],                          READY],
     ["abortable_failure",  [IN_TRANSACTION, COMMITTING],                    ABORTABLE_ERROR],
     ["fatal_failure",      [s for s in STATES if s != FATAL_ERROR],         FATAL_ERROR],
@@ -113,6 +120,20 @@ class TransactionManager:
                     err.code(),
                     f"{action}: transaction must be aborted first: {err.str()}",
                     txn_requires_abort=True,
+                )
+            )
+        if self.state == COMMITTING:
+            # librdkafka's __STATE (a call the transaction's state does not allow), not the
+            # coordinator's INVALID_TXN_STATE: nothing was asked of the coordinator, and
+            # the remedy is the application's, to call commit_transaction() again.
+            return KafkaException(
+                KafkaError(
+                    KafkaError._STATE,
+                    f"{action} is not allowed while a commit is in progress (its outcome is "
+                    "not known yet): call commit_transaction() again to complete it",
+                    retriable=False,
+                    fatal=False,
+                    txn_requires_abort=False,
                 )
             )
         return KafkaException(

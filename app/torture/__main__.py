@@ -1,6 +1,6 @@
 """``python -m app.torture [run] [--duration S] [--workers N] [--seed N] [--out DIR]``; the
-roles (``worker``, ``copier``, ``coordinator``) are the run's child processes; ``check DIR``
-judges a kept run again."""
+roles (``worker``, ``copier``, ``racer``, ``coordinator``) are the run's child processes;
+``check DIR`` judges a kept run again."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--database-url", default=None, help="an empty database (no server restarts)")
     check = sub.add_parser("check", help="judge a kept run directory again")
     check.add_argument("dir", type=Path)
-    for role in ("worker", "copier", "coordinator"):
+    for role in ("worker", "copier", "racer", "coordinator"):
         _role_parser(role, sub)
     return ap
 
@@ -80,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
         from app.torture.workload import Worker, WorkerArgs
 
         Worker(WorkerArgs(args.index, args.incarnation, args.seed, args.url, args.out)).run()
+        return 0
+    if args.command == "racer":
+        from app.torture.racer import Racer, RacerArgs
+
+        Racer(RacerArgs(args.index, args.incarnation, args.seed, args.url, args.out)).run()
         return 0
     if args.command == "copier":
         from app.torture.copier import CopierArgs, TortureCopier

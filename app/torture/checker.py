@@ -33,6 +33,8 @@ ANOMALIES = (
     "poll-skip",
     "torn-transaction",
     "aborted-visible",
+    "abort-after-commit",
+    "zombie-commit",
     "commit-without-request",
     "phantom-write",
     "copy-mismatch",
@@ -186,6 +188,43 @@ def check_transactions(txns: dict[str, Txn], log: Log, report: Report) -> dict[s
         if txn.outcome == INFO and txn.sends:
             resolved["committed" if present else "aborted"] += 1
     return dict(resolved)
+
+
+def check_abort_after_commit(events: Iterable[Event], report: Report) -> None:
+    """An abort that returned after the transaction's commit had timed out: the commit may
+    have committed, so only committing again may end it (whether the log agrees with the
+    "aborted" told is judged with the other told outcomes)."""
+    for e in events:
+        if e["f"] == "abort-after-commit" and e["type"] == OK:
+            report("abort-after-commit", txn=e.get("txn"), process=e["process"])
+
+
+def check_races(events: Iterable[Event], txns: dict[str, Txn], report: Report) -> None:
+    """Racers on one fresh transactional id: an instance whose init_transactions() returned
+    before another one's started is fenced by it, so a commit it asks for after the other
+    one's returned must fail."""
+    invoked: dict[tuple[str, str], float] = {}
+    inits: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
+    tid_of: dict[str, str] = {}
+    for e in events:
+        if e["f"] == "race-init":
+            key = (e["process"], e["tid"])
+            if e["type"] == INVOKE:
+                invoked[key] = e["mono"]
+            elif e["type"] == OK and key in invoked:
+                inits[e["tid"]].append((e["process"], invoked[key], e["mono"]))
+        elif e["f"] == "txn" and e["type"] == INVOKE and "tid" in e:
+            tid_of[e["txn"]] = e["tid"]
+    for txn in txns.values():
+        tid = tid_of.get(txn.id)
+        if tid is None or txn.status != OK or txn.commit_mono is None:
+            continue
+        mine = [ok for process, _, ok in inits[tid] if process == txn.process]
+        for process, other_invoked, other_ok in inits[tid]:
+            if process == txn.process or not mine:
+                continue
+            if other_invoked > mine[0] and other_ok < txn.commit_mono:
+                report("zombie-commit", txn=txn.id, tid=tid, fenced_by=process)
 
 
 def writer_index(txns: dict[str, Txn]) -> dict[tuple[str, str], Txn]:
@@ -350,6 +389,8 @@ def check(
     txns = collect_txns(events)
     check_log(dump, log, report)
     resolved = check_transactions(txns, log, report)
+    check_abort_after_commit(events, report)
+    check_races(events, txns, report)
     read_stats = check_reads(events, txns, log, report)
     check_phantom_writes(txns, log, report, dump["copy"]["input"])
     check_copy(dump, log, report, transform)

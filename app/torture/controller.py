@@ -29,6 +29,7 @@ from app.torture.copier import GROUP, transform
 from app.torture.faults import Nemesis
 from app.torture.history import load_histories
 from app.torture.processes import Fleet
+from app.torture.racer import RACERS
 from app.torture.report import print_summary
 from app.torture.workload import COPY_TOPIC, PARTITIONS, TOPIC
 
@@ -102,6 +103,7 @@ def run(cfg: RunConfig) -> checker.Result:
     fleet.add("coordinator", COORDINATORS)
     fleet.add("worker", cfg.workers)
     fleet.add("copier", cfg.copiers)
+    fleet.add("racer", RACERS)
     nemesis = Nemesis(fleet, url, out, rng, server)
     try:
         for role in fleet.roles:
@@ -129,13 +131,13 @@ def run(cfg: RunConfig) -> checker.Result:
 
 
 def quiesce(fleet: Fleet, nemesis: Nemesis, engine: Any, deadline_s: float) -> None:
-    """Stop the writers, let the copiers catch up and the coordinators settle every
-    transaction, then stop the rest."""
+    """Stop the writers (workers and racers), let the copiers catch up and the
+    coordinators settle every transaction, then stop the rest."""
     for role in fleet.roles:
         if role.paused:
             fleet.signal(role, signal.SIGCONT)
             role.paused = False
-    fleet.stop(fleet.of("worker"), grace_s=20)
+    fleet.stop(fleet.of("worker") + fleet.of("racer"), grace_s=20)
 
     def copied() -> bool:
         nemesis.supervise()

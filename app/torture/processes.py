@@ -1,4 +1,4 @@
-"""The run's processes: workers, copiers and coordinator loops as child processes, each
+"""The run's processes: workers, copiers, racers and coordinator loops as child processes, each
 restartable under the same role (so a restarted worker reuses its transactional id)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @dataclass
 class Role:
-    kind: str  # worker | copier | coordinator
+    kind: str  # worker | copier | racer | coordinator
     index: int
     incarnation: int = 0
     proc: subprocess.Popen[bytes] | None = None

@@ -10,6 +10,11 @@ Outcomes are recorded conservatively: ``ok`` only when commit_transaction return
 ``fail`` only when abort_transaction returned (so the transaction certainly did not
 commit), ``info`` whenever the outcome may be either; the client pair is then rebuilt, as
 an application that lost track of its transaction would do.
+
+Now and then a worker is impatient: it gives commit_transaction() almost no time and, when
+that times out, tries to abort. A commit that has started may have committed, so the abort
+must be refused (``abort-after-commit`` fails, not fatally) and commit_transaction() again
+tells the outcome; the checker holds the told outcome against the log.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ ABORT_P = 0.1
 REASSIGN_P = 0.03
 SEEK_P = 0.03
 COMMIT_OFFSETS_P = 0.05
+IMPATIENT_P = 0.15
 
 
 def describe(exc: BaseException) -> str:
@@ -260,6 +266,9 @@ class Worker:
                 self.hist.record(FAIL, "txn", txn=txn, error="deliberate abort")
                 return
             self.hist.record(INVOKE, "commit", txn=txn)
+            if self.rng.random() < IMPATIENT_P:
+                self._impatient_commit(txn)
+                return
             self.producer.commit_transaction(10)
             self.hist.record(OK, "txn", txn=txn)
         except KafkaException as exc:
@@ -275,6 +284,38 @@ class Worker:
             self._unknown(txn, exc)
         except Exception as exc:
             self._unknown(txn, exc)
+
+    def _impatient_commit(self, txn: str) -> None:
+        """Commit with almost no time (the sender may be sending the last batches with the
+        EndTxn), and on a timeout try to abort: that must be refused, since the commit may
+        have committed, and committing again must then complete it. A KafkaException of
+        any other kind is left to ``_transaction``."""
+        assert self.producer is not None
+        time.sleep(self.rng.uniform(0, 0.004))  # let the sender take some batches first
+        try:
+            self.producer.commit_transaction(self.rng.uniform(0, 0.003))
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.fatal() or err.txn_requires_abort() or not err.retriable():
+                raise
+        else:
+            self.hist.record(OK, "txn", txn=txn)
+            return
+        self.hist.record(INVOKE, "abort-after-commit", txn=txn)
+        try:
+            self.producer.abort_transaction(10)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.fatal() or err.txn_requires_abort() or err.retriable():
+                raise
+            self.hist.record(FAIL, "abort-after-commit", txn=txn, error=describe(exc))
+        else:
+            # Refusing was the contract; what the application is told is then checked too.
+            self.hist.record(OK, "abort-after-commit", txn=txn)
+            self.hist.record(FAIL, "txn", txn=txn, error="aborted after a commit timed out")
+            return
+        self.producer.commit_transaction(10)
+        self.hist.record(OK, "txn", txn=txn)
 
     def _unknown(self, txn: str, exc: BaseException) -> None:
         self.hist.record(INFO, "txn", txn=txn, error=describe(exc))
