@@ -72,7 +72,8 @@ def count(broker: Broker, where: str = "true") -> int:
 
 
 @pytest.mark.parametrize(
-    "name", ["", ".", "..", "a" * 250, "bad name", "semi;colon", "quote'", "__internal", "é"]
+    "name",
+    ["", ".", "..", "a" * 250, "bad name", "semi;colon", "quote'", "__internal", "é", "orders\n"],
 )
 def test_topic_names_follow_kafka_rules(broker: Broker, name: str) -> None:
     with pytest.raises(KafkaException) as info:
@@ -363,3 +364,13 @@ def test_rebuild_equals_live_after_randomized_workload(broker: Broker, clock: Ma
     rebuild_all(broker.engine, now_ms=clock.now_ms(), settings=broker.settings)
     with broker.engine.connect() as conn:
         assert live_rows(conn) == live
+
+
+def test_staging_names_are_matched_whole() -> None:
+    """Staging names go into DDL: a trailing newline must not pass as the generated shape."""
+    from app.spark.sql import check_staging_name
+
+    good = "rc_staging_" + "0" * 32
+    assert check_staging_name(good) == good
+    with pytest.raises(ValueError):
+        check_staging_name(good + "\n")

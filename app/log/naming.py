@@ -8,7 +8,7 @@ from app.errors import KafkaError, fail
 
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITIONS = 10_000
-_LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 RESERVED_PREFIX = "__"
 
 
@@ -22,7 +22,7 @@ def validate_topic_name(name: object, allow_internal: bool = False) -> str:
             KafkaError.INVALID_TOPIC_EXCEPTION,
             f"topic name is {len(name)} characters; the limit is {MAX_TOPIC_LENGTH}",
         )
-    if not _LEGAL.match(name):
+    if not _LEGAL.fullmatch(name):
         raise fail(
             KafkaError.INVALID_TOPIC_EXCEPTION,
             f"topic name {name!r} may contain only ASCII letters, digits, '.', '_' and '-'",

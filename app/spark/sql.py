@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from sqlalchemy import text
 
 STAGING_PREFIX = "rc_staging_"
-_STAGING_NAME = re.compile(r"^rc_staging_[0-9a-f]{32}$")
+_STAGING_NAME = re.compile(r"rc_staging_[0-9a-f]{32}")
 
 # Advisory-lock namespace ("kip9"): a run holds (NAMESPACE, hashtext(staging table)) for its
 # whole life, so cleanup can tell a live run's staging table from a killed run's.
@@ -83,7 +83,7 @@ ADVANCE_PROGRESS = text(
 
 def check_staging_name(name: str) -> str:
     """Staging names are interpolated into DDL, so only the generated shape is accepted."""
-    if not _STAGING_NAME.match(name):
+    if not _STAGING_NAME.fullmatch(name):
         raise ValueError(f"not a staging table name: {name!r}")
     return name
 
