@@ -203,7 +203,8 @@ def test_transactions_list_and_describe_after_a_producer(db_url: str) -> None:
 def test_find_hanging_then_abort_moves_the_lso(db_url: str) -> None:
     ok("topics", "create", "t", "--partitions", "2")
     broker = Broker.connect(db_url)
-    stuck = TxnDriver(broker, "stuck", timeout_ms=1_000)
+    # A timeout no start-up of the CLI can outlast; the start is moved back past it below.
+    stuck = TxnDriver(broker, "stuck", timeout_ms=30_000)
     assert stuck.init() == 0
     assert stuck.send("t", 0, "s1", "s2").error_code == 0
     young = TxnDriver(broker, "young", timeout_ms=60_000)
@@ -218,7 +219,7 @@ def test_find_hanging_then_abort_moves_the_lso(db_url: str) -> None:
     # Past its timeout while no coordinator loop runs: it hangs and pins the LSO.
     with broker.engine.begin() as conn:
         conn.execute(
-            text("UPDATE transactions SET txn_start_ms = txn_start_ms - 10000 WHERE transactional_id = 'stuck'")
+            text("UPDATE transactions SET txn_start_ms = txn_start_ms - 40000 WHERE transactional_id = 'stuck'")
         )  # fmt: skip
     header, _ = table(ok("transactions", "find-hanging"))
     assert header == [
