@@ -1,8 +1,10 @@
-"""Named crash points for fault-injection tests of recovery.
+"""Named fault points for fault-injection tests of recovery.
 
 ``KIP98_CRASH_AT=<name>`` makes the process kill itself with SIGKILL when it reaches that
 point, so tests exercise the real thing (a process dying with a DB transaction in flight)
-rather than a simulation. Unset, a crash point costs one environment lookup.
+rather than a simulation. ``KIP98_STOP_AT=<name>`` makes it stop itself with SIGSTOP there,
+the first time only: a paused process holding whatever that point holds, until someone
+sends SIGCONT. Unset, a fault point costs two environment lookups.
 """
 
 from __future__ import annotations
@@ -11,8 +13,14 @@ import os
 import signal
 
 ENV = "KIP98_CRASH_AT"
+STOP_ENV = "KIP98_STOP_AT"
+
+_stopped: set[str] = set()
 
 
 def crash_point(name: str) -> None:
     if os.environ.get(ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get(STOP_ENV) == name and name not in _stopped:
+        _stopped.add(name)
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 
+from app.errors import KafkaError, fail
+
 
 @dataclass(frozen=True)
 class BrokerSettings:
@@ -43,6 +45,18 @@ class BrokerSettings:
     authorization: int = 0
     # Principals allowed everything, comma-separated (Kafka: super.users, ';'-separated).
     super_users: str = "User:admin"
+    # Bounds on every database session of this process (docs/design.md rule 24). A lock
+    # wait gives up before Kafka's default request.timeout.ms (30 s) would; a session left
+    # idle inside a transaction (its process paused or gone) is ended by PostgreSQL well
+    # before that, releasing the partition locks it held; no statement runs longer than a
+    # request may take. 0 lifts a bound. Long maintenance work (``kip98 db rebuild``,
+    # migrations, Spark materialisation) lifts the statement bound for its own transactions.
+    db_lock_timeout_ms: int = 20_000
+    db_statement_timeout_ms: int = 30_000
+    db_idle_in_transaction_timeout_ms: int = 10_000
+    # A peer that vanished without closing the socket (host down, network cut) is noticed
+    # by TCP keepalives and an unacknowledged write after this long.
+    db_tcp_user_timeout_ms: int = 30_000
 
     @classmethod
     def from_env(cls) -> BrokerSettings:
@@ -50,9 +64,25 @@ class BrokerSettings:
         for field in fields(cls):
             raw = os.environ.get(f"KIP98_{field.name.upper()}")
             if raw is not None:
-                values[field.name] = raw if field.type in (str, "str") else int(raw)
+                values[field.name] = (
+                    raw if field.type in (str, "str") else _integer(field.name, raw)
+                )
         return cls(**values)  # type: ignore[arg-type]
 
     @property
     def super_user_set(self) -> frozenset[str]:
         return frozenset(p.strip() for p in self.super_users.split(",") if p.strip())
+
+
+def _integer(name: str, raw: str) -> int:
+    """A setting's integer value; a typo names the variable instead of a bare int() error."""
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise fail(
+            KafkaError._INVALID_ARG,
+            f"KIP98_{name.upper()} must be a non-negative integer, got {raw!r}",
+        )
+    return value

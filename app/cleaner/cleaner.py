@@ -40,6 +40,7 @@ from app.faults import crash_point
 from app.log.projection import entry_row, fold_range, insert_entries
 from app.log.topic_config import CleanupConfig
 from app.storage.engine import retry_conflicts
+from app.storage.limits import lift_statement_bound
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,7 @@ def _compact(
     if limit > part.snapshot_offset:
         _take_snapshot(conn, broker, stats.topic, stats.partition, part.snapshot_offset, limit)
     with conn.begin():
+        lift_statement_bound(conn)  # one pass over the partition's dirty range
         params = {
             **key,
             "log_start": part.log_start_offset,

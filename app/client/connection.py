@@ -20,6 +20,7 @@ from app.broker import Broker, principal_from_env
 from app.errors import KafkaError, fail
 from app.settings import BrokerSettings
 from app.storage.engine import resolve_url
+from app.storage.limits import bound_requests, connect_args, request_deadline
 
 R = TypeVar("R")
 
@@ -27,15 +28,16 @@ R = TypeVar("R")
 _APPLICATION_NAME_MAX = 63
 
 
-def client_engine(url: str | None, client_id: str | None) -> Engine:
+def client_engine(url: str | None, client_id: str | None, settings: BrokerSettings) -> Engine:
     """A small pool: a producer needs one connection for its sender, a consumer one per
-    fetch, plus the occasional control request from the caller's thread."""
-    connect_args = {}
+    fetch, plus the occasional control request from the caller's thread. Its sessions are
+    bounded (``app.storage.limits``), so a paused client cannot hold a partition for long."""
+    args = connect_args(settings)
     if client_id:
-        connect_args["application_name"] = client_id.encode()[:_APPLICATION_NAME_MAX].decode(
+        args["application_name"] = client_id.encode()[:_APPLICATION_NAME_MAX].decode(
             errors="ignore"
         )
-    return create_engine(
+    engine = create_engine(
         resolve_url(url),
         pool_size=2,
         max_overflow=8,
@@ -43,15 +45,17 @@ def client_engine(url: str | None, client_id: str | None) -> Engine:
         # stale connection costs a reconnect rather than a failed request.
         pool_pre_ping=True,
         pool_recycle=3600,
-        connect_args=connect_args,
+        connect_args=args,
     )
+    return bound_requests(engine, settings)
 
 
 def client_broker(url: str | None, client_id: str | None, principal: str | None = None) -> Broker:
     """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL."""
+    settings = BrokerSettings.from_env()
     return Broker(
-        engine=client_engine(url, client_id),
-        settings=BrokerSettings.from_env(),
+        engine=client_engine(url, client_id, settings),
+        settings=settings,
         principal=principal or principal_from_env(),
     )
 
@@ -78,7 +82,8 @@ def retry_connection_loss(
     writes the broker recognises as retries)."""
     while True:
         try:
-            return call()
+            with request_deadline(deadline):
+                return call()
         except Exception as exc:
             if not is_connection_error(exc):
                 raise

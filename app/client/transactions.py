@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from app.broker import Broker
 from app.client import txn_manager as tm
 from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
-from app.client.connection import is_connection_error
+from app.client.connection import is_connection_error, request_deadline
 from app.client.delivery import DeliveryReports, Outcome
 from app.client.message import TopicPartition
 from app.client.sender import Sender
@@ -126,7 +126,8 @@ class Transactions:
         )
         while True:
             try:
-                response = fn()
+                with request_deadline(deadline):
+                    response = fn()
                 if code_of(response) not in RETRY_CODES:
                     return response
                 last = KafkaError(code_of(response))

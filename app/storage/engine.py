@@ -14,7 +14,9 @@ import psycopg
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
+from app.settings import BrokerSettings
 from app.storage.embedded import database_url
+from app.storage.limits import bound_requests, connect_args
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +37,22 @@ def resolve_url(url: str | None = None) -> str:
 
 
 def get_engine(url: str | None = None) -> Engine:
-    """One pooled engine per URL per process (engines are expensive; connections are pooled)."""
+    """One pooled engine per URL per process (engines are expensive; connections are pooled),
+    its sessions bounded as the ``KIP98_DB_*`` settings say."""
     resolved = resolve_url(url)
     with _lock:
         engine = _engines.get(resolved)
         if engine is None:
+            settings = BrokerSettings.from_env()
             engine = create_engine(
                 resolved,
                 pool_size=5,
                 max_overflow=20,
                 pool_pre_ping=True,
                 pool_recycle=3600,
+                connect_args=connect_args(settings),
             )
-            _engines[resolved] = engine
+            _engines[resolved] = bound_requests(engine, settings)
         return engine
 
 

@@ -17,6 +17,7 @@ from app.groups.rebuild import rebuild_group_offsets
 from app.log import projection
 from app.log.projection import PartitionProjection
 from app.settings import BrokerSettings
+from app.storage.limits import lift_statement_bound
 
 
 def compute_partition_log(
@@ -113,6 +114,7 @@ def rebuild_all(
     cfg = settings or BrokerSettings.from_env()
     counts: dict[str, int] = {}
     with engine.begin() as conn:
+        lift_statement_bound(conn)
         for rebuild in REBUILDERS.values():
             counts.update(rebuild(conn, now, cfg))
     return counts

@@ -1,0 +1,89 @@
+"""Bounds on every database session, and on one request's transaction (docs/design.md rule 24).
+
+The broker runs inside its clients' processes, so a client that is paused (SIGSTOP, a
+debugger, a long GC, a laptop lid) or whose host vanished may hold a partition lock in an
+open transaction. Without bounds, every producer of that partition, its EndTxn and the
+coordinator's fence-abort wait for as long as the operating system takes to notice. So
+each session PostgreSQL serves us carries:
+
+- ``idle_in_transaction_session_timeout``: the server ends a session left idle inside a
+  transaction, rolling it back and releasing its locks (the paused process);
+- ``lock_timeout`` and ``statement_timeout``: no wait and no statement outlives a request;
+- TCP keepalives and ``tcp_user_timeout``: a peer that is gone is noticed by both ends.
+
+A caller with its own deadline (``commit_transaction(timeout)``) narrows the lock and
+statement bounds of the transactions it starts with :func:`request_deadline`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from sqlalchemy import Connection, Engine, event
+
+from app.settings import BrokerSettings
+
+# Seconds of idleness before the first probe, between probes, and probes before giving up.
+_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5}
+_KEEPALIVE_COUNT = 3
+
+_deadline: ContextVar[float | None] = ContextVar("kip98_request_deadline", default=None)
+
+
+def session_options(settings: BrokerSettings) -> dict[str, int]:
+    """The server settings every session starts with (0 lifts one, as in PostgreSQL)."""
+    return {
+        "lock_timeout": settings.db_lock_timeout_ms,
+        "statement_timeout": settings.db_statement_timeout_ms,
+        "idle_in_transaction_session_timeout": settings.db_idle_in_transaction_timeout_ms,
+    }
+
+
+def connect_args(settings: BrokerSettings) -> dict[str, Any]:
+    """libpq connection arguments carrying the bounds; merged into an engine's own."""
+    options = " ".join(f"-c {name}={ms}" for name, ms in session_options(settings).items())
+    return {
+        "options": options,
+        **_KEEPALIVE,
+        "keepalives_count": _KEEPALIVE_COUNT,
+        "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
+    }
+
+
+def bound_requests(engine: Engine, settings: BrokerSettings) -> Engine:
+    """Make every transaction begun under :func:`request_deadline` wait no longer than it."""
+
+    @event.listens_for(engine, "begin")
+    def _narrow(conn: Connection) -> None:
+        at = _deadline.get()
+        if at is None:
+            return
+        remaining = max(1, int((at - time.monotonic()) * 1000))
+        for name in ("lock_timeout", "statement_timeout"):
+            default = session_options(settings)[name]
+            bound = remaining if default == 0 else min(default, remaining)
+            # SET LOCAL takes no bind parameters; ``bound`` is an int we computed.
+            conn.exec_driver_sql(f"SET LOCAL {name} = {bound}")
+
+    return engine
+
+
+@contextmanager
+def request_deadline(at: float | None) -> Iterator[None]:
+    """Within the block, transactions begun on this thread end their waits by ``at``
+    (``time.monotonic()`` seconds); None leaves the session bounds alone."""
+    token = _deadline.set(at)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def lift_statement_bound(conn: Connection) -> None:
+    """For maintenance whose one statement may rightly run long (a rebuild, a compaction):
+    the lock and idle bounds still hold, so a paused one still frees its locks."""
+    conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
