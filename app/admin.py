@@ -1,5 +1,7 @@
 """AdminClient, shaped like confluent-kafka's: topic management answers with futures,
-inspection answers with plain objects. Everything is a call into the broker library."""
+inspection answers with plain objects. Everything is a call into the broker library;
+a database failure reaches the caller as KafkaException, in the future where there is one
+(docs/design.md rule 25)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.client.args import int_arg, name_arg, names_arg, partitions_arg
-from app.client.connection import client_broker
+from app.client.connection import client_broker, kafka_errors
 from app.client.message import TopicPartition
 from app.config import ADMIN, parse_config
 from app.coordinator.inspect import TransactionDescription, list_transactions
@@ -103,7 +105,8 @@ def _settled(fn: Callable[[], T]) -> Future[T]:
     """Run now and hand back a completed future (the call is synchronous underneath)."""
     fut: Future[T] = Future()
     try:
-        fut.set_result(fn())
+        with kafka_errors():
+            fut.set_result(fn())
     except KafkaException as exc:
         fut.set_exception(exc)
     return fut
@@ -139,7 +142,8 @@ class AdminClient:
         return {t: _settled(lambda t=t: delete_topic(self._broker, t)) for t in names}  # type: ignore[misc]
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
-        infos = list_topics(self._broker)
+        with kafka_errors():
+            infos = list_topics(self._broker)
         return ClusterMetadata({i.topic: i for i in infos if topic is None or i.topic == topic})
 
     def alter_configs(
@@ -178,16 +182,16 @@ class AdminClient:
     def list_transactions(self, states: list[str] | None = None) -> list[TransactionDescription]:
         if states is not None:
             states = names_arg(states, "states")
-        return list_transactions(self._broker, states=states)
+        with kafka_errors():
+            return list_transactions(self._broker, states=states)
 
     def describe_transactions(
         self, transactional_ids: list[str]
     ) -> dict[str, TransactionDescription]:
         transactional_ids = names_arg(transactional_ids, "transactional_ids")
-        found = {
-            d.transactional_id: d
-            for d in list_transactions(self._broker, ids=list(transactional_ids))
-        }
+        with kafka_errors():
+            described = list_transactions(self._broker, ids=list(transactional_ids))
+        found = {d.transactional_id: d for d in described}
         missing = [t for t in transactional_ids if t not in found]
         if missing:
             raise fail(
@@ -199,25 +203,29 @@ class AdminClient:
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, list[ProducerDescription]]:
         checked = partitions_arg(partitions, "partitions")
-        return {tp: describe_producers(self._broker, tp.topic, tp.partition) for tp in checked}
+        with kafka_errors():
+            return {tp: describe_producers(self._broker, tp.topic, tp.partition) for tp in checked}
 
     def find_hanging_transactions(
         self, max_transaction_timeout_ms: int | None = None
     ) -> list[HangingTransaction]:
         if max_transaction_timeout_ms is not None:
             int_arg(max_transaction_timeout_ms, "max_transaction_timeout_ms")
-        return find_hanging(self._broker, max_transaction_timeout_ms)
+        with kafka_errors():
+            return find_hanging(self._broker, max_transaction_timeout_ms)
 
     def abort_transaction(self, topic: str, partition: int, start_offset: int) -> bool:
         name_arg(topic, "topic")
         int_arg(partition, "partition")
         int_arg(start_offset, "start_offset")
-        return abort_hanging(self._broker, topic, partition, start_offset)
+        with kafka_errors():
+            return abort_hanging(self._broker, topic, partition, start_offset)
 
     # ------------------------------------------------------------ groups
     def list_consumer_group_offsets(self, group_id: str) -> list[TopicPartition]:
         name_arg(group_id, "group_id")
-        r = offset_fetch(self._broker, OffsetFetchRequest(group_id))
+        with kafka_errors():
+            r = offset_fetch(self._broker, OffsetFetchRequest(group_id))
         if r.error_code:
             raise fail(r.error_code, r.error_message)
         return [

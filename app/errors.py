@@ -106,6 +106,7 @@ _LOCAL_ERRORS: dict[str, tuple[int, bool, str]] = {
     "_STATE": (-172, False, "Local: Erroneous state"),
     "_NOT_IMPLEMENTED": (-170, False, "Local: Not implemented"),
     "_NOT_CONFIGURED": (-145, False, "Local: Functionality not configured"),
+    "_AUTHENTICATION": (-169, False, "Local: Authentication failure"),
     "_ASSIGN_PARTITIONS": (-175, False, "Local: Assign partitions"),
     "_REVOKE_PARTITIONS": (-174, False, "Local: Revoke partitions"),
     "_NO_OFFSET": (-168, False, "Local: No offset stored"),
@@ -183,6 +184,7 @@ class KafkaError:
     _STATE: int
     _NOT_IMPLEMENTED: int
     _NOT_CONFIGURED: int
+    _AUTHENTICATION: int
     _ASSIGN_PARTITIONS: int
     _REVOKE_PARTITIONS: int
     _NO_OFFSET: int

@@ -275,6 +275,9 @@ def test_compaction_keeps_latest_committed_value_and_drops_aborted(
     before = latest_by_key(read(broker, "c"))
     clock.advance(5000)
     clean(broker, "c")
+    assert (b"c", None) in [(r.key, r.value) for r in read(broker, "c")]  # first passed now
+    clock.advance(5000)
+    clean(broker, "c")
     after = read(broker, "c")
     assert latest_by_key(after) == before == {b"a": b"a3", b"b": b"b2", b"e": b"e1"}
     values = [r.value for r in read(broker, "c", committed=False)]
@@ -296,6 +299,35 @@ def test_tombstones_stay_until_delete_retention(broker: Broker, clock: ManualClo
     clock.advance(DAY + 1)
     clean(broker, "t")
     assert [(r.key, r.value) for r in read(broker, "t")] == [(b"b", b"2"), (b"c", b"3")]
+    assert_rebuild_equals_live(broker, clock)
+
+
+def test_a_tombstone_is_kept_from_the_first_pass_over_it_not_its_timestamp(
+    broker: Broker, clock: ManualClock
+) -> None:
+    """A tombstone whose CreateTime is long past still lives delete.retention.ms from the
+    pass that first saw it, so a consumer behind the head by less than that sees the
+    delete (Kafka's delete horizon)."""
+    create_topic(broker, "old", 1, {"cleanup.policy": "compact", "delete.retention.ms": DAY})
+    idempotent(broker, "old", 910, 0, [kv("a", "1")])
+    ancient = RecordIn(b"a", None, clock.now_ms() - 30 * DAY)  # written with an old CreateTime
+    idempotent(broker, "old", 911, 0, [ancient, kv("b", "2")])
+    idempotent(broker, "old", 911, 2, [kv("c", "3")])
+    clock.advance(1000)
+    clean(broker, "old")
+    assert (b"a", None) in [(r.key, r.value) for r in read(broker, "old")]
+    clock.advance(DAY - 2000)  # still within delete.retention.ms of that first pass
+    clean(broker, "old")
+    assert (b"a", None) in [(r.key, r.value) for r in read(broker, "old")]
+    # A tombstone written after the first pass starts its own delete.retention.ms later.
+    idempotent(broker, "old", 912, 0, [kv("b", None), kv("d", "4")])
+    clock.advance(3000)
+    clean(broker, "old")
+    left = [(r.key, r.value) for r in read(broker, "old")]
+    assert (b"a", None) not in left and (b"b", None) in left
+    clock.advance(DAY + 1)
+    clean(broker, "old")
+    assert [(r.key, r.value) for r in read(broker, "old")] == [(b"c", b"3"), (b"d", b"4")]
     assert_rebuild_equals_live(broker, clock)
 
 
@@ -480,6 +512,8 @@ def test_compaction_preserves_what_read_committed_ends_with(
             check_clean()
     clock.advance(5000)
     check_clean()
+    clock.advance(5000)  # delete.retention.ms after the pass that first saw the tombstones
+    check_clean()
     _, lso = partition_offsets(broker, topic, 0)
     got = read(broker, topic)
     # What a read_committed reader of the uncompacted log ends with: committed records
@@ -489,6 +523,8 @@ def test_compaction_preserves_what_read_committed_ends_with(
     assert_rebuild_equals_live(broker, clock)
     if open_driver is not None:
         assert open_driver.end(commit=True) == 0
+        clock.advance(5000)
+        check_clean()
         clock.advance(5000)
         check_clean()
         assert latest_by_key(read(broker, topic)) == model(committed + open_records)

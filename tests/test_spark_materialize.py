@@ -4,6 +4,7 @@ for their outcome, and a run killed anywhere converges on the next run."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -21,17 +22,25 @@ from app.client.consumer import Consumer
 from app.client.message import TopicPartition, decode_headers, encode_headers
 from app.log.append import produce
 from app.log.fetch import fetch
-from app.log.topics import create_topic
+from app.log.topics import create_topic, delete_topic
 from app.protocol import READ_COMMITTED, FetchRequest, ProduceRequest, RecordIn
 from app.spark import materialize
 from app.spark import sql as spark_sql
-from app.spark.materialize import PartitionBounds, _commit, capture, slices
+from app.spark.materialize import (
+    PartitionBounds,
+    _commit,
+    capture,
+    run_materialization,
+    slices,
+)
 from tests.txn_driver import TxnDriver
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROOT = Path(__file__).resolve().parents[1]
+# The module (the package exports its function under the same name).
+MATERIALIZE = importlib.import_module("app.spark.materialize")
 TOPICS = {"orders": 3, "payments": 2}
 Row = tuple[Any, ...]
 
@@ -377,3 +386,80 @@ def test_killed_run_leaves_tables_as_before_and_next_run_converges(
     assert rows == expected(broker, capture(broker.engine))
     assert sum(counts.values()) == len(rows) - len(before_rows)
     assert staging_tables(broker) == []
+
+
+@pytest.mark.spark
+def test_more_aborted_entries_than_it_broadcasts(
+    spark: SparkSession, db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the broadcast limit the aborted index is joined as an ordinary table (Spark's
+    own broadcasting off too): the rows are the same."""
+    rng = random.Random(664)
+    drivers = drivers_for(broker, "a", "b", "c")
+    for step in range(6):
+        for d in drivers:
+            assert d.send("orders", step % 3, f"{d.transactional_id}{step}").error_code == 0
+            plain(broker, "orders", step % 3, 3, rng)
+        for i, d in enumerate(drivers):
+            assert d.end(commit=(step + i) % 2 == 0) == 0
+    monkeypatch.setattr(MATERIALIZE, "BROADCAST_ABORTED_MAX", 2)
+    before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
+    said: list[str] = []
+    try:
+        run_materialization(spark, db_url, progress=lambda _stage, message: said.append(message))
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
+    with broker.engine.connect() as conn:
+        n_aborted = conn.execute(text("SELECT count(*) FROM aborted_txns")).scalar_one()
+    assert n_aborted > 2
+    assert any(f"{n_aborted} aborted-index entries" in m for m in said), said
+    assert table(broker) == expected(broker, capture(broker.engine))
+    assert table(broker) == table(broker, "committed_records")
+
+
+@pytest.mark.spark
+def test_a_topic_created_again_between_runs_starts_over(
+    spark: SparkSession, db_url: str, broker: Broker
+) -> None:
+    rng = random.Random(516)
+    plain(broker, "payments", 0, 40, rng)
+    materialize(spark, db_url, topics=["payments"])
+    assert progress(broker)[("payments", 0)] == 40
+    delete_topic(broker, "payments")
+    create_topic(broker, "payments", 2)
+    plain(broker, "payments", 0, 5, rng)
+    counts = materialize(spark, db_url, topics=["payments"])
+    assert counts[("payments", 0)] == 5
+    assert table(broker) == table(broker, "committed_records")
+    assert progress(broker)[("payments", 0)] == 5
+
+
+@pytest.mark.spark
+def test_a_topic_created_again_during_a_run_gets_nothing_of_it(
+    spark: SparkSession, db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deleted and created again after the capture, while the run stages: the run moves
+    none of the old log's rows and records no progress for the new log, which the next
+    run materialises from its start."""
+    rng = random.Random(890)
+    plain(broker, "payments", 0, 40, rng)
+    plain(broker, "orders", 0, 10, rng)
+
+    def recreate(name: str) -> None:
+        if name == "spark.materialize.staged":
+            delete_topic(broker, "payments")
+            create_topic(broker, "payments", 2)
+            plain(broker, "payments", 0, 5, rng)
+
+    monkeypatch.setattr(MATERIALIZE, "crash_point", recreate)
+    counts = materialize(spark, db_url)
+    assert counts[("orders", 0)] == 10
+    assert not any(r[0] == "payments" for r in table(broker))
+    assert ("payments", 0) not in progress(broker)
+
+    monkeypatch.undo()
+    counts = materialize(spark, db_url)
+    assert counts[("payments", 0)] == 5
+    assert table(broker) == table(broker, "committed_records")
+    assert progress(broker)[("payments", 0)] == 5

@@ -10,10 +10,13 @@ Order of writes, so that a process killed anywhere leaves a consistent log:
    long and readers (which start at the log start) never see a half-deleted prefix.
 3. Compaction removes, in one transaction: markers that have had no record of their
    transaction left for delete.retention.ms (with an ABORT marker's aborted-index entry),
-   then aborted data, superseded values and expired tombstones; last it notes which
-   markers have just become empty. So an aborted-index entry outlives its transaction's
-   records by delete.retention.ms at least: a reader (a consumer, a Spark job) that saw
-   those records while they existed also sees the entry that hides them.
+   then aborted data, superseded values and tombstones first passed delete.retention.ms
+   ago; last it notes which markers have just become empty and how far this pass
+   reached (the tombstones up to there start their delete.retention.ms now). So an
+   aborted-index entry outlives its transaction's records by delete.retention.ms at
+   least: a reader (a consumer, a Spark job) that saw those records while they existed
+   also sees the entry that hides them; and a consumer within delete.retention.ms of the
+   head sees every tombstone, however old its timestamp.
 
 Compaction never touches producer state: each producer's last batch (epoch, sequences,
 offsets) stays in ``producer_states`` and in the snapshot until the producer expires, as
@@ -148,6 +151,7 @@ def _advance_log_start(conn: Connection, key: dict[str, Any], target: int) -> No
             conn.execute(sql.EVICT_SNAPSHOT_PRODUCERS, {**key, "producer_ids": evicted})
         conn.execute(sql.DROP_ABORTED_BELOW, {**key, "log_start": target})
         conn.execute(sql.DROP_HORIZONS_BELOW, {**key, "log_start": target})
+        conn.execute(sql.DROP_PASSES_BELOW, {**key, "log_start": target})
         conn.execute(sql.ADVANCE_LOG_START, {**key, "log_start": target})
     crash_point("cleaner.after_log_start")
 
@@ -230,6 +234,8 @@ def _compact(
             stats.add(conn.execute(statement, params).one())
             crash_point("cleaner.mid_compaction")
         conn.execute(sql.MARK_EMPTY_MARKERS, params)
+        conn.execute(sql.DROP_EXPIRED_PASSES, params)
+        conn.execute(sql.NOTE_PASS, params)
 
 
 def clean_partition(

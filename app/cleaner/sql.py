@@ -204,14 +204,38 @@ DELETE_SUPERSEDED = removing(
     """
 )
 
-# Tombstones older than delete.retention.ms (any older value of their key is gone by now).
+# Tombstones the cleaner first passed more than delete.retention.ms ago (any older value
+# of their key is gone by now): those below the furthest pass that old.
 DELETE_TOMBSTONES = removing(
     """
         DELETE FROM records r
         WHERE r.topic = :topic AND r.partition = :partition
           AND r."offset" >= :log_start AND r."offset" < :limit
           AND NOT r.is_control AND r.key IS NOT NULL AND r.value IS NULL
-          AND r."timestamp" < :horizon
+          AND r."offset" < (
+              SELECT coalesce(max(up_to_offset), 0) FROM cleaner_tombstone_passes
+              WHERE topic = :topic AND partition = :partition AND passed_ms < :horizon)
+    """
+)
+
+# This pass, if it reached further than any before: the records in between are passed
+# for the first time now.
+NOTE_PASS = text(
+    """
+    INSERT INTO cleaner_tombstone_passes (topic, partition, up_to_offset, passed_ms)
+    SELECT :topic, :partition, :limit, :now
+    WHERE NOT EXISTS (
+        SELECT 1 FROM cleaner_tombstone_passes
+        WHERE topic = :topic AND partition = :partition AND up_to_offset >= :limit)
+    """
+)
+
+# Passes whose tombstones this pass has just removed are of no more use.
+DROP_EXPIRED_PASSES = text(
+    """
+    DELETE FROM cleaner_tombstone_passes
+    WHERE topic = :topic AND partition = :partition
+      AND passed_ms < :horizon AND up_to_offset <= :limit
     """
 )
 
@@ -260,11 +284,15 @@ DELETE_EXPIRED_MARKERS = removing(
     """,
 )
 
+# Whether a marker or a tombstone has come due since the last pass.
 EXPIRED_HORIZONS = text(
     """
     SELECT EXISTS (
         SELECT 1 FROM cleaner_marker_horizons
         WHERE topic = :topic AND partition = :partition AND empty_since_ms < :horizon)
+    OR EXISTS (
+        SELECT 1 FROM cleaner_tombstone_passes
+        WHERE topic = :topic AND partition = :partition AND passed_ms < :horizon)
     """
 )
 
@@ -272,6 +300,12 @@ DROP_HORIZONS_BELOW = text(
     """
     DELETE FROM cleaner_marker_horizons
     WHERE topic = :topic AND partition = :partition AND "offset" < :log_start
+    """
+)
+DROP_PASSES_BELOW = text(
+    """
+    DELETE FROM cleaner_tombstone_passes
+    WHERE topic = :topic AND partition = :partition AND up_to_offset <= :log_start
     """
 )
 

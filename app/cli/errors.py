@@ -11,11 +11,11 @@ import sys
 from typing import IO, Any
 
 import click
-import psycopg
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError
 
 from app.errors import KafkaException
 from app.storage.embedded import EmbeddedError
+from app.storage.errors import kafka_error
 
 
 class CliError(click.ClickException):
@@ -36,13 +36,13 @@ def describe(exc: BaseException) -> str | None:
         return f"{exc.error.name()}: {one_line(exc.error.str())}"
     if isinstance(exc, EmbeddedError):
         return one_line(exc)
-    if isinstance(exc, DBAPIError):
-        # str(DBAPIError) adds the SQL and a documentation link; the driver's text is the cause.
-        return f"database: {one_line(exc.orig if exc.orig is not None else exc)}"
+    error = kafka_error(exc)
+    if error is not None:
+        # Said as an application is told it (docs/design.md rule 25): what it means first,
+        # then the driver's first line, without the SQL and link str(DBAPIError) adds.
+        return f"database: {one_line(error.str())}"
     if isinstance(exc, ArgumentError):  # a malformed URL or an unknown driver
         return f"database URL: {one_line(exc)}"
-    if isinstance(exc, psycopg.Error):
-        return f"database: {one_line(exc)}"
     # Alembic is imported only by the commands that migrate; checking by module keeps every
     # other command from paying for importing it.
     if type(exc).__module__.startswith("alembic.") and type(exc).__name__ == "CommandError":

@@ -12,15 +12,26 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-import psycopg
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from app.broker import Broker, principal_from_env
 from app.errors import KafkaError, fail
 from app.settings import BrokerSettings
 from app.storage.engine import resolve_url
+from app.storage.errors import is_retriable, kafka_error, kafka_errors, raise_as_kafka
 from app.storage.limits import bound_requests, connect_args, request_deadline
+
+# What the client modules need of storage comes through here.
+__all__ = [
+    "client_broker",
+    "client_engine",
+    "is_connection_error",
+    "kafka_error",
+    "kafka_errors",
+    "raise_as_kafka",
+    "request_deadline",
+    "retry_connection_loss",
+]
 
 R = TypeVar("R")
 
@@ -61,32 +72,32 @@ def client_broker(url: str | None, client_id: str | None, principal: str | None 
 
 
 def is_connection_error(exc: BaseException) -> bool:
-    """Whether a failed request may simply be sent again.
+    """Whether a failed request may simply be sent again: the connection lost, the server
+    restarting, a bound reached, a conflict that outlasted its retries.
 
     A lost connection leaves the outcome unknown (the COMMIT may or may not have happened),
     which is safe to retry only because requests are idempotent: an idempotent produce is
     deduplicated by sequence number, and reads change nothing.
     """
-    if isinstance(exc, DBAPIError):
-        return bool(exc.connection_invalidated) or isinstance(
-            exc, OperationalError | InterfaceError
-        )
-    return isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+    return is_retriable(exc)
 
 
 def retry_connection_loss(
     call: Callable[[], R], deadline: float, backoff_s: float, code: int = KafkaError._TRANSPORT
 ) -> R:
-    """Run ``call``, again after a lost connection, until the monotonic ``deadline``; then
-    a KafkaException with ``code``. Only for requests that are safe to repeat (reads, and
-    writes the broker recognises as retries)."""
+    """Run ``call``, again after a retriable database failure, until the monotonic
+    ``deadline``; then a KafkaException with ``code``. Only for requests that are safe to
+    repeat (reads, and writes the broker recognises as retries). Any other database
+    failure is raised at once, as its KafkaException."""
     while True:
         try:
             with request_deadline(deadline):
                 return call()
         except Exception as exc:
             if not is_connection_error(exc):
-                raise
+                raise_as_kafka(exc)
             if time.monotonic() + backoff_s >= deadline:
-                raise fail(code, f"database unreachable: {exc}") from exc
+                error = kafka_error(exc)
+                reason = error.str() if error is not None else str(exc)
+                raise fail(code, f"gave up: {reason}") from exc
             time.sleep(backoff_s)

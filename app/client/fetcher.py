@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from itertools import zip_longest
 
 from app.broker import Broker
-from app.client.connection import is_connection_error
+from app.client.connection import is_connection_error, raise_as_kafka
 from app.client.message import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -255,7 +255,7 @@ class Fetcher:
                 records = self._fetch(cursor, max(1, min(self.max_partition_bytes, left)), first)
             except Exception as exc:
                 if not is_connection_error(exc):
-                    raise
+                    raise_as_kafka(exc)
                 log.info(
                     "fetch %s [%d]: connection lost, will retry: %s",
                     cursor.topic,

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from app.broker import Broker
 from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
-from app.client.connection import is_connection_error
+from app.client.connection import is_connection_error, kafka_error
 from app.client.delivery import DeliveryReports, Outcome
 from app.errors import KafkaError
 from app.log.append import produce as produce_handler
@@ -302,10 +302,10 @@ class Sender:
             # An earlier attempt may have committed the transaction with this batch; only
             # an answer can tell, so it is asked again, however this attempt failed.
             log.error("commit to %s [%d] failed", batch.topic, batch.partition, exc_info=exc)
-            self._retry_or_fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
+            self._retry_or_fail(batch, _failure(exc))
         else:
             log.error("produce to %s [%d] failed", batch.topic, batch.partition, exc_info=exc)
-            self._fail(batch, KafkaError(KafkaError._FAIL, f"produce failed: {exc}"))
+            self._fail(batch, _failure(exc))
 
     def _settle(self, batch: Batch, response: ProduceResponse) -> None:
         if response.error_code == KafkaError.NO_ERROR:
@@ -402,3 +402,9 @@ class Sender:
             )
             acc.complete(batch)
         self.reports.push(outcomes)
+
+
+def _failure(exc: Exception) -> KafkaError:
+    """What a delivery report says of a produce that raised: the database failure's own
+    code and flags (docs/design.md rule 25), else a local failure."""
+    return kafka_error(exc) or KafkaError(KafkaError._FAIL, f"produce failed: {exc}")

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from app.broker import Broker
 from app.client import txn_manager as tm
 from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
-from app.client.connection import is_connection_error, request_deadline
+from app.client.connection import is_connection_error, kafka_error, raise_as_kafka, request_deadline
 from app.client.delivery import DeliveryReports, Outcome
 from app.client.message import TopicPartition
 from app.client.sender import Sender
@@ -133,8 +133,8 @@ class Transactions:
                 last = KafkaError(code_of(response))
             except Exception as exc:
                 if not is_connection_error(exc):
-                    raise
-                last = KafkaError(KafkaError._TRANSPORT, f"database unreachable: {exc}")
+                    raise_as_kafka(exc)
+                last = kafka_error(exc) or KafkaError(KafkaError._TRANSPORT, str(exc))
             if time.monotonic() + self.retry_backoff_s >= deadline:
                 raise KafkaException(
                     KafkaError(KafkaError._TIMED_OUT, f"timed out: {last.str()}", retriable=True)

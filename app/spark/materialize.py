@@ -75,6 +75,7 @@ class PartitionBounds:
     log_start: int
     lso: int
     progress: int | None
+    topic_id: str | None = None  # the topic's incarnation at capture
 
     @property
     def start(self) -> int:
@@ -139,7 +140,7 @@ def capture(engine: Engine, topics: Sequence[str] | None = None) -> list[Partiti
     """Every selected partition's log start, LSO and committed progress, at one instant."""
     with engine.connect() as conn:
         rows = conn.execute(sql.CAPTURE, {"topics": list(topics) if topics else None}).all()
-    return [PartitionBounds(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    return [PartitionBounds(*r) for r in rows]
 
 
 def drop_leftover_staging(engine: Engine) -> list[str]:
@@ -265,19 +266,28 @@ def committed_frame(
 def _commit(
     engine: Engine, staging: str | None, bounds: list[PartitionBounds]
 ) -> dict[tuple[str, int], int]:
-    """The one transaction that makes a run visible: rows and progress together."""
-    params: dict[str, Any] = {
-        "topics": [b.topic for b in bounds],
-        "partitions": [b.partition for b in bounds],
-        "log_starts": [b.log_start for b in bounds],
-        "lsos": [b.lso for b in bounds],
-    }
+    """The one transaction that makes a run visible: rows and progress together, for the
+    captured topics that are still the ones captured (a topic deleted and created again
+    since starts over at the next run; nothing of its predecessor carries over)."""
     counts: dict[tuple[str, int], int] = {}
     with engine.begin() as conn:
         conn.execute(sql.LOCK_MOVE, {"ns": sql.LOCK_NAMESPACE, "key": sql.MOVE_LOCK})
+        names = sorted({b.topic for b in bounds})
+        rows = conn.execute(sql.CURRENT_TOPIC_IDS, {"topics": names}).all()
+        current: dict[str, str] = {t: i for t, i in rows}
+        bounds = [
+            b for b in bounds if b.topic_id is not None and current.get(b.topic) == b.topic_id
+        ]
+        params: dict[str, Any] = {
+            "topics": [b.topic for b in bounds],
+            "partitions": [b.partition for b in bounds],
+            "log_starts": [b.log_start for b in bounds],
+            "lsos": [b.lso for b in bounds],
+        }
         conn.execute(sql.FORGET_UNTRACKED, params)
         conn.execute(sql.PRUNE_BELOW_LOG_START, params)
         if staging is not None:
+            conn.execute(text(sql.drop_staged_except(staging)), {"topics": params["topics"]})
             counts = _move(conn, staging)
         crash_point("spark.materialize.moving")
         conn.execute(sql.ADVANCE_PROGRESS, params)

@@ -24,11 +24,24 @@ MOVE_LOCK = 0
 # Each partition's bounds in one statement, so all partitions are captured at one instant.
 CAPTURE = text(
     """
-    SELECT p.topic, p.partition, p.log_start_offset, p.last_stable_offset, m.up_to_offset
+    SELECT p.topic, p.partition, p.log_start_offset, p.last_stable_offset, m.up_to_offset,
+           CAST(t.topic_id AS text) AS topic_id
     FROM partitions p
+    JOIN topics t ON t.topic = p.topic
     LEFT JOIN materialization_progress m ON m.topic = p.topic AND m.partition = p.partition
     WHERE CAST(:topics AS text[]) IS NULL OR p.topic = ANY(CAST(:topics AS text[]))
     ORDER BY p.topic, p.partition
+    """
+)
+
+# The captured topics as they are now, held until the move commits: a topic deleted (and
+# perhaps created again) since the capture has another id, or none.
+CURRENT_TOPIC_IDS = text(
+    """
+    SELECT topic, CAST(topic_id AS text) FROM topics
+    WHERE topic = ANY(CAST(:topics AS text[]))
+    ORDER BY topic
+    FOR SHARE
     """
 )
 
@@ -104,6 +117,12 @@ def create_staging(name: str) -> str:
 
 def drop_staging(name: str) -> str:
     return f"DROP TABLE IF EXISTS {check_staging_name(name)}"
+
+
+def drop_staged_except(name: str) -> str:
+    """Staged rows of topics that are gone since the capture: they belong to a log that
+    no longer exists, so they are not moved."""
+    return f"DELETE FROM {check_staging_name(name)} WHERE NOT topic = ANY(CAST(:topics AS text[]))"
 
 
 def count_staging(name: str) -> str:

@@ -23,9 +23,10 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.schema import SchemaItem
 
 NAMING = {
@@ -46,7 +47,14 @@ topics = Table(
     Column("num_partitions", Integer, nullable=False),
     Column("config", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_ms", BigInteger, nullable=False),
+    # Which incarnation of the name this is (Kafka's topic id, KIP-516): a topic deleted
+    # and created again gets a new one, so work captured against the old one is not
+    # applied to the new one.
+    Column(
+        "topic_id", UUID(as_uuid=True), nullable=False, server_default=text("gen_random_uuid()")
+    ),
     CheckConstraint("num_partitions >= 1", name="num_partitions_positive"),
+    UniqueConstraint("topic_id"),
 )
 
 partitions = Table(
@@ -160,6 +168,25 @@ cleaner_marker_horizons = Table(
     Column("offset", BigInteger, nullable=False),
     Column("empty_since_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("topic", "partition", "offset"),
+    ForeignKeyConstraint(
+        ["topic", "partition"],
+        ["partitions.topic", "partitions.partition"],
+        ondelete="CASCADE",
+    ),
+)
+
+# Compaction passes within the last delete.retention.ms: each reached ``up_to_offset`` at
+# ``passed_ms``. A tombstone is first passed by the first pass whose range holds it, and
+# goes delete.retention.ms after that (Kafka's delete horizon, KIP-534), whatever its
+# timestamp says.
+cleaner_tombstone_passes = Table(
+    "cleaner_tombstone_passes",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("up_to_offset", BigInteger, nullable=False),
+    Column("passed_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "partition", "up_to_offset"),
     ForeignKeyConstraint(
         ["topic", "partition"],
         ["partitions.topic", "partitions.partition"],
