@@ -16,7 +16,6 @@ from app.client.message import TopicPartition
 from app.config import ADMIN, parse_config
 from app.coordinator.inspect import TransactionDescription, list_transactions
 from app.errors import KafkaError, KafkaException, fail
-from app.groups.offsets import offset_fetch
 from app.log.inspect import (
     HangingTransaction,
     ProducerDescription,
@@ -225,7 +224,7 @@ class AdminClient:
     def list_consumer_group_offsets(self, group_id: str) -> list[TopicPartition]:
         name_arg(group_id, "group_id")
         with kafka_errors():
-            r = offset_fetch(self._broker, OffsetFetchRequest(group_id))
+            r = self._broker.handle(OffsetFetchRequest(group_id))
         if r.error_code:
             raise fail(r.error_code, r.error_message)
         return [

@@ -266,11 +266,6 @@ class KafkaException(Exception):
         return str(self.args[0])
 
 
-def error_name(code: int) -> str:
-    """The Kafka name of a numeric code (used by the CLI and the SQL-facing tools)."""
-    return _BY_CODE.get(code, f"ERR_{code}")
-
-
 def fail(code: int, reason: str | None = None, **flags: Any) -> KafkaException:
     """Build the exception for a handler's error answer; ``raise fail(KafkaError.X, "why")``."""
     return KafkaException(KafkaError(code, reason, **flags))

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def _admin_conninfo(url: str) -> str:
+def admin_conninfo(url: str) -> str:
     u = make_url(url)
     return psycopg.conninfo.make_conninfo(
         host=u.host or "127.0.0.1",
@@ -35,7 +35,7 @@ def _admin_conninfo(url: str) -> str:
     )
 
 
-def _with_database(url: str, name: str) -> str:
+def with_database(url: str, name: str) -> str:
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 
 
@@ -52,13 +52,13 @@ def server_url() -> str:
 @pytest.fixture(scope="session")
 def template_db(server_url: str) -> Iterator[str]:
     name = f"kip98_tmpl_{os.getpid()}"
-    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
-    upgrade_to_head(_with_database(server_url, name))
+    upgrade_to_head(with_database(server_url, name))
     yield name
     dispose_engines()
-    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -66,13 +66,13 @@ def template_db(server_url: str) -> Iterator[str]:
 def db_url(server_url: str, template_db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A fresh, migrated, empty database; also exported as KIP98_DATABASE_URL for subprocesses."""
     name = f"kip98_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    url = _with_database(server_url, name)
+    url = with_database(server_url, name)
     monkeypatch.setenv("KIP98_DATABASE_URL", url)
     yield url
     dispose_engines()
-    with psycopg.connect(_admin_conninfo(server_url), autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -4,7 +4,7 @@ equal the live ones, and a rebuild that replaces them leaves them as they were."
 from __future__ import annotations
 
 from app.broker import Broker
-from app.storage.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
+from app.broker.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
 
 
 def assert_partition_log_rebuilds(broker: Broker, now_ms: int) -> None:

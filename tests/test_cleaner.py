@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.rebuild import rebuild_all
 from app.cleaner import plan
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.client import Consumer, TopicPartition
@@ -32,7 +33,6 @@ from app.log.topic_config import CleanupConfig
 from app.log.topics import alter_topic_config, create_topic
 from app.protocol import READ_COMMITTED, READ_UNCOMMITTED, FetchRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
-from app.storage.rebuild import rebuild_all
 from tests.identities import hand_out
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.rebuild import compute_partition_log, live_rows, projection_rows
 from app.clock import ManualClock
 from app.coordinator import machines as m
 from app.coordinator.handlers import (
@@ -46,7 +47,6 @@ from app.protocol import (
     WriteTxnMarkersRequest,
 )
 from app.settings import BrokerSettings
-from app.storage.rebuild import compute_partition_log, live_rows, projection_rows
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 

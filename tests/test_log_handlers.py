@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
 from app.client.message import decode_headers, encode_headers
 from app.clock import ManualClock
 from app.errors import KafkaError, KafkaException
@@ -31,7 +32,6 @@ from app.protocol import (
     RecordIn,
 )
 from app.settings import BrokerSettings
-from app.storage.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
 from tests.identities import hand_out, identity_at_epoch, init_transactional
 
 

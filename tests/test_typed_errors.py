@@ -25,28 +25,18 @@ from app.security.roles import apply_roles
 from app.storage.engine import MAX_ATTEMPTS, dispose_engines, retry_conflicts
 from app.storage.errors import kafka_error, meaning
 from tests.cli_runner import run_kip98
-
-
-def _conninfo(url: str, dbname: str) -> str:
-    u = make_url(url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1",
-        port=u.port or 5432,
-        user=u.username or "",
-        password=u.password or "",
-        dbname=dbname,
-    )
+from tests.conftest import admin_conninfo, with_database
 
 
 @pytest.fixture
 def unmigrated_url(server_url: str) -> Iterator[str]:
     """An empty database on the same server: reachable, but without kip98's schema."""
     name = f"kip98_bare_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_conninfo(server_url, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    yield with_database(server_url, name)
     dispose_engines()
-    with psycopg.connect(_conninfo(server_url, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

@@ -14,7 +14,6 @@ import multiprocessing
 import time
 from typing import Any
 
-from app.broker import Broker
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.coordinator.handlers import add_partitions_to_txn, end_txn
 from app.coordinator.producer_id import init_producer_id
@@ -27,6 +26,7 @@ from app.protocol import (
     ProduceRequest,
     RecordIn,
 )
+from app.storage.context import BrokerContext
 
 BATCH = 1_000
 KEYS = 10_000
@@ -39,7 +39,7 @@ def _records(start: int, n: int, timestamp: int = 0) -> list[RecordIn]:
     ]
 
 
-def _idempotent(broker: Broker, topic: str, n: int, timestamp: int = 0) -> float:
+def _idempotent(broker: BrokerContext, topic: str, n: int, timestamp: int = 0) -> float:
     """Append ``n`` keyed records in batches of 1000; returns the seconds it took."""
     ident = init_producer_id(broker, InitProducerIdRequest(None, 60_000))
     started = time.perf_counter()
@@ -56,7 +56,7 @@ def _idempotent(broker: Broker, topic: str, n: int, timestamp: int = 0) -> float
     return time.perf_counter() - started
 
 
-def _with_aborts(broker: Broker, topic: str, n: int, abort_every: int = 10) -> None:
+def _with_aborts(broker: BrokerContext, topic: str, n: int, abort_every: int = 10) -> None:
     """``n`` keyed records in transactions of 1000, one in ``abort_every`` aborted."""
     tid = f"{topic}-bench"
     ident = init_producer_id(broker, InitProducerIdRequest(tid, 60_000))
@@ -73,7 +73,7 @@ def _with_aborts(broker: Broker, topic: str, n: int, abort_every: int = 10) -> N
         pid, epoch = end.producer_id, end.producer_epoch
 
 
-def _clean_once(broker: Broker, topic: str) -> tuple[float, Any]:
+def _clean_once(broker: BrokerContext, topic: str) -> tuple[float, Any]:
     [target] = partitions_to_clean(broker, topic)
     started = time.perf_counter()
     stats = clean_partition(broker, topic, 0, target.config)
@@ -81,14 +81,14 @@ def _clean_once(broker: Broker, topic: str) -> tuple[float, Any]:
 
 
 def _clean_until(url: str, topic: str, stop: Any, passes: Any, force: bool) -> None:
-    broker = Broker.connect(url)
+    broker = BrokerContext.connect(url)
     [target] = partitions_to_clean(broker, topic)
     while not stop.is_set():
         clean_partition(broker, topic, 0, target.config, force=force)
         passes.value += 1
 
 
-def _produce_latencies(broker: Broker, topic: str, until: Any) -> list[float]:
+def _produce_latencies(broker: BrokerContext, topic: str, until: Any) -> list[float]:
     """Batches of 100 to ``topic`` until ``until()``; each batch's seconds."""
     ident = init_producer_id(broker, InitProducerIdRequest(None, 60_000))
     out, seq = [], 0
@@ -104,12 +104,12 @@ def _produce_latencies(broker: Broker, topic: str, until: Any) -> list[float]:
 
 
 def _retention_pass(url: str, topic: str) -> None:
-    broker = Broker.connect(url)
+    broker = BrokerContext.connect(url)
     [target] = partitions_to_clean(broker, topic)
     clean_partition(broker, topic, 0, target.config)
 
 
-def _retention_lockout(broker: Broker, url: str, n_records: int) -> dict[str, float]:
+def _retention_lockout(broker: BrokerContext, url: str, n_records: int) -> dict[str, float]:
     """The slowest produce to a partition while retention deletes ``n_records`` below its
     new log start, against the slowest produce to it with no cleaner about."""
     create_topic(broker, "expiring", 1, {"retention.ms": 1})
@@ -129,7 +129,7 @@ def _retention_lockout(broker: Broker, url: str, n_records: int) -> dict[str, fl
 
 
 def _produce_while_cleaning(
-    broker: Broker, url: str, topic: str, n_records: int, force: bool
+    broker: BrokerContext, url: str, topic: str, n_records: int, force: bool
 ) -> tuple[float, int]:
     """Seconds to append ``n_records`` to ``topic`` while a cleaner process cleans it pass
     after pass (forced full passes, or passes that heed min.cleanable.dirty.ratio as the
@@ -151,7 +151,7 @@ def _produce_while_cleaning(
 
 
 def bench_cleaner(url: str, n_records: int) -> dict[str, Any]:
-    broker = Broker.connect(url)
+    broker = BrokerContext.connect(url)
     out: dict[str, Any] = {"records": n_records, "distinct_keys": KEYS}
 
     create_topic(broker, "compacted", 1, COMPACT)

@@ -37,11 +37,11 @@ from psycopg.errors import InsufficientPrivilege
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from app.broker import Broker
 from app.cleaner import plan, sql
 from app.faults import crash_point
 from app.log.projection import entry_row, fold_range, insert_entries
 from app.log.topic_config import CleanupConfig
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 from app.storage.limits import lift_statement_bound
 
@@ -89,7 +89,7 @@ def _boundary(conn: Connection, topic: str, partition: int, offset: int) -> int:
 
 
 def _take_snapshot(
-    conn: Connection, broker: Broker, topic: str, partition: int, from_offset: int, at: int
+    conn: Connection, broker: BrokerContext, topic: str, partition: int, from_offset: int, at: int
 ) -> None:
     """Commit the producer state as of ``at`` (a batch boundary above the last snapshot)."""
     exp = broker.settings.producer_id_expiration_ms
@@ -105,7 +105,7 @@ def _take_snapshot(
 
 
 def _retain(
-    conn: Connection, broker: Broker, stats: CleanStats, cfg: CleanupConfig, now: int
+    conn: Connection, broker: BrokerContext, stats: CleanStats, cfg: CleanupConfig, now: int
 ) -> None:
     key = {"topic": stats.topic, "partition": stats.partition}
     with conn.begin():
@@ -176,7 +176,7 @@ def _delete_below_log_start(conn: Connection, stats: CleanStats, slice_size: int
 
 def _compact(
     conn: Connection,
-    broker: Broker,
+    broker: BrokerContext,
     stats: CleanStats,
     cfg: CleanupConfig,
     now: int,
@@ -239,7 +239,7 @@ def _compact(
 
 
 def clean_partition(
-    broker: Broker,
+    broker: BrokerContext,
     topic: str,
     partition: int,
     cfg: CleanupConfig,
@@ -288,14 +288,14 @@ def cleaner_partition(topic: str, partition: int, transaction_log_partitions: in
     return zlib.crc32(f"{topic}/{partition}".encode()) % transaction_log_partitions
 
 
-def partitions_to_clean(broker: Broker, topic: str | None = None) -> list[PartitionToClean]:
+def partitions_to_clean(broker: BrokerContext, topic: str | None = None) -> list[PartitionToClean]:
     with broker.engine.connect() as conn:
         rows = conn.execute(sql.PARTITIONS, {"topic": topic}).all()
     return [PartitionToClean(r.topic, r.partition, CleanupConfig.of(r.config)) for r in rows]
 
 
 def clean(
-    broker: Broker,
+    broker: BrokerContext,
     targets: list[PartitionToClean],
     now_ms: int | None = None,
     on_partition: Callable[[CleanStats], None] | None = None,

@@ -89,7 +89,7 @@ def migrate() -> None:
 def rebuild() -> None:
     """Recompute every projection from its event log."""
     try:
-        from app.storage.rebuild import rebuild_all  # type: ignore[import-not-found, unused-ignore]
+        from app.broker.rebuild import rebuild_all  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:
         raise CliError(f"rebuild is not available: {exc}") from exc
     result = rebuild_all(get_engine())

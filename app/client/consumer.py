@@ -31,7 +31,6 @@ from app.client.message import (
 from app.client.transactions import ConsumerGroupMetadata
 from app.config import CONSUMER, ClientConfig, parse_config
 from app.errors import KafkaError, KafkaException, fail
-from app.log.fetch import list_offsets
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -250,7 +249,7 @@ class Consumer:
     def _list_offset(self, tp: TopicPartition, timestamp: int, deadline: float) -> int:
         request = ListOffsetsRequest(tp.topic, tp.partition, timestamp, READ_UNCOMMITTED)
         response = retry_connection_loss(
-            lambda: list_offsets(self._broker, request),
+            lambda: self._broker.handle(request),
             deadline,
             self._retry_backoff_s,
             KafkaError._TIMED_OUT,

@@ -32,7 +32,7 @@ from app.client.message import (
     Message,
 )
 from app.errors import KafkaError
-from app.log.fetch import fetch, list_offsets, payload_bytes
+from app.log.fetch import payload_bytes
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -46,7 +46,6 @@ from app.protocol import (
 log = logging.getLogger(__name__)
 
 RESET_EARLIEST = "earliest"
-RESET_LATEST = "latest"
 RESET_ERROR = "error"
 
 # A cursor whose offset is one of these has yet to learn where to start.
@@ -272,8 +271,7 @@ class Fetcher:
         self, cursor: PartitionCursor, max_bytes: int, min_one_record: bool
     ) -> list[RecordOut]:
         """Fetch into the cursor's (empty) buffer; the records fetched."""
-        response = fetch(
-            self.broker,
+        response = self.broker.handle(
             FetchRequest(
                 cursor.topic,
                 cursor.partition,
@@ -354,8 +352,7 @@ class Fetcher:
     def list_offset(self, topic: str, partition: int, logical: int) -> int | KafkaError:
         """OFFSET_BEGINNING: the log start; OFFSET_END: the end a reader at this isolation
         level sees (the LSO in read_committed)."""
-        response = list_offsets(
-            self.broker,
+        response = self.broker.handle(
             ListOffsetsRequest(
                 topic,
                 partition,

@@ -23,8 +23,6 @@ from app.client.connection import retry_connection_loss
 from app.client.message import OFFSET_INVALID, TopicPartition
 from app.client.transactions import ConsumerGroupMetadata
 from app.errors import KafkaError, KafkaException, fail
-from app.groups.membership import heartbeat, join_group, leave_group, sync_group
-from app.groups.offsets import offset_commit, offset_fetch
 from app.protocol import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -133,14 +131,14 @@ class GroupMember:
                 log.warning("no poll for max.poll.interval.ms; leaving group %s", self.group_id)
                 member_id, self.member_id, self.joined = self.member_id, "", False
                 try:
-                    leave_group(self.broker, LeaveGroupRequest(self.group_id, member_id))
+                    self.broker.handle(LeaveGroupRequest(self.group_id, member_id))
                 except Exception as exc:  # the session timeout removes us anyway
                     log.info("leave group failed: %s", exc)
                 self.needs_rejoin.set()
                 continue
             try:
-                r = heartbeat(
-                    self.broker, HeartbeatRequest(self.group_id, self.member_id, self.generation_id)
+                r = self.broker.handle(
+                    HeartbeatRequest(self.group_id, self.member_id, self.generation_id)
                 )
             except Exception as exc:
                 log.info("heartbeat failed, will retry: %s", exc)
@@ -160,8 +158,7 @@ class GroupMember:
         if self.needs_rejoin.is_set():
             self._revoke(consumer, commit_on_revoke)
             r = self._retrying(
-                lambda: join_group(
-                    self.broker,
+                lambda: self.broker.handle(
                     JoinGroupRequest(
                         self.group_id,
                         self.member_id,
@@ -179,8 +176,8 @@ class GroupMember:
             self._pending_assignment = True
         if self._pending_assignment:
             s = self._retrying(
-                lambda: sync_group(
-                    self.broker, SyncGroupRequest(self.group_id, self.member_id, self.generation_id)
+                lambda: self.broker.handle(
+                    SyncGroupRequest(self.group_id, self.member_id, self.generation_id)
                 )
             )
             if s.error_code == KafkaError.REBALANCE_IN_PROGRESS:
@@ -233,8 +230,8 @@ class GroupMember:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         while True:
             r = self._retrying(
-                lambda: offset_fetch(
-                    self.broker, OffsetFetchRequest(self.group_id, keys, require_stable=True)
+                lambda: self.broker.handle(
+                    OffsetFetchRequest(self.group_id, keys, require_stable=True)
                 )
             )
             if r.error_code == KafkaError.NO_ERROR:
@@ -255,8 +252,7 @@ class GroupMember:
             raise fail(KafkaError._NO_OFFSET, "no offsets to commit")
         meta = self.metadata()
         r = self._retrying(
-            lambda: offset_commit(
-                self.broker,
+            lambda: self.broker.handle(
                 OffsetCommitRequest(self.group_id, values, meta.generation_id, meta.member_id),
             )
         )
@@ -281,7 +277,7 @@ class GroupMember:
             self._thread = None
         if self.member_id:
             try:
-                leave_group(self.broker, LeaveGroupRequest(self.group_id, self.member_id))
+                self.broker.handle(LeaveGroupRequest(self.group_id, self.member_id))
             except Exception as exc:  # the session timeout removes us anyway
                 log.info("leave group failed: %s", exc)
         self.member_id, self.generation_id = "", -1

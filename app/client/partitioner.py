@@ -20,15 +20,6 @@ _M = 0x5BD1E995
 _R = 24
 _MASK32 = 0xFFFFFFFF
 
-#: Partitioner names librdkafka accepts for the ``partitioner`` setting.
-PARTITIONERS = (
-    "murmur2_random",
-    "murmur2",
-    "consistent_random",
-    "consistent",
-    "random",
-)
-
 
 def _to_signed32(value: int) -> int:
     value &= _MASK32

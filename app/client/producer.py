@@ -39,12 +39,10 @@ from app.client.sender import Sender
 from app.client.transactions import Transactions
 from app.client.txn_manager import IN_TRANSACTION
 from app.config import PRODUCER, ClientConfig, parse_config
-from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException, fail
 from app.log.copy_records import record_size_bytes
 from app.log.topics import partition_count
 from app.protocol import InitProducerIdRequest, RecordIn
-from app.storage.engine import resolve_url
 
 R = TypeVar("R")
 
@@ -125,7 +123,7 @@ class Producer:
         if self.transactional_id is not None:
             self._txn = Transactions(
                 broker=self._broker,
-                database_url=resolve_url(cfg.get_str("database.url")),
+                database_url=self._broker.engine.url.render_as_string(hide_password=False),
                 transactional_id=self.transactional_id,
                 timeout_ms=self._transaction_timeout_ms,
                 sender=self._sender,
@@ -143,7 +141,7 @@ class Producer:
     def _new_identity(self) -> ProducerIdentity:
         """InitProducerId without a transactional id: a fresh producer_id at epoch 0."""
         request = InitProducerIdRequest(None, self._transaction_timeout_ms)
-        response = self._call_with_retries(lambda: init_producer_id(self._broker, request))
+        response = self._call_with_retries(lambda: self._broker.handle(request))
         if response.error_code != KafkaError.NO_ERROR:
             raise KafkaException(KafkaError(response.error_code, response.error_message))
         return ProducerIdentity(response.producer_id, response.producer_epoch)

@@ -29,10 +29,7 @@ from app.client.message import TopicPartition
 from app.client.sender import Sender
 from app.coordinator import background
 from app.coordinator.commit_request import produce_and_end_txn
-from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, end_txn
-from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException
-from app.groups.offsets import txn_offset_commit
 from app.log.append import produce_many, produce_registering
 from app.protocol import (
     AddOffsetsToTxnRequest,
@@ -158,9 +155,7 @@ class Transactions:
                 KafkaError(KafkaError._STATE, f"init_transactions in state {self.manager.state}")
             )
         request = InitProducerIdRequest(self.transactional_id, self.timeout_ms)
-        r = self._call(
-            lambda: init_producer_id(self.broker, request), lambda x: x.error_code, timeout
-        )
+        r = self._call(lambda: self.broker.handle(request), lambda x: x.error_code, timeout)
         if r.error_code != KafkaError.NO_ERROR:
             self._raise(r.error_code, r.error_message)
         self._set_identity(r.producer_id, r.producer_epoch)
@@ -221,9 +216,7 @@ class Transactions:
                 ident.producer_epoch,
                 group_metadata.group_id,
             )
-            r = self._call(
-                lambda: add_offsets_to_txn(self.broker, add), lambda x: x.error_code, timeout
-            )
+            r = self._call(lambda: self.broker.handle(add), lambda x: x.error_code, timeout)
             if r.error_code:
                 self._raise(r.error_code, r.error_message)
             self._offsets_added = True
@@ -231,9 +224,7 @@ class Transactions:
             self.transactional_id, group_metadata.group_id, ident.producer_id, ident.producer_epoch,
             offsets, group_metadata.generation_id, group_metadata.member_id,
         )  # fmt: skip
-        c = self._call(
-            lambda: txn_offset_commit(self.broker, commit), lambda x: x.error_code, timeout
-        )
+        c = self._call(lambda: self.broker.handle(commit), lambda x: x.error_code, timeout)
         if c.error_code:
             self._raise(c.error_code, c.error_message)
 
@@ -287,7 +278,7 @@ class Transactions:
             request = EndTxnRequest(
                 self.transactional_id, ident.producer_id, ident.producer_epoch, commit
             )
-            r = self._call(lambda: end_txn(self.broker, request), lambda x: x.error_code, timeout)
+            r = self._call(lambda: self.broker.handle(request), lambda x: x.error_code, timeout)
             if maybe and r.error_code == KafkaError.INVALID_TXN_STATE:
                 # The lost registration never happened: nothing of this transaction reached
                 # the log (registration and batches commit together). Same identity; the
@@ -329,7 +320,7 @@ class Transactions:
             self.transactional_id, ident.producer_id, ident.producer_epoch, new
         )
         try:
-            r = add_partitions_to_txn(self.broker, request)
+            r = self.broker.handle(request)
         except Exception as exc:
             if not is_connection_error(exc):
                 raise

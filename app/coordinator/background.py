@@ -11,22 +11,22 @@ from __future__ import annotations
 
 import threading
 
-from app.broker import Broker
 from app.coordinator.loop import CoordinatorLoop
+from app.storage.context import BrokerContext
 from app.storage.engine import get_engine
 
 _lock = threading.Lock()
 _loops: dict[str, tuple[CoordinatorLoop, int]] = {}
 
 
-def acquire(url: str, broker: Broker) -> str | None:
+def acquire(url: str, broker: BrokerContext) -> str | None:
     """Ensure a loop runs for this database; returns the key to release, None if disabled."""
     if not broker.settings.client_coordinator_loop:
         return None
     with _lock:
         loop, refs = _loops.get(url, (None, 0))
         if loop is None:
-            loop = CoordinatorLoop(Broker(get_engine(url), broker.clock, broker.settings))
+            loop = CoordinatorLoop(BrokerContext(get_engine(url), broker.clock, broker.settings))
             loop.start()
         _loops[url] = (loop, refs + 1)
     return url

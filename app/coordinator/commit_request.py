@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from app.broker import Broker
 from app.coordinator import machines as m
 from app.coordinator.completion import complete_transaction
 from app.coordinator.handlers import prepare_in
@@ -47,6 +46,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
 from app.storage.engine import retry_conflicts
 
@@ -65,7 +65,7 @@ class CommitResponse:
 
 @retry_conflicts
 def produce_and_end_txn(
-    broker: Broker,
+    broker: BrokerContext,
     requests: list[ProduceRequest],
     add: AddPartitionsToTxnRequest | None,
     end: EndTxnRequest,
@@ -83,7 +83,7 @@ def produce_and_end_txn(
 
 def _commit(
     conn: Connection,
-    broker: Broker,
+    broker: BrokerContext,
     requests: list[ProduceRequest],
     add: AddPartitionsToTxnRequest | None,
     end: EndTxnRequest,

@@ -14,7 +14,6 @@ from dataclasses import replace
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
-from app.broker import Broker
 from app.coordinator import machines as m
 from app.coordinator import sql
 from app.coordinator.completion import complete_transaction
@@ -39,6 +38,8 @@ from app.log.producer_ids import allocate_producer_id
 from app.protocol import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
+    COORDINATOR_GROUP,
+    COORDINATOR_TRANSACTION,
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
@@ -55,6 +56,7 @@ from app.protocol import (
 from app.security import needs
 from app.security.authorizer import authorize_all, denied_checks, refusal_of
 from app.security.rules import TOPIC
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 
@@ -89,7 +91,7 @@ def fence_and_abort(
 
 
 def init_transactional_producer_id(
-    broker: Broker, req: InitProducerIdRequest
+    broker: BrokerContext, req: InitProducerIdRequest
 ) -> InitProducerIdResponse:
     try:
         validate_timeout(req.transaction_timeout_ms, broker.settings.max_transaction_timeout_ms)
@@ -99,7 +101,7 @@ def init_transactional_producer_id(
 
 
 @retry_conflicts
-def _init(broker: Broker, req: InitProducerIdRequest) -> InitProducerIdResponse:
+def _init(broker: BrokerContext, req: InitProducerIdRequest) -> InitProducerIdResponse:
     assert req.transactional_id is not None
     tid = req.transactional_id
     now = broker.clock.now_ms()
@@ -172,7 +174,7 @@ _EXISTING = text(
 
 @retry_conflicts
 def add_partitions_to_txn(
-    broker: Broker, req: AddPartitionsToTxnRequest
+    broker: BrokerContext, req: AddPartitionsToTxnRequest
 ) -> AddPartitionsToTxnResponse:
     with broker.engine.begin() as conn:
         return register_partitions(conn, broker, req)[0]
@@ -180,7 +182,7 @@ def add_partitions_to_txn(
 
 def register_partitions(
     conn: Connection,
-    broker: Broker,
+    broker: BrokerContext,
     req: AddPartitionsToTxnRequest,
     read_for_update: TxnMetadata | None = None,
     existing: set[tuple[str, int]] | None = None,
@@ -197,7 +199,7 @@ def register_partitions(
 
 def check_registration(
     conn: Connection,
-    broker: Broker,
+    broker: BrokerContext,
     req: AddPartitionsToTxnRequest,
     read_for_update: TxnMetadata | None = None,
     existing: set[tuple[str, int]] | None = None,
@@ -269,7 +271,7 @@ def check_registration(
 
 def record_registration(
     conn: Connection,
-    broker: Broker,
+    broker: BrokerContext,
     before: TxnMetadata,
     req: AddPartitionsToTxnRequest,
     refused: dict[tuple[str, int], int],
@@ -292,7 +294,9 @@ def record_registration(
 
 
 @retry_conflicts
-def add_offsets_to_txn(broker: Broker, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
+def add_offsets_to_txn(
+    broker: BrokerContext, req: AddOffsetsToTxnRequest
+) -> AddOffsetsToTxnResponse:
     try:
         if not isinstance(req.group_id, str) or not req.group_id:
             raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
@@ -318,7 +322,7 @@ def add_offsets_to_txn(broker: Broker, req: AddOffsetsToTxnRequest) -> AddOffset
 # ---------------------------------------------------------------- EndTxn
 
 
-def end_txn(broker: Broker, req: EndTxnRequest) -> EndTxnResponse:
+def end_txn(broker: BrokerContext, req: EndTxnRequest) -> EndTxnResponse:
     try:
         meta = prepare_end_txn(broker, req)
         crash_point("end_txn.after_prepare")
@@ -330,7 +334,7 @@ def end_txn(broker: Broker, req: EndTxnRequest) -> EndTxnResponse:
 
 
 @retry_conflicts
-def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
+def prepare_end_txn(broker: BrokerContext, req: EndTxnRequest) -> TxnMetadata:
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.end_txn(req.transactional_id))
         meta, epoch = load_with_lease(conn, req.transactional_id)
@@ -339,7 +343,7 @@ def prepare_end_txn(broker: Broker, req: EndTxnRequest) -> TxnMetadata:
 
 def prepare_in(
     conn: Connection,
-    broker: Broker,
+    broker: BrokerContext,
     req: EndTxnRequest,
     meta: TxnMetadata | None,
     epoch: int,
@@ -367,7 +371,7 @@ def prepare_in(
 
 @retry_conflicts
 def roll_forward(
-    broker: Broker, transactional_id: str, expected_epoch: int | None = None
+    broker: BrokerContext, transactional_id: str, expected_epoch: int | None = None
 ) -> TxnMetadata | None:
     """Complete a PREPARE_* transaction if it still is one (EndTxn, the loop, recovery).
 
@@ -394,11 +398,15 @@ def roll_forward(
 # ---------------------------------------------------------------- FindCoordinator, WriteTxnMarkers
 
 
-def find_coordinator(broker: Broker, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
+def find_coordinator(broker: BrokerContext, req: FindCoordinatorRequest) -> FindCoordinatorResponse:
     """Every key is coordinated by this database: answer with its address."""
     if not req.key:
         return FindCoordinatorResponse(
             KafkaError.INVALID_REQUEST, error_message="empty coordinator key"
+        )
+    if req.key_type not in (COORDINATOR_GROUP, COORDINATOR_TRANSACTION):
+        return FindCoordinatorResponse(
+            KafkaError.INVALID_REQUEST, error_message=f"unknown key type {req.key_type}"
         )
     url = make_url(broker.engine.url)
     return FindCoordinatorResponse(
@@ -406,7 +414,9 @@ def find_coordinator(broker: Broker, req: FindCoordinatorRequest) -> FindCoordin
     )
 
 
-def write_txn_markers(broker: Broker, req: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+def write_txn_markers(
+    broker: BrokerContext, req: WriteTxnMarkersRequest
+) -> WriteTxnMarkersResponse:
     """The coordinator-to-partition RPC: one DB transaction per partition, as separate
     partition leaders would each answer on their own."""
     results: dict[tuple[str, int], int] = {}

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import text
 
-from app.broker import Broker
+from app.storage.context import BrokerContext
 
 _LIST = text(
     "SELECT transactional_id, producer_id, producer_epoch, state, partitions, timeout_ms, "
@@ -31,7 +31,7 @@ class TransactionDescription:
 
 
 def list_transactions(
-    broker: Broker, states: list[str] | None = None, ids: list[str] | None = None
+    broker: BrokerContext, states: list[str] | None = None, ids: list[str] | None = None
 ) -> list[TransactionDescription]:
     with broker.engine.connect() as conn:
         rows = conn.execute(_LIST, {"states": states, "ids": ids}).all()

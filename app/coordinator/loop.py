@@ -34,7 +34,6 @@ from psycopg.errors import InsufficientPrivilege
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from app.broker import Broker
 from app.cleaner.cleaner import clean, cleaner_partition, partitions_to_clean
 from app.coordinator import sql
 from app.coordinator.handlers import coordinator_epoch, fence_and_abort, roll_forward
@@ -42,6 +41,7 @@ from app.coordinator.metadata import is_expirable, is_timed_out
 from app.coordinator.txn_log import load_for_update, persist
 from app.errors import KafkaError, KafkaException, fail
 from app.log.expiry import expire_producer_states
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class PassStats:
 
 
 class CoordinatorLoop:
-    def __init__(self, broker: Broker, owner: str | None = None) -> None:
+    def __init__(self, broker: BrokerContext, owner: str | None = None) -> None:
         self.broker = broker
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.totals = PassStats()

@@ -13,12 +13,8 @@ import zlib
 from dataclasses import dataclass, replace
 
 from app.coordinator import machines as m
-from app.errors import KafkaError, KafkaException, fail
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-
-TopicPartitionKey = tuple[str, int]
+from app.errors import KafkaError, fail
+from app.protocol import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TopicPartitionKey
 
 
 def txn_partition_for(transactional_id: str, partitions: int) -> int:
@@ -211,7 +207,3 @@ def is_timed_out(meta: TxnMetadata, now_ms: int) -> bool:
 
 def is_expirable(meta: TxnMetadata, now_ms: int, expiration_ms: int) -> bool:
     return m.txn_allows(meta.state, "expire") and now_ms > meta.updated_ms + expiration_ms
-
-
-def as_error(exc: KafkaException) -> tuple[int, str]:
-    return exc.error.code(), exc.error.str()

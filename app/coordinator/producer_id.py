@@ -6,15 +6,15 @@ With one, the transaction coordinator's path (``app.coordinator.handlers``).
 
 from __future__ import annotations
 
-from app.broker import Broker
 from app.errors import KafkaError
 from app.log.producer_ids import allocate_producer_id
 from app.protocol import InitProducerIdRequest, InitProducerIdResponse
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 
 @retry_conflicts
-def init_producer_id(broker: Broker, req: InitProducerIdRequest) -> InitProducerIdResponse:
+def init_producer_id(broker: BrokerContext, req: InitProducerIdRequest) -> InitProducerIdResponse:
     if req.transactional_id is not None:
         from app.coordinator.handlers import init_transactional_producer_id
 

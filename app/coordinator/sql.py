@@ -158,9 +158,6 @@ ACQUIRE_LEASES = text(
     """
 )
 RELEASE_LEASES = text("UPDATE coordinator_leases SET expires_ms = 0 WHERE owner = :owner")
-LEASE_EPOCH = text(
-    "SELECT coordinator_epoch, owner FROM coordinator_leases WHERE txn_partition = :txn_partition"
-)
 LEASE_EPOCH_FOR_SHARE = text(
     "SELECT coordinator_epoch, owner FROM coordinator_leases WHERE txn_partition = :txn_partition FOR SHARE"
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-TopicPartitionKey = tuple[str, int]
+from app.protocol import TopicPartitionKey
 
 
 def range_assign(

@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.assignor import range_assign
@@ -33,6 +32,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all, refusal_for
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 EMPTY = "Empty"
@@ -107,7 +107,7 @@ def _expire(conn: Connection, group: Any, now: int) -> tuple[int, str]:
 
 
 @retry_conflicts
-def join_group(broker: Broker, req: JoinGroupRequest) -> JoinGroupResponse:
+def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupResponse:
     try:
         if not isinstance(req.group_id, str) or not req.group_id:
             raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
@@ -158,7 +158,7 @@ def join_group(broker: Broker, req: JoinGroupRequest) -> JoinGroupResponse:
 
 
 @retry_conflicts
-def heartbeat(broker: Broker, req: HeartbeatRequest) -> HeartbeatResponse:
+def heartbeat(broker: BrokerContext, req: HeartbeatRequest) -> HeartbeatResponse:
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
@@ -182,7 +182,7 @@ def heartbeat(broker: Broker, req: HeartbeatRequest) -> HeartbeatResponse:
 
 
 @retry_conflicts
-def sync_group(broker: Broker, req: SyncGroupRequest) -> SyncGroupResponse:
+def sync_group(broker: BrokerContext, req: SyncGroupRequest) -> SyncGroupResponse:
     """The member's assignment for its generation, once the group is Stable."""
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
@@ -209,7 +209,7 @@ def sync_group(broker: Broker, req: SyncGroupRequest) -> SyncGroupResponse:
 
 
 @retry_conflicts
-def leave_group(broker: Broker, req: LeaveGroupRequest) -> LeaveGroupResponse:
+def leave_group(broker: BrokerContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):

@@ -13,7 +13,6 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.broker import Broker
 from app.coordinator import machines as m
 from app.coordinator import sql as txn_sql
 from app.coordinator.metadata import check_producer
@@ -33,6 +32,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 
@@ -71,7 +71,7 @@ def _check_partitions_exist(conn: Connection, cols: dict[str, list[Any]]) -> Non
 
 
 @retry_conflicts
-def offset_commit(broker: Broker, req: OffsetCommitRequest) -> OffsetCommitResponse:
+def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetCommitResponse:
     try:
         validate_offsets(req.group_id, req.offsets)
         if not req.offsets:
@@ -99,7 +99,9 @@ def offset_commit(broker: Broker, req: OffsetCommitRequest) -> OffsetCommitRespo
 
 
 @retry_conflicts
-def txn_offset_commit(broker: Broker, req: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
+def txn_offset_commit(
+    broker: BrokerContext, req: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
     try:
         validate_offsets(req.group_id, req.offsets)
         if not req.offsets:
@@ -137,7 +139,7 @@ def txn_offset_commit(broker: Broker, req: TxnOffsetCommitRequest) -> TxnOffsetC
         return TxnOffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
 
 
-def offset_fetch(broker: Broker, req: OffsetFetchRequest) -> OffsetFetchResponse:
+def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
     try:
         if not isinstance(req.group_id, str) or not req.group_id:
             raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
-from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log import sql
@@ -50,6 +49,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection
 from app.storage.engine import retry_conflicts
 
@@ -102,7 +102,7 @@ def copy_payload(conn: Connection, payload: bytes) -> None:
 
 
 @retry_conflicts
-def produce(broker: Broker, req: ProduceRequest) -> ProduceResponse:
+def produce(broker: BrokerContext, req: ProduceRequest) -> ProduceResponse:
     try:
         columns = check_request(req, broker.settings.message_max_bytes)
         with broker.engine.begin() as conn:
@@ -112,7 +112,7 @@ def produce(broker: Broker, req: ProduceRequest) -> ProduceResponse:
         return _refusal(exc)
 
 
-def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[ProduceResponse]:
+def produce_many(broker: BrokerContext, requests: list[ProduceRequest]) -> list[ProduceResponse]:
     """Batches for several partitions in one DB transaction, one COMMIT for all of them
     (Kafka's ProduceRequest carries every partition bound for a leader).
 
@@ -128,7 +128,7 @@ def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[Produce
 
 @retry_conflicts
 def produce_registering(
-    broker: Broker, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest | None
+    broker: BrokerContext, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest | None
 ) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
     """``produce_many`` that first registers ``add``'s partitions with their transaction,
     in the same DB transaction (KIP-890's implicit AddPartitionsToTxn): the registration and
@@ -143,7 +143,7 @@ def produce_registering(
 
 def append_batches(
     conn: Connection,
-    broker: Broker,
+    broker: BrokerContext,
     requests: list[ProduceRequest],
     add: AddPartitionsToTxnRequest | None,
     loaded: dict[str, TxnMetadata | None],
@@ -229,7 +229,7 @@ def _refused_partitions(
 
 
 def admit(
-    broker: Broker,
+    broker: BrokerContext,
     conn: Connection,
     req: ProduceRequest,
     loaded: dict[str, TxnMetadata | None],
@@ -248,7 +248,7 @@ def admit(
 
 
 def _append_all(
-    broker: Broker,
+    broker: BrokerContext,
     conn: Connection,
     requests: list[ProduceRequest],
     columns: dict[int, Columns],
@@ -305,7 +305,7 @@ def _append_all(
 
 
 def _append_one(
-    broker: Broker, conn: Connection, req: ProduceRequest, columns: Columns
+    broker: BrokerContext, conn: Connection, req: ProduceRequest, columns: Columns
 ) -> ProduceResponse:
     """One batch: the lock, its COPY and the advance, each a statement of its own."""
     try:
@@ -382,7 +382,7 @@ def needs_identity_check(req: ProduceRequest, row: PartitionRow | None) -> bool:
 
 
 def plan_append(
-    broker: Broker, req: ProduceRequest, columns: Columns, row: PartitionRow | None
+    broker: BrokerContext, req: ProduceRequest, columns: Columns, row: PartitionRow | None
 ) -> AppendPlan:
     """Decide one batch against its locked partition row (``row``; None if the partition
     does not exist); raises KafkaException for a refusal. Nothing is written here."""

@@ -3,13 +3,13 @@ with a transaction open on the partition."""
 
 from __future__ import annotations
 
-from app.broker import Broker
 from app.log import sql
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 
 @retry_conflicts
-def expire_producer_states(broker: Broker, now_ms: int | None = None) -> int:
+def expire_producer_states(broker: BrokerContext, now_ms: int | None = None) -> int:
     """Delete state idle for producer.id.expiration.ms; returns how many entries went.
 
     The append path already treats such entries as absent (see ``append``), so when this

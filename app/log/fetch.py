@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
 from app.log.copy_records import RECORD_OVERHEAD_BYTES
@@ -41,6 +40,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
 
 _key_of = itemgetter(RECORD_KEY)
 _value_of = itemgetter(RECORD_VALUE)
@@ -80,14 +80,14 @@ def payload_bytes(records: list[RecordOut]) -> int:
     return RECORD_OVERHEAD_BYTES * len(records) + keys + values + headers
 
 
-def fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
+def fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
     try:
         return _fetch(broker, req)
     except KafkaException as exc:
         return FetchResponse(exc.error.code(), error_message=exc.error.str())
 
 
-def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
+def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
     if req.isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown isolation level {req.isolation_level}")
     if req.max_bytes <= 0:
@@ -155,7 +155,7 @@ def _fetch(broker: Broker, req: FetchRequest) -> FetchResponse:
     return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, records, next_offset, aborted)
 
 
-def list_offsets(broker: Broker, req: ListOffsetsRequest) -> ListOffsetsResponse:
+def list_offsets(broker: BrokerContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
     """Earliest (-2), latest (-1; the LSO in read_committed), or the first offset whose
     timestamp is at or after the given one (markers are not indexed by time)."""
     try:

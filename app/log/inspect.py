@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from app.broker import Broker
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.markers import lock_for_markers, write_txn_markers
 from app.protocol import CONTROL_ABORT
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 
@@ -37,7 +37,9 @@ class HangingTransaction:
     started_at: datetime | None
 
 
-def describe_producers(broker: Broker, topic: str, partition: int) -> list[ProducerDescription]:
+def describe_producers(
+    broker: BrokerContext, topic: str, partition: int
+) -> list[ProducerDescription]:
     with broker.engine.connect() as conn:
         exists = conn.execute(
             sql.PARTITION_OFFSETS, {"topic": topic, "partition": partition}
@@ -61,7 +63,7 @@ def describe_producers(broker: Broker, topic: str, partition: int) -> list[Produ
 
 
 def find_hanging(
-    broker: Broker, max_transaction_timeout_ms: int | None = None
+    broker: BrokerContext, max_transaction_timeout_ms: int | None = None
 ) -> list[HangingTransaction]:
     """Open on a partition with no live coordinator transaction, or older than its timeout
     (or than ``max_transaction_timeout_ms`` when given, as kafka-transactions.sh does)."""
@@ -82,7 +84,7 @@ def find_hanging(
 
 
 @retry_conflicts
-def abort_hanging(broker: Broker, topic: str, partition: int, start_offset: int) -> bool:
+def abort_hanging(broker: BrokerContext, topic: str, partition: int, start_offset: int) -> bool:
     """Write an ABORT marker for the transaction open at ``start_offset`` on the partition,
     with the producer's own epochs (kafka-transactions.sh abort). Unblocks the LSO.
 

@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from app.broker import Broker
 from app.errors import KafkaError, fail
 from app.log.naming import validate_num_partitions, validate_topic_name
 from app.log.topic_config import altered, validate_topic_config
 from app.security import needs
 from app.security.authorizer import authorize_any
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 
@@ -36,7 +36,7 @@ class TopicInfo:
 
 @retry_conflicts
 def create_topic(
-    broker: Broker, name: str, num_partitions: int = 1, config: dict[str, Any] | None = None
+    broker: BrokerContext, name: str, num_partitions: int = 1, config: dict[str, Any] | None = None
 ) -> TopicInfo:
     validate_topic_name(name)
     validate_num_partitions(num_partitions)
@@ -69,7 +69,7 @@ def create_topic(
 
 
 @retry_conflicts
-def delete_topic(broker: Broker, name: str) -> None:
+def delete_topic(broker: BrokerContext, name: str) -> None:
     """Delete a topic and its data; its partition locks are taken first (in order)."""
     with broker.engine.begin() as conn:
         authorize_any(conn, broker, needs.delete_topic(name))
@@ -86,7 +86,7 @@ def delete_topic(broker: Broker, name: str) -> None:
 
 @retry_conflicts
 def alter_topic_config(
-    broker: Broker,
+    broker: BrokerContext,
     name: str,
     set_config: dict[str, Any] | None = None,
     delete_config: list[str] | None = None,
@@ -113,13 +113,13 @@ def alter_topic_config(
     return new
 
 
-def authorize_alter(broker: Broker, name: str) -> None:
+def authorize_alter(broker: BrokerContext, name: str) -> None:
     """Alter on the topic (or cluster): what changing its configs or cleaning it needs."""
     with broker.engine.connect() as conn:
         authorize_any(conn, broker, needs.alter_topic(name))
 
 
-def list_topics(broker: Broker) -> list[TopicInfo]:
+def list_topics(broker: BrokerContext) -> list[TopicInfo]:
     with broker.engine.connect() as conn:
         rows = conn.execute(
             text(
@@ -141,14 +141,14 @@ def list_topics(broker: Broker) -> list[TopicInfo]:
     ]
 
 
-def describe_topic(broker: Broker, name: str) -> TopicInfo:
+def describe_topic(broker: BrokerContext, name: str) -> TopicInfo:
     for info in list_topics(broker):
         if info.topic == name:
             return info
     raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
 
 
-def partition_count(broker: Broker, name: str) -> int:
+def partition_count(broker: BrokerContext, name: str) -> int:
     with broker.engine.connect() as conn:
         n = conn.execute(
             text("SELECT num_partitions FROM topics WHERE topic = :t"), {"t": name}

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from app.broker import Broker
 from app.errors import KafkaError, fail
 from app.security import needs, sql
 from app.security.authorizer import authorize_all
@@ -24,6 +23,7 @@ from app.security.rules import (
     check_text,
     validate_binding,
 )
+from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 
@@ -71,7 +71,7 @@ def _binding(row: Any) -> AclBinding:
 
 
 @retry_conflicts
-def create_acls(broker: Broker, acls: Iterable[AclBinding]) -> None:
+def create_acls(broker: BrokerContext, acls: Iterable[AclBinding]) -> None:
     """All or nothing: every ACL is checked before any is stored."""
     checked = [validate_binding(a) for a in acls]
     with broker.engine.begin() as conn:
@@ -80,7 +80,7 @@ def create_acls(broker: Broker, acls: Iterable[AclBinding]) -> None:
             conn.execute(sql.INSERT_ACL, asdict(acl))
 
 
-def describe_acls(broker: Broker, acl_filter: AclBindingFilter) -> list[AclBinding]:
+def describe_acls(broker: BrokerContext, acl_filter: AclBindingFilter) -> list[AclBinding]:
     params = asdict(validate_filter(acl_filter))
     with broker.engine.connect() as conn:
         authorize_all(conn, broker, needs.describe_acls())
@@ -88,7 +88,7 @@ def describe_acls(broker: Broker, acl_filter: AclBindingFilter) -> list[AclBindi
 
 
 @retry_conflicts
-def delete_acls(broker: Broker, acl_filter: AclBindingFilter) -> list[AclBinding]:
+def delete_acls(broker: BrokerContext, acl_filter: AclBindingFilter) -> list[AclBinding]:
     """Delete the ACLs the filter selects; answers with what was deleted."""
     params = asdict(validate_filter(acl_filter))
     with broker.engine.begin() as conn:

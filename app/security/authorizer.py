@@ -12,7 +12,6 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy import Connection
 
-from app.broker import Broker
 from app.errors import KafkaException
 from app.security import sql
 from app.security.rules import (
@@ -20,14 +19,14 @@ from app.security.rules import (
     TOPIC,
     AclBinding,
     Check,
-    cluster_check,
     denied,
     principal_of,
     refusal,
 )
+from app.storage.context import BrokerContext
 
 
-def denied_checks(conn: Connection, broker: Broker, checks: Sequence[Check]) -> list[Check]:
+def denied_checks(conn: Connection, broker: BrokerContext, checks: Sequence[Check]) -> list[Check]:
     """The checks this request fails, in order (empty when authorization is off)."""
     if not broker.settings.authorization or not checks:
         return []
@@ -47,17 +46,19 @@ def denied_checks(conn: Connection, broker: Broker, checks: Sequence[Check]) -> 
     return denied(acls, principal, super_users, list(checks))
 
 
-def refusal_for(conn: Connection, broker: Broker, checks: Sequence[Check]) -> KafkaException | None:
+def refusal_for(
+    conn: Connection, broker: BrokerContext, checks: Sequence[Check]
+) -> KafkaException | None:
     """The error of the first failed check, or None: for handlers that answer, not raise."""
     failed = denied_checks(conn, broker, checks)
     return refusal_of(broker, failed[0]) if failed else None
 
 
-def refusal_of(broker: Broker, check: Check) -> KafkaException:
+def refusal_of(broker: BrokerContext, check: Check) -> KafkaException:
     return refusal(principal_of(broker.principal), check)
 
 
-def authorize_all(conn: Connection, broker: Broker, checks: Sequence[Check]) -> None:
+def authorize_all(conn: Connection, broker: BrokerContext, checks: Sequence[Check]) -> None:
     """Raise the error of the first failed check (the request's order decides which)."""
     error = refusal_for(conn, broker, checks)
     if error is not None:
@@ -65,13 +66,9 @@ def authorize_all(conn: Connection, broker: Broker, checks: Sequence[Check]) -> 
 
 
 def authorize(
-    conn: Connection, broker: Broker, operation: str, resource_type: str, name: object
+    conn: Connection, broker: BrokerContext, operation: str, resource_type: str, name: object
 ) -> None:
     authorize_all(conn, broker, [Check(operation, resource_type, str(name))])
-
-
-def authorize_cluster(conn: Connection, broker: Broker, operation: str) -> None:
-    authorize_all(conn, broker, [cluster_check(operation)])
 
 
 def topic_checks(operation: str, topics: Iterable[object]) -> list[Check]:
@@ -79,7 +76,7 @@ def topic_checks(operation: str, topics: Iterable[object]) -> list[Check]:
     return [Check(operation, TOPIC, name) for name in sorted({str(t) for t in topics})]
 
 
-def authorize_any(conn: Connection, broker: Broker, alternatives: Sequence[Check]) -> None:
+def authorize_any(conn: Connection, broker: BrokerContext, alternatives: Sequence[Check]) -> None:
     """Pass if any one check passes (Create on the cluster or on the topic); otherwise
     raise the last one's error, the most specific."""
     failed = denied_checks(conn, broker, alternatives)

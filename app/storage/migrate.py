@@ -21,7 +21,3 @@ def alembic_config(url: str) -> Config:
 
 def upgrade_to_head(url: str) -> None:
     command.upgrade(alembic_config(url), "head")
-
-
-def downgrade_to_base(url: str) -> None:
-    command.downgrade(alembic_config(url), "base")

@@ -1,4 +1,5 @@
-"""Rebuild projections from the event tables (``kip98 db rebuild``).
+"""Rebuild projections from the event tables (``kip98 db rebuild``): the orchestration,
+above the libraries whose rebuilds it runs in one transaction.
 
 The projections (producer_states, aborted_txns, the partitions' offsets, transactions) are
 derived data: this module recomputes them from ``records`` and ``transaction_log`` with the

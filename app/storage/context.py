@@ -1,7 +1,10 @@
-"""The broker: the context every request handler runs in.
+"""The context every request handler runs in: the database, the clock, the settings and
+who is asking.
 
-There is no server process; any number of processes construct a Broker over the same
-database and PostgreSQL's row locks serialise them. Nothing held here is authoritative.
+It lives beneath the libraries (log, coordinator, groups, security, cleaner), which all
+take it, so none of them imports the request layer above them (``app.broker``). There is
+no server process; any number of processes construct one over the same database and
+PostgreSQL's row locks serialise them. Nothing held here is authoritative.
 
 ``principal`` is who the requests are made for, checked against the ACLs when
 authorization is on (``app.security``); None is Kafka's ``User:ANONYMOUS``.
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Self
 
 from sqlalchemy import Engine
 
@@ -20,7 +24,7 @@ from app.storage.engine import get_engine
 
 
 @dataclass
-class Broker:
+class BrokerContext:
     engine: Engine
     clock: Clock = SYSTEM_CLOCK
     settings: BrokerSettings = field(default_factory=BrokerSettings.from_env)
@@ -33,7 +37,7 @@ class Broker:
         clock: Clock | None = None,
         settings: BrokerSettings | None = None,
         principal: str | None = None,
-    ) -> Broker:
+    ) -> Self:
         return cls(
             engine=get_engine(url),
             clock=clock or SYSTEM_CLOCK,
