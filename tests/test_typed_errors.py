@@ -17,10 +17,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from app.admin import AdminClient, NewTopic
+from app.broker import Broker
 from app.client.consumer import Consumer
 from app.client.message import TopicPartition
 from app.client.producer import Producer
 from app.errors import KafkaError, KafkaException
+from app.protocol import InitProducerIdRequest
 from app.security.roles import apply_roles
 from app.storage.engine import MAX_ATTEMPTS, dispose_engines, retry_conflicts
 from app.storage.errors import kafka_error, meaning
@@ -252,3 +254,21 @@ def test_a_commit_that_meets_a_database_error_raises_kafka_exception(db_url: str
             )
         producer.close()
         engine.dispose()
+
+
+def test_init_producer_id_retries_a_conflict_in_one_loop(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conflicting InitProducerId is re-run MAX_ATTEMPTS times in all, not once per
+    nested retry loop (which made 8 x 8)."""
+    calls: list[int] = []
+
+    def conflicting(_conn: object, _tid: str) -> None:
+        calls.append(1)
+        raise pg_errors.SerializationFailure("could not serialize access")
+
+    monkeypatch.setattr("app.coordinator.handlers.load_for_update", conflicting)
+    monkeypatch.setattr("app.storage.engine.time.sleep", lambda _s: None)
+    with pytest.raises(psycopg.Error):
+        Broker.connect(db_url).handle(InitProducerIdRequest("tx", 60_000))
+    assert len(calls) == MAX_ATTEMPTS
