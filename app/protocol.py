@@ -8,7 +8,15 @@ end later. Field names are the KIP's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Generic, NamedTuple, TypeVar
+
+R = TypeVar("R")
+
+
+class Request(Generic[R]):
+    """A request whose answer is an ``R``: ``Broker.handle`` is typed by it, and the RPC
+    table (``app.broker.apis``) must name a handler for every subclass."""
+
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -55,7 +63,7 @@ RECORD_PRODUCER_ID: Final = 5
 
 
 @dataclass(frozen=True)
-class ProduceRequest:
+class ProduceRequest(Request["ProduceResponse"]):
     topic: str
     partition: int
     records: list[RecordIn]
@@ -77,7 +85,7 @@ class ProduceResponse:
 
 
 @dataclass(frozen=True)
-class FetchRequest:
+class FetchRequest(Request["FetchResponse"]):
     topic: str
     partition: int
     fetch_offset: int
@@ -111,7 +119,7 @@ class FetchResponse:
 
 
 @dataclass(frozen=True)
-class ListOffsetsRequest:
+class ListOffsetsRequest(Request["ListOffsetsResponse"]):
     topic: str
     partition: int
     timestamp: int
@@ -127,7 +135,7 @@ class ListOffsetsResponse:
 
 
 @dataclass(frozen=True)
-class InitProducerIdRequest:
+class InitProducerIdRequest(Request["InitProducerIdResponse"]):
     transactional_id: str | None
     transaction_timeout_ms: int
     # KIP-360: a producer that already has an id may ask to bump its epoch.
@@ -144,7 +152,7 @@ class InitProducerIdResponse:
 
 
 @dataclass(frozen=True)
-class AddPartitionsToTxnRequest:
+class AddPartitionsToTxnRequest(Request["AddPartitionsToTxnResponse"]):
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -160,7 +168,7 @@ class AddPartitionsToTxnResponse:
 
 
 @dataclass(frozen=True)
-class AddOffsetsToTxnRequest:
+class AddOffsetsToTxnRequest(Request["AddOffsetsToTxnResponse"]):
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -174,7 +182,7 @@ class AddOffsetsToTxnResponse:
 
 
 @dataclass(frozen=True)
-class EndTxnRequest:
+class EndTxnRequest(Request["EndTxnResponse"]):
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -191,7 +199,7 @@ class EndTxnResponse:
 
 
 @dataclass(frozen=True)
-class WriteTxnMarkersRequest:
+class WriteTxnMarkersRequest(Request["WriteTxnMarkersResponse"]):
     producer_id: int
     producer_epoch: int
     coordinator_epoch: int
@@ -209,7 +217,7 @@ COORDINATOR_TRANSACTION = 1
 
 
 @dataclass(frozen=True)
-class FindCoordinatorRequest:
+class FindCoordinatorRequest(Request["FindCoordinatorResponse"]):
     key: str
     key_type: int = COORDINATOR_TRANSACTION
 
@@ -235,7 +243,7 @@ class OffsetAndMetadata:
 
 
 @dataclass(frozen=True)
-class OffsetCommitRequest:
+class OffsetCommitRequest(Request["OffsetCommitResponse"]):
     group_id: str
     offsets: dict[TopicPartitionKey, OffsetAndMetadata]
     generation_id: int = -1
@@ -250,7 +258,7 @@ class OffsetCommitResponse:
 
 
 @dataclass(frozen=True)
-class TxnOffsetCommitRequest:
+class TxnOffsetCommitRequest(Request["TxnOffsetCommitResponse"]):
     transactional_id: str
     group_id: str
     producer_id: int
@@ -269,7 +277,7 @@ class TxnOffsetCommitResponse:
 
 
 @dataclass(frozen=True)
-class OffsetFetchRequest:
+class OffsetFetchRequest(Request["OffsetFetchResponse"]):
     group_id: str
     partitions: list[TopicPartitionKey] | None = None
     require_stable: bool = False
@@ -283,7 +291,7 @@ class OffsetFetchResponse:
 
 
 @dataclass(frozen=True)
-class JoinGroupRequest:
+class JoinGroupRequest(Request["JoinGroupResponse"]):
     group_id: str
     member_id: str
     topics: list[str]
@@ -301,7 +309,7 @@ class JoinGroupResponse:
 
 
 @dataclass(frozen=True)
-class HeartbeatRequest:
+class HeartbeatRequest(Request["HeartbeatResponse"]):
     group_id: str
     member_id: str
     generation_id: int
@@ -314,7 +322,7 @@ class HeartbeatResponse:
 
 
 @dataclass(frozen=True)
-class SyncGroupRequest:
+class SyncGroupRequest(Request["SyncGroupResponse"]):
     group_id: str
     member_id: str
     generation_id: int
@@ -328,7 +336,7 @@ class SyncGroupResponse:
 
 
 @dataclass(frozen=True)
-class LeaveGroupRequest:
+class LeaveGroupRequest(Request["LeaveGroupResponse"]):
     group_id: str
     member_id: str
 

@@ -49,8 +49,9 @@ class BrokerSettings:
     # wait gives up before Kafka's default request.timeout.ms (30 s) would; a session left
     # idle inside a transaction (its process paused or gone) is ended by PostgreSQL well
     # before that, releasing the partition locks it held; no statement runs longer than a
-    # request may take. 0 lifts a bound. Long maintenance work (``kip98 db rebuild``,
-    # migrations, Spark materialisation) lifts the statement bound for its own transactions.
+    # request may take. 0 lifts a bound. ``kip98 db rebuild`` and the cleaner's compaction
+    # lift the statement bound for their own transaction; migrations and the Spark
+    # materialisation open engines of their own, without these bounds.
     db_lock_timeout_ms: int = 20_000
     db_statement_timeout_ms: int = 30_000
     db_idle_in_transaction_timeout_ms: int = 10_000

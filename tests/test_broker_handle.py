@@ -3,7 +3,6 @@ table, and a request of no RPC is refused as Kafka refuses an unknown API key.""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 
 import pytest
@@ -22,6 +21,7 @@ from app.protocol import (
     ListOffsetsRequest,
     ProduceRequest,
     RecordIn,
+    Request,
 )
 
 
@@ -31,12 +31,10 @@ def broker(db_url: str) -> Broker:
 
 
 def test_every_request_of_the_protocol_has_a_handler() -> None:
-    requests = {
-        cls
-        for name, cls in inspect.getmembers(protocol, inspect.isclass)
-        if name.endswith("Request") and dataclasses.is_dataclass(cls)
-    }
-    assert requests == set(HANDLERS)
+    assert set(Request.__subclasses__()) == set(HANDLERS)
+    # ... and every request of the protocol module is one.
+    named = {c for n, c in inspect.getmembers(protocol, inspect.isclass) if n.endswith("Request")}
+    assert named - {Request} == set(HANDLERS)
 
 
 def test_requests_travel_through_handle(broker: Broker) -> None:
@@ -70,5 +68,5 @@ def test_refusals_are_error_codes_in_the_response(broker: Broker) -> None:
 
 def test_a_request_of_no_rpc_is_refused(broker: Broker) -> None:
     with pytest.raises(KafkaException) as info:
-        broker.handle(object())
+        broker.handle(object())  # type: ignore[arg-type]
     assert info.value.error.code() == KafkaError.INVALID_REQUEST

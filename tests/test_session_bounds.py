@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from app.broker import Broker
 from app.client import KafkaException, Producer
@@ -151,19 +151,36 @@ def test_a_paused_transactional_producer_is_fenced_by_its_successor(
         assert states.scalar_one() == 0
 
 
-def test_sessions_carry_the_configured_bounds(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KIP98_DB_LOCK_TIMEOUT_MS", "1234")
-    monkeypatch.setenv("KIP98_DB_STATEMENT_TIMEOUT_MS", "0")
-    dispose_engines()
-    with get_engine(db_url).connect() as conn:
+def _bounds(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
         shown = {
             name: conn.exec_driver_sql(f"SHOW {name}").scalar_one()
             for name in ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
         }
-    assert shown == {
+        params = conn.connection.driver_connection.info.get_parameters()  # type: ignore[union-attr]
+    shown.update({k: params.get(k, "") for k in ("keepalives_idle", "tcp_user_timeout")})
+    return shown
+
+
+def test_sessions_carry_the_configured_bounds(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIP98_DB_LOCK_TIMEOUT_MS", "1234")
+    monkeypatch.setenv("KIP98_DB_STATEMENT_TIMEOUT_MS", "0")
+    dispose_engines()
+    assert _bounds(get_engine(db_url)) == {
         "lock_timeout": "1234ms",
         "statement_timeout": "0",
         "idle_in_transaction_session_timeout": "10s",
+        "keepalives_idle": "10",
+        "tcp_user_timeout": "30000",
+    }
+    # Settings given to a broker bound its own sessions, whatever the environment says.
+    settings = BrokerSettings(db_lock_timeout_ms=4321, db_tcp_user_timeout_ms=7000)
+    assert _bounds(Broker.connect(db_url, settings=settings).engine) == {
+        "lock_timeout": "4321ms",
+        "statement_timeout": "30s",
+        "idle_in_transaction_session_timeout": "10s",
+        "keepalives_idle": "10",
+        "tcp_user_timeout": "7000",
     }
 
 

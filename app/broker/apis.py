@@ -38,6 +38,7 @@ from app.protocol import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     ProduceRequest,
+    Request,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
@@ -47,7 +48,7 @@ from app.storage.context import BrokerContext
 Handler = Callable[[BrokerContext, Any], Any]
 
 # request type                -> handler                  (KIP-98's RPC summary, and the groups')
-HANDLERS: dict[type, Handler] = {
+HANDLERS: dict[type[Request[Any]], Handler] = {
     ProduceRequest:               produce,
     FetchRequest:                 fetch,
     ListOffsetsRequest:           list_offsets,
@@ -67,7 +68,7 @@ HANDLERS: dict[type, Handler] = {
 }  # fmt: skip
 
 
-def handle(context: BrokerContext, request: object) -> Any:
+def handle(context: BrokerContext, request: Request[Any]) -> Any:
     """The response to ``request``; a request of no known RPC is refused as Kafka refuses
     an unknown API key."""
     handler = HANDLERS.get(type(request))

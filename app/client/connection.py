@@ -83,21 +83,32 @@ def is_connection_error(exc: BaseException) -> bool:
 
 
 def retry_connection_loss(
-    call: Callable[[], R], deadline: float, backoff_s: float, code: int = KafkaError._TRANSPORT
+    call: Callable[[], R],
+    deadline: float,
+    backoff_s: float,
+    code: int = KafkaError._TRANSPORT,
+    retry_answer: Callable[[R], KafkaError | None] | None = None,
 ) -> R:
-    """Run ``call``, again after a retriable database failure, until the monotonic
-    ``deadline``; then a KafkaException with ``code``. Only for requests that are safe to
-    repeat (reads, and writes the broker recognises as retries). Any other database
-    failure is raised at once, as its KafkaException."""
+    """Run ``call`` until the monotonic ``deadline``: again after a retriable database
+    failure, and again after an answer ``retry_answer`` calls retriable (e.g.
+    CONCURRENT_TRANSACTIONS); past the deadline, a KafkaException with ``code`` saying
+    what was last met. Only for requests that are safe to repeat (reads, and writes the
+    broker recognises as retries). Any other database failure is raised at once, as its
+    KafkaException. The client's one retry loop: every transaction the call begins waits
+    no longer than the deadline (``request_deadline``)."""
     while True:
+        cause: BaseException | None = None
         try:
             with request_deadline(deadline):
-                return call()
+                response = call()
+            last = retry_answer(response) if retry_answer is not None else None
+            if last is None:
+                return response
         except Exception as exc:
             if not is_connection_error(exc):
                 raise_as_kafka(exc)
-            if time.monotonic() + backoff_s >= deadline:
-                error = kafka_error(exc)
-                reason = error.str() if error is not None else str(exc)
-                raise fail(code, f"gave up: {reason}") from exc
-            time.sleep(backoff_s)
+            last, cause = kafka_error(exc), exc
+            assert last is not None  # a retriable failure is a database failure
+        if time.monotonic() + backoff_s >= deadline:
+            raise fail(code, f"gave up: {last.str()}") from cause
+        time.sleep(backoff_s)

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from app.broker import Broker
 from app.client import txn_manager as tm
 from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
-from app.client.connection import is_connection_error, kafka_error, raise_as_kafka, request_deadline
+from app.client.connection import is_connection_error, retry_connection_loss
 from app.client.delivery import DeliveryReports, Outcome
 from app.client.message import TopicPartition
 from app.client.sender import Sender
@@ -117,26 +117,18 @@ class Transactions:
 
     # ------------------------------------------------------------ requests with retries
     def _call(self, fn: Callable[[], R], code_of: Callable[[R], int], timeout: float | None) -> R:
-        """Call a handler, retrying lost connections and retriable answers until timeout."""
+        """Call a handler, retrying lost connections and retriable answers until timeout
+        (then a retriable ``_TIMED_OUT``)."""
         deadline = time.monotonic() + (
             self.request_timeout_s if timeout is None or timeout < 0 else timeout
         )
-        while True:
-            try:
-                with request_deadline(deadline):
-                    response = fn()
-                if code_of(response) not in RETRY_CODES:
-                    return response
-                last = KafkaError(code_of(response))
-            except Exception as exc:
-                if not is_connection_error(exc):
-                    raise_as_kafka(exc)
-                last = kafka_error(exc) or KafkaError(KafkaError._TRANSPORT, str(exc))
-            if time.monotonic() + self.retry_backoff_s >= deadline:
-                raise KafkaException(
-                    KafkaError(KafkaError._TIMED_OUT, f"timed out: {last.str()}", retriable=True)
-                )
-            time.sleep(self.retry_backoff_s)
+
+        def retriable(response: R) -> KafkaError | None:
+            return KafkaError(code_of(response)) if code_of(response) in RETRY_CODES else None
+
+        return retry_connection_loss(
+            fn, deadline, self.retry_backoff_s, KafkaError._TIMED_OUT, retriable
+        )
 
     def _raise(self, code: int, message: str | None) -> None:
         raise KafkaException(self.manager.fail(KafkaError(code, message)))

@@ -26,7 +26,8 @@ def acquire(url: str, broker: BrokerContext) -> str | None:
     with _lock:
         loop, refs = _loops.get(url, (None, 0))
         if loop is None:
-            loop = CoordinatorLoop(BrokerContext(get_engine(url), broker.clock, broker.settings))
+            engine = get_engine(url, broker.settings)
+            loop = CoordinatorLoop(BrokerContext(engine, broker.clock, broker.settings))
             loop.start()
         _loops[url] = (loop, refs + 1)
     return url

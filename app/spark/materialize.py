@@ -275,6 +275,7 @@ def _commit(
         names = sorted({b.topic for b in bounds})
         rows = conn.execute(sql.CURRENT_TOPIC_IDS, {"topics": names}).all()
         current: dict[str, str] = {t: i for t, i in rows}
+        captured = len(bounds)
         bounds = [
             b for b in bounds if b.topic_id is not None and current.get(b.topic) == b.topic_id
         ]
@@ -287,7 +288,8 @@ def _commit(
         conn.execute(sql.FORGET_UNTRACKED, params)
         conn.execute(sql.PRUNE_BELOW_LOG_START, params)
         if staging is not None:
-            conn.execute(text(sql.drop_staged_except(staging)), {"topics": params["topics"]})
+            if len(bounds) < captured:  # a scan of the staged rows, only when it can matter
+                conn.execute(text(sql.drop_staged_except(staging)), {"topics": params["topics"]})
             counts = _move(conn, staging)
         crash_point("spark.materialize.moving")
         conn.execute(sql.ADVANCE_PROGRESS, params)

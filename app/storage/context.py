@@ -38,10 +38,11 @@ class BrokerContext:
         settings: BrokerSettings | None = None,
         principal: str | None = None,
     ) -> Self:
+        cfg = settings or BrokerSettings.from_env()
         return cls(
-            engine=get_engine(url),
+            engine=get_engine(url, cfg),  # its sessions bounded by these settings
             clock=clock or SYSTEM_CLOCK,
-            settings=settings or BrokerSettings.from_env(),
+            settings=cfg,
             principal=principal or principal_from_env(),
         )
 

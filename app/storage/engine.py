@@ -16,11 +16,11 @@ from sqlalchemy.exc import DBAPIError
 
 from app.settings import BrokerSettings
 from app.storage.embedded import database_url
-from app.storage.limits import bound_requests, connect_args
+from app.storage.limits import bound_requests, connect_args, session_options
 
 log = logging.getLogger(__name__)
 
-_engines: dict[str, Engine] = {}
+_engines: dict[tuple[str, tuple[int, ...], int], Engine] = {}
 _lock = threading.Lock()
 
 # serialization_failure, deadlock_detected: the transaction did nothing; run it again.
@@ -36,23 +36,25 @@ def resolve_url(url: str | None = None) -> str:
     return url or database_url()
 
 
-def get_engine(url: str | None = None) -> Engine:
-    """One pooled engine per URL per process (engines are expensive; connections are pooled),
-    its sessions bounded as the ``KIP98_DB_*`` settings say."""
+def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -> Engine:
+    """One pooled engine per URL and session bounds per process (engines are expensive;
+    connections are pooled), its sessions bounded as ``settings`` (default: the
+    ``KIP98_*`` environment) say."""
     resolved = resolve_url(url)
+    cfg = settings or BrokerSettings.from_env()
+    key = (resolved, tuple(session_options(cfg).values()), cfg.db_tcp_user_timeout_ms)
     with _lock:
-        engine = _engines.get(resolved)
+        engine = _engines.get(key)
         if engine is None:
-            settings = BrokerSettings.from_env()
             engine = create_engine(
                 resolved,
                 pool_size=5,
                 max_overflow=20,
                 pool_pre_ping=True,
                 pool_recycle=3600,
-                connect_args=connect_args(settings),
+                connect_args=connect_args(cfg),
             )
-            _engines[resolved] = bound_requests(engine, settings)
+            _engines[key] = bound_requests(engine, cfg)
         return engine
 
 

@@ -55,7 +55,10 @@ def connect_args(settings: BrokerSettings) -> dict[str, Any]:
 
 
 def bound_requests(engine: Engine, settings: BrokerSettings) -> Engine:
-    """Make every transaction begun under :func:`request_deadline` wait no longer than it."""
+    """Make every transaction begun under :func:`request_deadline` wait no longer than it
+    (one statement more per such transaction; none for the others)."""
+    options = session_options(settings)
+    lock_ms, statement_ms = options["lock_timeout"], options["statement_timeout"]
 
     @event.listens_for(engine, "begin")
     def _narrow(conn: Connection) -> None:
@@ -63,13 +66,21 @@ def bound_requests(engine: Engine, settings: BrokerSettings) -> Engine:
         if at is None:
             return
         remaining = max(1, int((at - time.monotonic()) * 1000))
-        for name in ("lock_timeout", "statement_timeout"):
-            default = session_options(settings)[name]
-            bound = remaining if default == 0 else min(default, remaining)
-            # SET LOCAL takes no bind parameters; ``bound`` is an int we computed.
-            conn.exec_driver_sql(f"SET LOCAL {name} = {bound}")
+        conn.exec_driver_sql(
+            "SELECT set_config('lock_timeout', %(lock)s, true),"
+            " set_config('statement_timeout', %(statement)s, true)",
+            {
+                "lock": str(_narrowed(lock_ms, remaining)),
+                "statement": str(_narrowed(statement_ms, remaining)),
+            },
+        )
 
     return engine
+
+
+def _narrowed(default_ms: int, remaining_ms: int) -> int:
+    """The tighter of a session bound (0: none) and the time a request has left."""
+    return remaining_ms if default_ms == 0 else min(default_ms, remaining_ms)
 
 
 @contextmanager
