@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import Engine, text
 
-from app.coordinator.loop import ITEM_WORK
+from app.broker.loop import ITEM_WORK
 from app.coordinator.machines import DEAD, TXN_STATES
 
 OUTCOMES = ("started", "committed", "aborted", "timed_out")

@@ -7,7 +7,9 @@ end later. Field names are the KIP's.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 R = TypeVar("R")
@@ -61,6 +63,42 @@ RECORD_VALUE: Final = 3
 RECORD_HEADERS: Final = 4
 RECORD_PRODUCER_ID: Final = 5
 
+_key_of = itemgetter(RECORD_KEY)
+_value_of = itemgetter(RECORD_VALUE)
+_headers_of = itemgetter(RECORD_HEADERS)
+
+# Kafka's sequences are int32 and wrap.
+INT32_MAX = 2**31 - 1
+
+# What one record costs beyond its key, value and headers, in every size the broker and
+# the clients count (message.max.bytes, fetch.max.bytes, batch.size).
+RECORD_OVERHEAD_BYTES = 24
+
+
+def increment_sequence(sequence: int, increment: int) -> int:
+    """Kafka's sequence arithmetic: sequences wrap from 2^31-1 to 0."""
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
+
+
+def record_size_bytes(
+    key: bytes | None, value: bytes | None, headers: list[dict[str, Any]] | None
+) -> int:
+    """One record's size as produce counts it, for ``message.max.bytes`` checks."""
+    size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+    return size + len(json.dumps(headers)) if headers else size
+
+
+def payload_bytes(records: list[RecordOut]) -> int:
+    """The bytes a fetch counted for these records against max_bytes (the fetch statements'
+    record size), summed in C (no loop in Python): what the consumer's fetch.max.bytes is
+    charged for a partition's response."""
+    keys = sum(map(len, filter(None, map(_key_of, records))))
+    values = sum(map(len, filter(None, map(_value_of, records))))
+    headers = sum(map(len, map(str.encode, filter(None, map(_headers_of, records)))))
+    return RECORD_OVERHEAD_BYTES * len(records) + keys + values + headers
+
 
 @dataclass(frozen=True)
 class ProduceRequest(Request["ProduceResponse"]):
@@ -82,6 +120,54 @@ class ProduceResponse:
     error_message: str | None = None
     # True when the batch was a retry of one already in the log (nothing was written).
     duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class ProduceBatchesRequest(Request["ProduceBatchesResponse"]):
+    """Kafka's ProduceRequest: one batch for each of several partitions, each answered on
+    its own as if sent alone, all committed in one DB transaction.
+
+    ``add``: KIP-890's implicit AddPartitionsToTxn, the transaction's partitions to
+    register in that same DB transaction (a partition whose every batch is refused is left
+    out). ``end``: kip98's combined commit, the EndTxn run after the batches when every one
+    was accepted, so a Producer's commit with batches still unsent is one request.
+    """
+
+    batches: list[ProduceRequest]
+    add: AddPartitionsToTxnRequest | None = None
+    end: EndTxnRequest | None = None
+
+
+@dataclass(frozen=True)
+class ProduceBatchesResponse:
+    """Each batch's answer, in request order; the registration's (None if there was none
+    to make); EndTxn's (None if not asked; OPERATION_NOT_ATTEMPTED when a batch or the
+    registration was refused)."""
+
+    batches: list[ProduceResponse]
+    registered: AddPartitionsToTxnResponse | None = None
+    end: EndTxnResponse | None = None
+
+
+@dataclass(frozen=True)
+class MetadataRequest(Request["MetadataResponse"]):
+    """Kafka's MetadataRequest, for what a client needs of it: the topics' partitions.
+    ``topics`` None asks for every topic."""
+
+    topics: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class TopicMetadata:
+    error_code: int
+    topic: str
+    num_partitions: int = 0
+    topic_id: str | None = None
+
+
+@dataclass(frozen=True)
+class MetadataResponse:
+    topics: list[TopicMetadata]
 
 
 @dataclass(frozen=True)

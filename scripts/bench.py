@@ -32,9 +32,9 @@ from sqlalchemy import event  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
 from app.broker import Broker  # noqa: E402
+from app.broker.produce import produce as produce_handler  # noqa: E402
 from app.client import Consumer, Producer, TopicPartition  # noqa: E402
 from app.coordinator.producer_id import init_producer_id  # noqa: E402
-from app.log.append import produce as produce_handler  # noqa: E402
 from app.log.copy_records import Columns, copy_payload_of, encode_rows  # noqa: E402
 from app.log.fetch import fetch as fetch_handler  # noqa: E402
 from app.log.sql import COPY_RECORDS  # noqa: E402
@@ -598,7 +598,7 @@ def core_cases(
 
 def cleaner_case(server: str, args: argparse.Namespace, results: dict[str, Any], add: Add) -> None:
     """Retention and compaction speed, and producers' speed while the cleaner works."""
-    from app.cleaner.bench import bench_cleaner
+    from app.bench.cleaner import bench_cleaner
 
     with console.status("log cleaner"), fresh_database(server) as url:
         c = bench_cleaner(url, args.records)

@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
+from app.broker.produce import produce
 from app.broker.rebuild import rebuild_all
 from app.cleaner import plan
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.client import Consumer, TopicPartition
 from app.clock import Clock, ManualClock
-from app.coordinator.loop import CoordinatorLoop
 from app.errors import KafkaError, KafkaException
-from app.log.append import produce
 from app.log.expiry import expire_producer_states
 from app.log.fetch import fetch
 from app.log.topic_config import CleanupConfig

@@ -15,13 +15,13 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
-from app.client import KafkaException, Producer, transactions
+from app.broker.produce import produce
+from app.client import KafkaException, Producer
 from app.coordinator import machines as m
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
-from app.log.append import produce
 from app.log.topics import create_topic
-from app.protocol import ProduceRequest, RecordIn
+from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
@@ -197,21 +197,25 @@ def lost_connection() -> OperationalError:
     )
 
 
-def lossy(monkeypatch: pytest.MonkeyPatch, losses: int, reached: bool) -> list[int]:
-    """Lose the answer of the next ``losses`` combined requests (``reached``: each was
-    carried out first); returns a one-element count of the requests made."""
-    real = transactions.produce_and_end_txn
+def lossy(
+    monkeypatch: pytest.MonkeyPatch, producer: Producer, losses: int, reached: bool
+) -> list[int]:
+    """Lose the answer of the producer's next ``losses`` combined requests (``reached``:
+    each was carried out first); returns a one-element count of the requests made."""
+    real = producer.sender.transport
     calls = [0]
 
-    def flaky(*args: Any) -> Any:
+    def flaky(request: ProduceBatchesRequest) -> Any:
+        if request.end is None:
+            return real(request)
         calls[0] += 1
         if calls[0] > losses:
-            return real(*args)
+            return real(request)
         if reached:
-            real(*args)
+            real(request)
         raise lost_connection()
 
-    monkeypatch.setattr(transactions, "produce_and_end_txn", flaky)
+    monkeypatch.setattr(producer.sender, "transport", flaky)
     return calls
 
 
@@ -228,7 +232,7 @@ def test_a_lost_commit_answer_is_retried_as_the_same_request(
     reports: list[tuple[Any, int]] = []
     try:
         producer.init_transactions()
-        calls = lossy(monkeypatch, 2, reached)
+        calls = lossy(monkeypatch, producer, 2, reached)
         producer.begin_transaction()
         for topic, partition in PARTITIONS:
             producer.produce(
@@ -261,7 +265,7 @@ def test_an_unresolved_commit_times_out_retriably_and_completes_when_retried(
     reports: list[Any] = []
     try:
         producer.init_transactions()
-        lossy(monkeypatch, 1_000_000, reached=True)
+        lossy(monkeypatch, producer, 1_000_000, reached=True)
         producer.begin_transaction()
         producer.produce("t", "v", partition=0, on_delivery=lambda e, msg: reports.append(e))
         with pytest.raises(KafkaException) as raised:
@@ -284,14 +288,15 @@ def test_an_idle_sender_leaves_the_last_batches_to_the_committing_thread(
     itself (no hand-off to the sender thread and back); the delivery reports are served
     as usual."""
     threads: list[threading.Thread] = []
-    real = transactions.produce_and_end_txn
-
-    def recording(*args: Any) -> Any:
-        threads.append(threading.current_thread())
-        return real(*args)
-
-    monkeypatch.setattr(transactions, "produce_and_end_txn", recording)
     producer = transactional_producer(db_url, "here")
+    real = producer.sender.transport
+
+    def recording(request: ProduceBatchesRequest) -> Any:
+        if request.end is not None:
+            threads.append(threading.current_thread())
+        return real(request)
+
+    monkeypatch.setattr(producer.sender, "transport", recording)
     reports: list[tuple[Any, int]] = []
     try:
         producer.init_transactions()
@@ -407,7 +412,7 @@ def test_abort_after_an_unresolved_commit_is_refused_until_the_commit_completes(
     reports: list[Any] = []
     try:
         producer.init_transactions()
-        lossy(monkeypatch, 1_000_000, reached=True)
+        lossy(monkeypatch, producer, 1_000_000, reached=True)
         producer.begin_transaction()
         producer.produce("t", "v", partition=0, on_delivery=lambda e, msg: reports.append(e))
         with pytest.raises(KafkaException):
@@ -443,7 +448,7 @@ def test_finite_retries_leave_the_unresolved_commit_to_the_commit(
     reports: list[Any] = []
     try:
         producer.init_transactions()
-        calls = lossy(monkeypatch, 3, reached=True)
+        calls = lossy(monkeypatch, producer, 3, reached=True)
         producer.begin_transaction()
         producer.produce("t", "v", partition=0, on_delivery=lambda e, msg: reports.append(e))
         try:

@@ -10,6 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
+from app.broker.produce import produce
 from app.broker.rebuild import compute_partition_log, live_rows, projection_rows
 from app.clock import ManualClock
 from app.coordinator import machines as m
@@ -19,7 +21,6 @@ from app.coordinator.handlers import (
     roll_forward,
     write_txn_markers,
 )
-from app.coordinator.loop import CoordinatorLoop
 from app.coordinator.metadata import txn_partition_for
 from app.coordinator.producer_id import init_producer_id
 from app.coordinator.rebuild import (
@@ -29,7 +30,6 @@ from app.coordinator.rebuild import (
     live_transactions,
 )
 from app.errors import KafkaError, KafkaException
-from app.log.append import produce
 from app.log.fetch import fetch, list_offsets
 from app.log.topics import create_topic
 from app.protocol import (

@@ -10,13 +10,13 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.produce import produce
 from app.client.message import encode_headers
 from app.clock import ManualClock
-from app.log.append import produce
-from app.log.copy_records import Columns, record_size_bytes
+from app.log.copy_records import Columns
 from app.log.producer_state import INT32_MAX
 from app.log.topics import create_topic
-from app.protocol import ProduceRequest, RecordIn
+from app.protocol import ProduceRequest, RecordIn, record_size_bytes
 from tests.identities import identity_at_epoch
 
 COLUMNS = (

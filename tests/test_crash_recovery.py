@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
 from app.clock import SYSTEM_CLOCK, ManualClock
 from app.coordinator import machines as m
-from app.coordinator.loop import CoordinatorLoop
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of

@@ -16,9 +16,9 @@ from sqlalchemy.engine import make_url
 
 from app.admin import AdminClient, NewTopic
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
 from app.client.consumer import Consumer
 from app.client.producer import Producer
-from app.coordinator.loop import CoordinatorLoop
 from app.security.roles import apply_roles
 from app.settings import BrokerSettings
 from app.storage.engine import dispose_engines

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from app.broker import Broker
+from app.broker.produce import produce
 from app.client.fetcher import Fetcher
 from app.log import fetch as fetch_module
-from app.log.append import produce
 from app.log.fetch import fetch
 from app.log.topics import create_topic
 from app.protocol import (

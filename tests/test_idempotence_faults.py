@@ -21,12 +21,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
+from app.broker.produce import produce as produce_handler
 from app.client import KafkaError, Message
 from app.client.producer import Producer
-from app.log.append import produce as produce_handler
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, ProduceResponse, RecordIn
 from tests.identities import hand_out
+from tests.txn_driver import batchwise
 
 
 def conninfo(db_url: str) -> str:
@@ -152,7 +153,7 @@ def test_answer_lost_after_commit_is_deduplicated(db_url: str, broker: Broker) -
     with Producer(
         {"database.url": db_url, "client.id": "lost-answer", "retry.backoff.ms": 1}
     ) as producer:
-        producer.sender.handler = lose_first_answer
+        producer.sender.transport = batchwise(producer.sender.broker, lose_first_answer)
         for i in range(5):
             producer.produce("t", value=f"v{i}", partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
@@ -173,7 +174,7 @@ def test_backend_terminated_while_waiting_for_the_partition_lock(
         ) as producer,
         psycopg.connect(conninfo(db_url)) as holder,
     ):
-        producer.sender.handler = handler
+        producer.sender.transport = batchwise(producer.sender.broker, handler)
         holder.execute("SELECT 1 FROM partitions WHERE topic = 't' AND partition = 0 FOR UPDATE")
         for i in range(10):
             producer.produce("t", value=f"v{i}", partition=0, on_delivery=on_delivery)
@@ -195,7 +196,7 @@ def test_backend_terminated_after_its_rows_were_written(
     with Producer(
         {"database.url": db_url, "client.id": "mid-commit", "retry.backoff.ms": 5}
     ) as producer:
-        producer.sender.handler = handler
+        producer.sender.transport = batchwise(producer.sender.broker, handler)
         producer.produce("t", value="first", partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
         with psycopg.connect(conninfo(db_url)) as holder:
@@ -254,7 +255,7 @@ def test_terminated_backends_never_duplicate_or_lose_records(db_url: str, broker
             "batch.num.messages": 50,
         }
     )
-    producer.sender.handler = handler
+    producer.sender.transport = batchwise(producer.sender.broker, handler)
     terminator = Terminator(db_url, "storm-producer")
     terminator.start()
     try:

@@ -17,15 +17,17 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.batches import append_batches
+from app.broker.produce import produce
+from app.broker.work import Work
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException
-from app.log.append import append_batches, produce, produce_many
 from app.log.inspect import abort_hanging
 from app.log.markers import write_txn_marker
 from app.log.topics import create_topic
 from app.protocol import CONTROL_COMMIT, InitProducerIdRequest, ProduceRequest, RecordIn
 from tests.test_markers import wait_for_lock_wait
-from tests.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.txn_driver import TxnDriver, partition_offsets, produce_many, read_values
 
 
 @pytest.fixture
@@ -84,7 +86,7 @@ def test_a_retry_waiting_for_its_original_is_a_duplicate(broker: Broker, path: s
     retried = batch(1, "b")
 
     def original(conn: object) -> None:
-        _, [first] = append_batches(conn, broker, [retried], None, {})  # type: ignore[arg-type]
+        _, [first] = append_batches(Work(broker, conn), [retried], None)  # type: ignore[arg-type]
         assert (first.error_code, first.base_offset, first.duplicate) == (0, 1, False)
 
     def retry() -> object:
@@ -112,7 +114,7 @@ def test_a_retry_that_opened_the_transaction_stays_aborted(broker: Broker) -> No
     [retried] = d.requests(("t", 0, "x"))
 
     def original(conn: object) -> None:
-        _, [first] = append_batches(conn, broker, [retried], None, {})  # type: ignore[arg-type]
+        _, [first] = append_batches(Work(broker, conn), [retried], None)  # type: ignore[arg-type]
         assert (first.error_code, first.base_offset, first.duplicate) == (0, 2, False)
 
     answer = run_behind_lock(broker, original, lambda: produce(broker, retried))
@@ -145,7 +147,7 @@ def test_abort_hanging_racing_the_commit_writes_no_abort(broker: Broker, then: s
             CONTROL_COMMIT, broker.clock.now_ms(),
         )  # fmt: skip
         if then == "committed and reopened":
-            _, [opened] = append_batches(conn, broker, d.requests(("t", 0, "n")), None, {})  # type: ignore[arg-type]
+            _, [opened] = append_batches(Work(broker, conn), d.requests(("t", 0, "n")), None)  # type: ignore[arg-type]
             assert (opened.error_code, opened.base_offset) == (0, 2)
 
     outcome = run_behind_lock(broker, commit, lambda: abort_hanging(broker, "t", 0, 0))

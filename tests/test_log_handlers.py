@@ -9,17 +9,17 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.produce import produce
 from app.broker.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
 from app.client.message import decode_headers, encode_headers
 from app.clock import ManualClock
 from app.errors import KafkaError, KafkaException
-from app.log.append import produce
 from app.log.expiry import expire_producer_states
-from app.log.fetch import fetch, list_offsets, payload_bytes
-from app.log.producer_state import INT32_MAX, increment_sequence
+from app.log.fetch import fetch, list_offsets
 from app.log.topics import create_topic, delete_topic, describe_topic, list_topics
 from app.protocol import (
     EARLIEST_TIMESTAMP,
+    INT32_MAX,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -30,6 +30,8 @@ from app.protocol import (
     ListOffsetsRequest,
     ProduceRequest,
     RecordIn,
+    increment_sequence,
+    payload_bytes,
 )
 from app.settings import BrokerSettings
 from tests.identities import hand_out, identity_at_epoch, init_transactional

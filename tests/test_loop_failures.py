@@ -14,13 +14,13 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
+from app.broker.loop import ITEM_BACKOFF_MAX_MS, CoordinatorLoop, ends_the_pass
+from app.broker.produce import produce
 from app.clock import ManualClock
 from app.coordinator import machines as m
 from app.coordinator.handlers import prepare_end_txn
-from app.coordinator.loop import ITEM_BACKOFF_MAX_MS, CoordinatorLoop, ends_the_pass
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, fail
-from app.log.append import produce
 from app.log.topics import create_topic
 from app.metrics import gather, prometheus_text
 from app.protocol import EndTxnRequest, InitProducerIdRequest, ProduceRequest, RecordIn

@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.batches import append_batches
+from app.broker.work import Work
 from app.coordinator import machines as m
 from app.coordinator.handlers import prepare_end_txn, roll_forward
 from app.errors import KafkaError, KafkaException
-from app.log.append import append_batches
 from app.log.markers import write_txn_marker, write_txn_markers
 from app.log.topics import create_topic, delete_topic
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest
@@ -275,7 +276,7 @@ def test_markers_see_a_transaction_opened_while_they_waited(broker: Broker, path
 
     with broker.engine.connect() as conn:
         held = conn.begin()
-        _, [appended] = append_batches(conn, broker, other.requests(("race", 0, "o")), None, {})
+        _, [appended] = append_batches(Work(broker, conn), other.requests(("race", 0, "o")), None)
         assert (appended.error_code, appended.base_offset) == (0, 1)
         ender = threading.Thread(target=end)
         ender.start()

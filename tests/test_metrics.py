@@ -8,10 +8,10 @@ from sqlalchemy import text
 
 from app.admin import AdminClient, NewTopic
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
+from app.broker.produce import produce
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.clock import ManualClock
-from app.coordinator.loop import CoordinatorLoop
-from app.log.append import produce
 from app.log.topics import create_topic
 from app.metrics import Kip98Collector, Snapshot, gather, prometheus_text
 from app.protocol import ProduceRequest, RecordIn

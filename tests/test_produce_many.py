@@ -13,16 +13,16 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
-from app.client import KafkaException, Producer, transactions
+from app.broker.produce import produce
+from app.client import KafkaException, Producer
 from app.coordinator import machines as m
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
 from app.log import append
-from app.log.append import produce, produce_many, produce_registering
 from app.log.topics import create_topic
-from app.protocol import AddPartitionsToTxnRequest, ProduceRequest, RecordIn
+from app.protocol import AddPartitionsToTxnRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.identities import hand_out
-from tests.txn_driver import TxnDriver, read_values, state_of
+from tests.txn_driver import TxnDriver, produce_many, produce_registering, read_values, state_of
 
 
 @pytest.fixture
@@ -258,11 +258,12 @@ def test_registration_lost_with_the_connection_then_abort(
     """The registering request's answer is lost every time (``reached``: it committed),
     until the batch times out (flushed before the commit, so it goes without the EndTxn):
     aborting must still leave nothing behind and an identity that works."""
-    real = transactions.produce_registering
 
-    def lose_answer(*args: Any) -> Any:
+    def lose_answer(request: ProduceBatchesRequest) -> Any:
+        if request.add is None:
+            return real(request)
         if reached:
-            real(*args)
+            real(request)
         raise lost_connection()
 
     producer = Producer(
@@ -271,7 +272,8 @@ def test_registration_lost_with_the_connection_then_abort(
     )  # fmt: skip
     try:
         producer.init_transactions()
-        monkeypatch.setattr(transactions, "produce_registering", lose_answer)
+        real = producer.sender.transport
+        monkeypatch.setattr(producer.sender, "transport", lose_answer)
         failed: list[Any] = []
         producer.begin_transaction()
         producer.produce("t", "lost", partition=0, on_delivery=lambda e, m: failed.append(e))
@@ -281,7 +283,7 @@ def test_registration_lost_with_the_connection_then_abort(
         assert len(failed) == 1 and failed[0] is not None
         producer.abort_transaction()
         assert state_of(broker, "lost") == (m.COMPLETE_ABORT if reached else m.EMPTY)
-        monkeypatch.setattr(transactions, "produce_registering", real)
+        monkeypatch.setattr(producer.sender, "transport", real)
         producer.begin_transaction()
         producer.produce("t", "next", partition=0)
         producer.commit_transaction()

@@ -11,15 +11,16 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.produce import produce as produce_handler
 from app.client import OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, KafkaError, KafkaException
 from app.client.closing import ClientClosedError
 from app.client.consumer import Consumer
 from app.client.message import Message, TopicPartition
 from app.client.partitioner import murmur2_partition
 from app.client.producer import Producer
-from app.log.append import produce as produce_handler
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, ProduceResponse
+from tests.txn_driver import batchwise
 
 Report = tuple[KafkaError | None, Message]
 
@@ -337,9 +338,10 @@ def test_retriable_errors_are_retried_with_the_same_sequence(db_url: str, broker
     reports, on_delivery = collector()
     calls: list[ProduceRequest] = []
     with make_producer(db_url, retry_backoff_ms=1) as producer:
-        producer.sender.handler = _scripted_handler(
+        handler = _scripted_handler(
             [KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR], calls
         )
+        producer.sender.transport = batchwise(producer.sender.broker, handler)
         for i in range(3):
             producer.produce("t", value=str(i), partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
@@ -355,7 +357,9 @@ def test_non_retriable_error_fails_every_record_of_the_batch(db_url: str, broker
     reports, on_delivery = collector()
     calls: list[ProduceRequest] = []
     with make_producer(db_url, linger_ms=10_000) as producer:
-        producer.sender.handler = _scripted_handler([KafkaError.INVALID_RECORD], calls)
+        producer.sender.transport = batchwise(
+            producer.sender.broker, _scripted_handler([KafkaError.INVALID_RECORD], calls)
+        )
         for i in range(4):
             producer.produce("t", value=str(i), partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
@@ -376,7 +380,9 @@ def test_message_timeout_ends_retries(db_url: str, broker: Broker) -> None:
     with make_producer(
         db_url, retry_backoff_ms=20, message_timeout_ms=300, linger_ms=0
     ) as producer:
-        producer.sender.handler = _scripted_handler([KafkaError.REQUEST_TIMED_OUT] * 1000, calls)
+        producer.sender.transport = batchwise(
+            producer.sender.broker, _scripted_handler([KafkaError.REQUEST_TIMED_OUT] * 1000, calls)
+        )
         producer.produce("t", value="x", partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
     ((err, msg),) = reports

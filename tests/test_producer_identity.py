@@ -12,17 +12,23 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
+from app.broker.produce import produce
 from app.clock import ManualClock
 from app.coordinator import machines as m
-from app.coordinator.loop import CoordinatorLoop
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError
-from app.log.append import produce, produce_many
 from app.log.topics import create_topic
 from app.metrics import gather
 from app.protocol import InitProducerIdRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
-from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+from tests.txn_driver import (
+    TxnDriver,
+    partition_offsets,
+    produce_many,
+    read_values,
+    state_of,
+)
 
 
 @pytest.fixture

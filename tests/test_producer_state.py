@@ -8,16 +8,15 @@ from hypothesis import strategies as st
 from app.errors import KafkaError
 from app.log.lso import lso_after_append, lso_after_marker
 from app.log.producer_state import (
-    INT32_MAX,
     BatchMeta,
     apply_append,
     apply_marker,
     in_sequence,
-    increment_sequence,
     is_expired,
     validate_append,
     validate_marker,
 )
+from app.protocol import INT32_MAX, increment_sequence
 
 
 def _entry(epoch: int = 0, last_seq: int = 9, txn: int | None = None):  # type: ignore[no-untyped-def]

@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.produce import produce
 from app.client.consumer import Consumer
 from app.client.message import TopicPartition, decode_headers, encode_headers
-from app.log.append import produce
 from app.log.fetch import fetch
 from app.log.topics import create_topic, delete_topic
 from app.protocol import READ_COMMITTED, FetchRequest, ProduceRequest, RecordIn

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.broker.produce import produce
 from app.groups.offsets import offset_commit
-from app.log.append import produce
 from app.log.fetch import fetch
 from app.log.topics import create_topic
 from app.protocol import (

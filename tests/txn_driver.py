@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import text
 
 from app.broker import Broker
-from app.coordinator.commit_request import CommitResponse, produce_and_end_txn
+from app.broker.produce import produce
 from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, end_txn
 from app.coordinator.producer_id import init_producer_id
-from app.log.append import produce
 from app.log.fetch import fetch
 from app.protocol import (
     READ_COMMITTED,
@@ -19,9 +19,12 @@ from app.protocol import (
     RECORD_VALUE,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     EndTxnRequest,
     FetchRequest,
     InitProducerIdRequest,
+    ProduceBatchesRequest,
+    ProduceBatchesResponse,
     ProduceRequest,
     ProduceResponse,
     RecordIn,
@@ -95,7 +98,7 @@ class TxnDriver:
 
     def commit_with(
         self, requests: list[ProduceRequest], register: list[tuple[str, int]] | None = None
-    ) -> CommitResponse:
+    ) -> ProduceBatchesResponse:
         """The commit as one request carrying ``requests``, registering ``register``."""
         add = None
         if register:
@@ -103,7 +106,8 @@ class TxnDriver:
                 self.transactional_id, self.producer_id, self.producer_epoch, register
             )
         end = EndTxnRequest(self.transactional_id, self.producer_id, self.producer_epoch, True)
-        r = produce_and_end_txn(self.broker, requests, add, end)
+        r = self.broker.handle(ProduceBatchesRequest(requests, add, end))
+        assert r.end is not None
         if r.end.error_code == 0:
             self._ended(r.end.producer_id, r.end.producer_epoch)
         else:
@@ -159,3 +163,29 @@ def state_of(broker: Broker, transactional_id: str) -> str | None:
             text("SELECT state FROM transactions WHERE transactional_id = :t"),
             {"t": transactional_id},
         ).scalar()
+
+
+def produce_many(broker: Broker, requests: list[ProduceRequest]) -> list[ProduceResponse]:
+    """Several partitions' batches in one produce request."""
+    return broker.handle(ProduceBatchesRequest(requests)).batches
+
+
+def produce_registering(
+    broker: Broker, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest
+) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
+    """One produce request that registers ``add``'s partitions with its batches (KIP-890)."""
+    r = broker.handle(ProduceBatchesRequest(requests, add))
+    return r.registered, r.batches
+
+
+def batchwise(
+    broker: Broker, handler: Callable[[Broker, ProduceRequest], ProduceResponse]
+) -> Callable[[ProduceBatchesRequest], ProduceBatchesResponse]:
+    """A producer transport that hands each batch of a request to ``handler`` on its own
+    (fault injection per batch); for requests without registration or EndTxn."""
+
+    def transport(request: ProduceBatchesRequest) -> ProduceBatchesResponse:
+        assert request.add is None and request.end is None
+        return ProduceBatchesResponse([handler(broker, batch) for batch in request.batches])
+
+    return transport

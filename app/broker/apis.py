@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.broker.produce import produce, produce_batches
 from app.coordinator.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -22,8 +23,8 @@ from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, fail
 from app.groups.membership import heartbeat, join_group, leave_group, sync_group
 from app.groups.offsets import offset_commit, offset_fetch, txn_offset_commit
-from app.log.append import produce
 from app.log.fetch import fetch, list_offsets
+from app.log.topics import metadata
 from app.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -35,8 +36,10 @@ from app.protocol import (
     JoinGroupRequest,
     LeaveGroupRequest,
     ListOffsetsRequest,
+    MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    ProduceBatchesRequest,
     ProduceRequest,
     Request,
     SyncGroupRequest,
@@ -50,6 +53,8 @@ Handler = Callable[[BrokerContext, Any], Any]
 # request type                -> handler                  (KIP-98's RPC summary, and the groups')
 HANDLERS: dict[type[Request[Any]], Handler] = {
     ProduceRequest:               produce,
+    ProduceBatchesRequest:        produce_batches,
+    MetadataRequest:              metadata,
     FetchRequest:                 fetch,
     ListOffsetsRequest:           list_offsets,
     FindCoordinatorRequest:       find_coordinator,

@@ -24,11 +24,12 @@ from app.client import (
     OFFSET_END,
     Consumer,
     KafkaError,
+    KafkaException,
     Message,
     Producer,
     TopicPartition,
 )
-from app.log.topics import partition_count
+from app.protocol import MetadataRequest
 
 CONSUME_FORMATS = ("plain", "table", "json")
 
@@ -36,7 +37,10 @@ CONSUME_FORMATS = ("plain", "table", "json")
 def _check_partition(topic: str, partition: int | None) -> int:
     """The topic's partition count, failing early (one line) on an unknown topic or
     partition rather than once per record."""
-    count = partition_count(Broker.connect(), topic)
+    [found] = Broker.connect().handle(MetadataRequest([topic])).topics
+    if found.error_code != KafkaError.NO_ERROR:
+        raise KafkaException(KafkaError(found.error_code, f"topic {topic!r} does not exist"))
+    count = found.num_partitions
     if partition is not None and not 0 <= partition < count:
         raise CliError(f"partition {partition} does not exist: {topic!r} has {count} partition(s)")
     return count

@@ -18,9 +18,9 @@ from typing import Any
 import click
 
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop, PassStats
 from app.cli.errors import one_line
 from app.cli.output import emit, output_option
-from app.coordinator.loop import CoordinatorLoop, PassStats
 
 WORK = (
     "timed_out",

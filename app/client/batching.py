@@ -16,8 +16,14 @@ from typing import Any
 
 from app.client.message import Header
 from app.errors import KafkaError
-from app.log.producer_state import increment_sequence
-from app.protocol import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, ProduceRequest, RecordIn
+from app.protocol import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    ProduceRequest,
+    RecordIn,
+    increment_sequence,
+)
 
 DeliveryCallback = Callable[[KafkaError | None, Any], Any]
 

@@ -32,7 +32,6 @@ from app.client.message import (
     Message,
 )
 from app.errors import KafkaError
-from app.log.fetch import payload_bytes
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -41,6 +40,7 @@ from app.protocol import (
     FetchRequest,
     ListOffsetsRequest,
     RecordOut,
+    payload_bytes,
 )
 
 log = logging.getLogger(__name__)

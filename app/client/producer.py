@@ -40,9 +40,7 @@ from app.client.transactions import Transactions
 from app.client.txn_manager import IN_TRANSACTION
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.errors import KafkaError, KafkaException, fail
-from app.log.copy_records import record_size_bytes
-from app.log.topics import partition_count
-from app.protocol import InitProducerIdRequest, RecordIn
+from app.protocol import InitProducerIdRequest, MetadataRequest, RecordIn, record_size_bytes
 
 R = TypeVar("R")
 
@@ -156,12 +154,13 @@ class Producer:
         known = self._partitions.get(topic)  # a dict read needs no lock; misses take it below
         if known is not None:
             return known
-        try:
-            count: int = self._call_with_retries(lambda: partition_count(self._broker, topic))
-        except KafkaException as exc:
-            if exc.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
-                return None
-            raise
+        request = MetadataRequest([topic])
+        [found] = self._call_with_retries(lambda: self._broker.handle(request)).topics
+        if found.error_code == KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        if found.error_code != KafkaError.NO_ERROR:
+            raise KafkaException(KafkaError(found.error_code))
+        count = found.num_partitions
         with self._metadata_lock:
             self._partitions[topic] = count
         return count

@@ -1,6 +1,6 @@
 """The producer's background sender: batches out, delivery reports back.
 
-All calls to the Produce handler happen here, one batch per partition in flight, in one
+All produce requests are sent here, one batch per partition in flight, in one
 thread (or, for a commit's last batches, on the committing thread: ``send_all_here``); the
 batches ready at the same time go out in one request (one DB transaction, one COMMIT),
 each answered on its own, as Kafka sends one request per leader. A batch that
@@ -14,14 +14,14 @@ reporting it failed could contradict a transaction that committed with it, so it
 again until an answer settles it, and the commit's own timeout, which is retriable,
 governs instead.
 
-Transactions plug in through seams, so the transaction manager never has to form or send
-batches itself: ``transactional_id``/``is_transactional`` stamp the batches formed while a
-transaction is open; ``send_together`` sends the ready batches, and the transaction manager
-replaces it to register their new partitions with the transaction in the same request
-(``before_send`` does that with AddPartitionsToTxn when a replaced handler takes batches
-one at a time); ``on_batch_failed`` and ``on_records_expired`` hear of batches that failed
-for good and of records that timed out before they were sent (either moves the transaction
-to an abortable state: a commit must never succeed without them).
+Requests go out through ``transport`` (``Broker.handle`` in process). A transactional
+producer attaches its transaction manager (``attach``, a ``TransactionHooks``), so the
+manager never forms or sends batches itself: ``transactional_id``/``is_transactional`` stamp
+the batches formed while a transaction is open; the hooks send the ready batches, with
+their new partitions' registration and, for a commit's last batches, the EndTxn, in the
+same request; and they hear of batches that failed for good and of records that timed out
+before they were sent (either moves the transaction to an abortable state: a commit must
+never succeed without them).
 """
 
 from __future__ import annotations
@@ -30,24 +30,32 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from app.broker import Broker
 from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
 from app.client.connection import is_connection_error, kafka_error
 from app.client.delivery import DeliveryReports, Outcome
 from app.errors import KafkaError
-from app.log.append import produce as produce_handler
-from app.log.append import produce_many
-from app.protocol import ProduceRequest, ProduceResponse
+from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse, ProduceResponse
 
 log = logging.getLogger(__name__)
 
-ProduceHandler = Callable[[Broker, ProduceRequest], ProduceResponse]
-# Per batch, the handler's answer, or an error decided before the handler was asked.
-SendTogether = Callable[[list[Batch]], list[ProduceResponse | KafkaError]]
-# Returns, per (topic, partition) that could not be prepared, the error to retry or fail with.
-BeforeSend = Callable[[list[Batch]], dict[tuple[str, int], KafkaError]]
-BatchFailed = Callable[[Batch, KafkaError], None]
+ProduceTransport = Callable[[ProduceBatchesRequest], ProduceBatchesResponse]
+
+
+class TransactionHooks(Protocol):
+    """What a transaction manager does with the sender's batches."""
+
+    def send_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
+        """One request for ``batches``: per batch, the broker's answer, or an error decided
+        before the broker answered it (its partition's registration refused)."""
+
+    def batch_failed(self, batch: Batch, error: KafkaError) -> None:
+        """A batch failed for good."""
+
+    def records_expired(self, error: KafkaError) -> None:
+        """Records timed out before they were sent."""
 
 
 class Sender:
@@ -64,7 +72,6 @@ class Sender:
         max_retries: int,
         identity_provider: Callable[[], ProducerIdentity] | None = None,
         on_batch_formed: Callable[[Batch], None] | None = None,
-        handler: ProduceHandler = produce_handler,
         name: str = "kip98-producer-sender",
     ) -> None:
         self.broker = broker
@@ -81,20 +88,20 @@ class Sender:
         # sequence numbers may or may not be in the log and later batches would not line up.
         self.identity_provider = identity_provider
         self.on_batch_formed = on_batch_formed
-        self.handler = handler
-        # Sends several batches in one request; the transaction manager replaces it to
-        # register new partitions in the same request.
-        self.send_together: SendTogether = self._produce_together
-        # --- transaction seams (see module docstring) ---
+        # Where requests go: the broker in process (fault-injection tests wrap it).
+        self.transport: ProduceTransport = broker.handle
+        # --- transactions (see module docstring) ---
         self.transactional_id: str | None = None
         self.is_transactional = False
-        self.before_send: BeforeSend | None = None
-        self.on_batch_failed: BatchFailed | None = None
-        self.on_records_expired: Callable[[KafkaError], None] | None = None
+        self._transactions: TransactionHooks | None = None
 
         self._needs_identity = False
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def attach(self, transactions: TransactionHooks) -> None:
+        """Hand the ready batches to a transaction manager (before ``start``)."""
+        self._transactions = transactions
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -153,8 +160,8 @@ class Sender:
                 acc.wait(self._wait_time(now, next_ready))
         if expired:
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
-            if self.on_records_expired is not None:
-                self.on_records_expired(timed_out)  # before the reports can be served
+            if self._transactions is not None:
+                self._transactions.records_expired(timed_out)  # before the reports can be served
             self.reports.push([Outcome(t, p, [r], -1, timed_out, now) for t, p, r in expired])
         if self._needs_identity:
             self._renew_identity()
@@ -235,42 +242,18 @@ class Sender:
     # --- sending -----------------------------------------------------------------------
 
     def send(self, batches: list[Batch]) -> None:
-        """One attempt for each batch; the single place the Produce handler is called.
-
-        The batches go out together, in one request and one DB transaction
-        (``send_together``), unless ``handler`` was replaced (fault injection): then one at a
-        time through it, each after ``before_send``.
-        """
+        """One attempt for each batch, all in one request and one DB transaction: the
+        single place produce requests are sent."""
         if not batches:
             return
-        if self.handler is produce_handler:
-            self._attempt_together(batches)
-            return
-        refused: dict[tuple[str, int], KafkaError] = {}
-        if self.before_send is not None:
-            refused = self.before_send(batches)
-        for batch in batches:
-            error = refused.get((batch.topic, batch.partition))
-            if error is None:
-                self._attempt(batch)
-                continue
-            batch.attempts += 1
-            self._settle_error(batch, error)
-
-    def _attempt(self, batch: Batch) -> None:
-        batch.attempts += 1
-        try:
-            response = self.handler(self.broker, batch.request())
-        except Exception as exc:
-            self._settle_exception(batch, exc)
-            return
-        self._settle(batch, response)
-
-    def _attempt_together(self, batches: list[Batch]) -> None:
         for batch in batches:
             batch.attempts += 1
         try:
-            outcomes = self.send_together(batches)
+            if self._transactions is not None:
+                outcomes = self._transactions.send_together(batches)
+            else:
+                request = ProduceBatchesRequest([b.request() for b in batches])
+                outcomes = list(self.transport(request).batches)
         except Exception as exc:
             for batch in batches:
                 self._settle_exception(batch, exc)
@@ -284,9 +267,6 @@ class Sender:
             else:
                 self._settle(batch, outcome)
         self._succeed_all(delivered)
-
-    def _produce_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
-        return list(produce_many(self.broker, [b.request() for b in batches]))
 
     def _settle_exception(self, batch: Batch, exc: Exception) -> None:
         if is_connection_error(exc):
@@ -309,7 +289,7 @@ class Sender:
 
     def _settle(self, batch: Batch, response: ProduceResponse) -> None:
         if response.error_code == KafkaError.NO_ERROR:
-            self._succeed(batch, response.base_offset)
+            self._succeed_all([(batch, response.base_offset)])
             return
         self._settle_error(batch, KafkaError(response.error_code, response.error_message))
 
@@ -349,9 +329,6 @@ class Sender:
         is unknown: the transaction may have committed with it."""
         return batch.ends_transaction and batch.ambiguous
 
-    def _succeed(self, batch: Batch, base_offset: int) -> None:
-        self._succeed_all([(batch, base_offset)])
-
     def _succeed_all(self, delivered: list[tuple[Batch, int]]) -> None:
         """Delivered batches, reported together: one wake-up for whoever serves them."""
         if not delivered:
@@ -368,8 +345,8 @@ class Sender:
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
         outcome = Outcome(batch.topic, batch.partition, batch.records, -1, error, time.monotonic())
-        if self.on_batch_failed is not None:
-            self.on_batch_failed(batch, error)
+        if self._transactions is not None:
+            self._transactions.batch_failed(batch, error)
         with self.accumulator.cond:
             if batch.producer_id >= 0 and self.identity_provider is not None:
                 self._needs_identity = True

@@ -1,13 +1,13 @@
 """The transactional half of the Producer: init/begin/send_offsets/commit/abort.
 
-It drives the coordinator handlers and the sender's transaction seams, and keeps the
+It sends the coordinator's requests, and is the sender's ``TransactionHooks``, and keeps the
 client-side state machine (``txn_manager``) honest: commit flushes first and refuses to
 end a transaction any of whose batches failed; abort purges what was never sent; every
 EndTxn answer carries the (producer_id, epoch) of the next transaction (KIP-890), which
 becomes the sender's identity with sequences back at 0.
 
 The flush of a commit usually carries the transaction's last batches: when they are all
-that is left, they go out with the EndTxn in one request (``commit_request``), so a
+that is left, they go out with the EndTxn in one request (a ``ProduceBatchesRequest`` with ``end``), so a
 transaction whose records fit its linger costs one DB transaction. Its answer is kept for
 ``_end``; a request whose outcome is unknown is retried as it was, never as a bare EndTxn.
 """
@@ -20,17 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from app.broker import Broker
+from app.broker import Broker, background
 from app.client import txn_manager as tm
 from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
 from app.client.connection import is_connection_error, retry_connection_loss
 from app.client.delivery import DeliveryReports, Outcome
 from app.client.message import TopicPartition
 from app.client.sender import Sender
-from app.coordinator import background
-from app.coordinator.commit_request import produce_and_end_txn
 from app.errors import KafkaError, KafkaException
-from app.log.append import produce_many, produce_registering
 from app.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -39,6 +36,7 @@ from app.protocol import (
     EndTxnResponse,
     InitProducerIdRequest,
     OffsetAndMetadata,
+    ProduceBatchesRequest,
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
@@ -110,10 +108,7 @@ class Transactions:
         self._ended: EndTxnResponse | None = None
         self._lock = threading.Lock()
         self._loop_key: str | None = None
-        sender.before_send = self._before_send
-        sender.send_together = self._send_together
-        sender.on_batch_failed = self._on_batch_failed
-        sender.on_records_expired = self._on_records_expired
+        sender.attach(self)
 
     # ------------------------------------------------------------ requests with retries
     def _call(self, fn: Callable[[], R], code_of: Callable[[R], int], timeout: float | None) -> R:
@@ -300,63 +295,41 @@ class Transactions:
             pending = self.accumulator.expire(now, float("-inf"))
         self.reports.push([Outcome(t, p, [r], -1, purged, now) for t, p, r in pending])
 
-    # ------------------------------------------------------------ sender seams
-    def _before_send(self, batches: list[Batch]) -> dict[tuple[str, int], KafkaError]:
-        """AddPartitionsToTxn for partitions this transaction has not registered yet (when
-        batches go one at a time; together, ``_send_together`` registers them)."""
-        new = self._unregistered(batches)
-        if not new:
-            return {}
-        ident = self.identity
-        request = AddPartitionsToTxnRequest(
-            self.transactional_id, ident.producer_id, ident.producer_epoch, new
-        )
-        try:
-            r = self.broker.handle(request)
-        except Exception as exc:
-            if not is_connection_error(exc):
-                raise
-            return dict.fromkeys(new, KafkaError(KafkaError._TRANSPORT, str(exc)))
-        return self._registered(new, r)
-
-    def _send_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
+    # ------------------------------------------------------------ the sender's hooks
+    def send_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:
         """The batches in one request that also registers their new partitions (one DB
         transaction: registration and data commit together or not at all), and ends the
         transaction too when they are the last batches of a commit."""
         new = self._unregistered(batches)
-        requests = [b.request() for b in batches]
         end = self._final_commit(batches)
         with self._lock:
             self._ended = None  # an earlier answer is void once anything is sent again
-        if not new and end is None:
-            return list(produce_many(self.broker, requests))
         ident = self.identity
         add = None
         if new:
             add = AddPartitionsToTxnRequest(
                 self.transactional_id, ident.producer_id, ident.producer_epoch, new
             )
+        if end is not None:
+            for batch in batches:
+                batch.ends_transaction = True
+        request = ProduceBatchesRequest([b.request() for b in batches], add, end)
         try:
-            if end is not None:
-                for batch in batches:
-                    batch.ends_transaction = True
-                combined = produce_and_end_txn(self.broker, requests, add, end)
-                with self._lock:
-                    self._ended = combined.end
-                registered, responses = combined.registered, combined.batches
-            else:
-                assert add is not None
-                registered, responses = produce_registering(self.broker, requests, add)
+            response = self.sender.transport(request)
         except Exception as exc:
-            if is_connection_error(exc):
+            if new and is_connection_error(exc):
                 with self._lock:
                     self._maybe_added.update(new)
             raise
-        if registered is None:
-            return list(responses)
-        refused = self._registered(new, registered)
+        if end is not None:
+            with self._lock:
+                self._ended = response.end
+        if response.registered is None:
+            return list(response.batches)
+        refused = self._registered(new, response.registered)
         return [
-            refused.get((b.topic, b.partition), r) for b, r in zip(batches, responses, strict=True)
+            refused.get((b.topic, b.partition), r)
+            for b, r in zip(batches, response.batches, strict=True)
         ]
 
     def _final_commit(self, batches: list[Batch]) -> EndTxnRequest | None:
@@ -387,11 +360,11 @@ class Transactions:
         # Not retriable: fail these batches; the transaction cannot commit.
         return dict.fromkeys(new, KafkaError(err.code(), err.str(), retriable=False))
 
-    def _on_batch_failed(self, batch: Batch, error: KafkaError) -> None:
+    def batch_failed(self, batch: Batch, error: KafkaError) -> None:
         if batch.is_transactional and self.manager.state in (tm.IN_TRANSACTION, tm.COMMITTING):
             self.manager.fail(error)
 
-    def _on_records_expired(self, error: KafkaError) -> None:
+    def records_expired(self, error: KafkaError) -> None:
         """Unsent records only exist inside a transaction (abort purges them, commit flushes
         them first), so records timing out belong to the open one: it must not commit."""
         if self.manager.state in (tm.IN_TRANSACTION, tm.COMMITTING):

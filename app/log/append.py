@@ -1,27 +1,26 @@
-"""The Produce handler: append one batch to one partition, exactly once.
+"""The log's append: batches the broker admitted, written to their partitions exactly once.
 
-One PostgreSQL transaction per request (one batch; with ``produce_many``, one batch per
-partition): lock the partition row, read the producer's state, decide (pure rules in
-``producer_state``), COPY the rows, advance the partition and the producer state, COMMIT.
-The lock is held to COMMIT, so offsets are gapless and become visible in order. A
-duplicate batch writes nothing and answers with its original offsets.
+In the broker's DB transaction (``broker.produce``, which has checked the ACLs and each
+transactional batch's transaction): lock the partition rows (sorted, one statement), read
+the producers' state, decide each batch (pure rules in ``producer_state``), COPY the rows,
+advance the partitions and the producer state. The locks are held to COMMIT, so offsets are
+gapless and become visible in order. A duplicate batch writes nothing and answers with its
+original offsets.
 
-Per batch, the COPY payload is built in bulk (``copy_records``) and the lock and the
-advance run on psycopg directly (``partition_lock``): this is the hot path of every
-producer.
+The COPY payload is built in bulk (``copy_records``) and the lock and the advance run on
+psycopg directly (``partition_lock``): this is the hot path of every producer.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log import sql
-from app.log.copy_records import Columns, copy_payload_of, encode_rows, record_size_bytes
+from app.log.copy_records import Columns, copy_payload_of, encode_rows
 from app.log.lso import lso_after_append
 from app.log.partition_lock import (
     PartitionRow,
@@ -36,36 +35,12 @@ from app.log.producer_state import (
     BatchMeta,
     ProducerEntry,
     apply_append,
-    increment_sequence,
     is_expired,
     validate_append,
 )
-from app.protocol import (
-    NO_PRODUCER_ID,
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
-    ProduceRequest,
-    ProduceResponse,
-)
-from app.security import needs
-from app.security.authorizer import authorize_all
+from app.protocol import NO_PRODUCER_ID, ProduceRequest, ProduceResponse, increment_sequence
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection
-from app.storage.engine import retry_conflicts
-
-__all__ = [
-    "append_batches",
-    "check_request",
-    "produce",
-    "produce_many",
-    "produce_registering",
-    "record_size_bytes",
-    "recorded_batch",
-]
-
-if TYPE_CHECKING:
-    from app.coordinator.metadata import TxnMetadata
-    from app.coordinator.txn_log import Persist
 
 
 def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
@@ -101,189 +76,47 @@ def copy_payload(conn: Connection, payload: bytes) -> None:
         copy.write(payload)
 
 
-@retry_conflicts
-def produce(broker: BrokerContext, req: ProduceRequest) -> ProduceResponse:
-    try:
-        columns = check_request(req, broker.settings.message_max_bytes)
-        with broker.engine.begin() as conn:
-            admit(broker, conn, req, {})
-            return _append_one(broker, conn, req, columns)
-    except KafkaException as exc:
-        return _refusal(exc)
-
-
-def produce_many(broker: BrokerContext, requests: list[ProduceRequest]) -> list[ProduceResponse]:
-    """Batches for several partitions in one DB transaction, one COMMIT for all of them
-    (Kafka's ProduceRequest carries every partition bound for a leader).
-
-    Each batch is decided and answered on its own, as with separate requests: a refused
-    batch writes nothing (every refusal comes before the COPY) and the others go on. The
-    partitions are locked in sorted order (docs/design.md §3.3) in one statement and held to the
-    one COMMIT, the accepted batches written with one COPY and the partitions advanced with
-    one statement, whatever their number; a transactional id's row is read once, FOR SHARE,
-    for all its batches.
-    """
-    return produce_registering(broker, requests, None)[1]
-
-
-@retry_conflicts
-def produce_registering(
-    broker: BrokerContext, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest | None
-) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
-    """``produce_many`` that first registers ``add``'s partitions with their transaction,
-    in the same DB transaction (KIP-890's implicit AddPartitionsToTxn): the registration and
-    the batches commit together or not at all, so no batch is ever in the log of a partition
-    its coordinator does not know (rule 6). The coordinator's own rules decide the
-    registration (identity, fencing, state, ACLs); if it is refused, the batches of its
-    partitions are answered with its error and write nothing.
-    """
-    with broker.engine.begin() as conn:
-        return append_batches(conn, broker, requests, add, {})
-
-
-def append_batches(
+def append(
     conn: Connection,
     broker: BrokerContext,
-    requests: list[ProduceRequest],
-    add: AddPartitionsToTxnRequest | None,
-    loaded: dict[str, TxnMetadata | None],
-    locked: dict[TopicPartition, PartitionRow] | None = None,
-    record: Persist | None = None,
-    writes: WriteBehind | None = None,
-) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
-    """``produce_registering`` in the caller's DB transaction. ``loaded``: transactional
-    metadata already read in it, by id (``add``'s FOR UPDATE, if there). ``locked``: if
-    the caller already locked every partition involved (``lock_partitions``), their rows,
-    which are then used instead of locking again and kept as the appends leave them.
-    ``record``: how the registration is persisted (by default at once, once the batches are
-    decided: a partition whose batches were all refused is left out of it, unless already
-    in the transaction); ``writes``: where to queue the partitions' advance (by default it
-    runs at once)."""
-    responses: dict[int, ProduceResponse] = {}
-    columns: dict[int, Columns] = {}
-    for i, req in enumerate(requests):
-        try:
-            columns[i] = check_request(req, broker.settings.message_max_bytes)
-        except KafkaException as exc:
-            responses[i] = _refusal(exc)
-    registered = None
-    before: TxnMetadata | None = None
-    if add is not None:
-        # The data plane asking the coordinator, as a partition leader does in KIP-890.
-        from app.coordinator.handlers import check_registration
-        from app.coordinator.metadata import plan_register
-
-        existing = None if locked is None else set(locked)
-        registered, before = check_registration(
-            conn, broker, add, loaded.get(add.transactional_id), existing
-        )
-        if before is not None:
-            # The batches are checked against the transaction as registered; the
-            # registration is recorded once they are decided.
-            now = broker.clock.now_ms()
-            wanted = sorted(set(add.partitions))
-            loaded[add.transactional_id] = plan_register(before, wanted, now) or before
-        elif registered.error_code != KafkaError.NO_ERROR:
-            for i in columns:
-                tp = (requests[i].topic, requests[i].partition)
-                if tp in registered.results:
-                    code = registered.results[tp]
-                    responses[i] = ProduceResponse(code, error_message=registered.error_message)
-    admitted = []
-    for i in sorted(columns, key=lambda i: (requests[i].topic, requests[i].partition)):
-        if i not in responses:
-            try:
-                admit(broker, conn, requests[i], loaded)
-                admitted.append(i)
-            except KafkaException as exc:
-                responses[i] = _refusal(exc)
-    responses.update(_append_all(broker, conn, requests, columns, admitted, locked, writes))
-    if add is not None and before is not None:
-        from app.coordinator.handlers import record_registration
-        from app.coordinator.txn_log import persist
-
-        refused = _refused_partitions(requests, responses, add.transactional_id)
-        registered, loaded[add.transactional_id] = record_registration(
-            conn, broker, before, add, refused, record or persist
-        )
-    return registered, [responses[i] for i in range(len(requests))]
-
-
-def _refused_partitions(
-    requests: list[ProduceRequest], responses: dict[int, ProduceResponse], transactional_id: str
-) -> dict[TopicPartition, int]:
-    """The partitions where every batch of ``transactional_id`` in the request was refused,
-    with the error of the first: the request must not register them (rule 6 the other way
-    round: no partition in a transaction for a batch that is not in its log)."""
-    accepted: set[TopicPartition] = set()
-    refused: dict[TopicPartition, int] = {}
-    for i, req in enumerate(requests):
-        if not (req.is_transactional and req.transactional_id == transactional_id):
-            continue
-        tp = (req.topic, req.partition)
-        if responses[i].error_code == KafkaError.NO_ERROR:
-            accepted.add(tp)
-        else:
-            refused.setdefault(tp, responses[i].error_code)
-    return {tp: code for tp, code in refused.items() if tp not in accepted}
-
-
-def admit(
-    broker: BrokerContext,
-    conn: Connection,
-    req: ProduceRequest,
-    loaded: dict[str, TxnMetadata | None],
-) -> None:
-    """The checks before any partition is locked: the ACLs and, for a transactional batch,
-    its transaction (rule 6). ``loaded``: transactional metadata already read in this DB
-    transaction, by id; filled as ids are read (FOR SHARE)."""
-    authorize_all(conn, broker, needs.produce(req.topic, req.transactional_id))
-    if req.is_transactional:
-        from app.coordinator.guard import check_produce, load_for_produce
-
-        assert req.transactional_id is not None
-        if req.transactional_id not in loaded:
-            loaded[req.transactional_id] = load_for_produce(conn, req.transactional_id)
-        check_produce(loaded[req.transactional_id], req)
-
-
-def _append_all(
-    broker: BrokerContext,
-    conn: Connection,
-    requests: list[ProduceRequest],
-    columns: dict[int, Columns],
-    admitted: list[int],
+    admitted: dict[int, tuple[ProduceRequest, Columns]],
     locked: dict[TopicPartition, PartitionRow] | None,
     writes: WriteBehind | None,
 ) -> dict[int, ProduceResponse]:
-    """Append the admitted batches (distinct partitions expected): one lock statement
-    (none if ``locked``), one COPY, one advance. Batches for the same partition twice in
+    """Append the batches the broker admitted (by request index; in partition order, one
+    per partition expected) in its DB transaction: one lock statement (none if ``locked``,
+    the rows the caller already holds, which are kept as the appends leave them), one COPY,
+    one advance (queued on ``writes`` if given). Batches for the same partition twice in
     one request are appended one after the other instead, each seeing the previous one's
     offsets and producer state."""
-    partitions = [(requests[i].topic, requests[i].partition) for i in admitted]
-    wanted = [(*tp, requests[i].producer_id) for i, tp in zip(admitted, partitions, strict=True)]
+    partitions = [(req.topic, req.partition) for req, _ in admitted.values()]
     if len(set(partitions)) < len(partitions):
-        answers = {i: _append_one(broker, conn, requests[i], columns[i]) for i in admitted}
+        answers = {i: _append_one(broker, conn, req, cols) for i, (req, cols) in admitted.items()}
         if locked is not None:
+            wanted = [(req.topic, req.partition, req.producer_id) for req, _ in admitted.values()]
             locked.update(lock_partitions(conn, wanted))  # as those appends left them
         return answers
-    rows = locked if locked is not None else lock_partitions(conn, wanted)
+    if locked is not None:
+        rows = locked
+    else:
+        rows = lock_partitions(
+            conn, [(req.topic, req.partition, req.producer_id) for req, _ in admitted.values()]
+        )
     unseen = {
         i
-        for i, tp in zip(admitted, partitions, strict=True)
-        if needs_identity_check(requests[i], rows.get(tp))
+        for i, (req, _) in admitted.items()
+        if needs_identity_check(req, rows.get((req.topic, req.partition)))
     }
-    issued = issued_epochs(conn, (requests[i].producer_id for i in unseen)) if unseen else {}
+    issued = issued_epochs(conn, (admitted[i][0].producer_id for i in unseen)) if unseen else {}
     responses: dict[int, ProduceResponse] = {}
     plans: list[tuple[ProduceRequest, AppendPlan]] = []
-    for i in admitted:
-        req = requests[i]
+    for i, (req, cols) in admitted.items():
         try:
             if i in unseen:
                 check_issued(req.producer_id, req.producer_epoch, issued)
-            plan = plan_append(broker, req, columns[i], rows.get((req.topic, req.partition)))
+            plan = plan_append(broker, req, cols, rows.get((req.topic, req.partition)))
         except KafkaException as exc:
-            responses[i] = _refusal(exc)
+            responses[i] = refusal(exc)
             continue
         responses[i] = plan.response
         if plan.rows:
@@ -315,7 +148,7 @@ def _append_one(
             check_issued(req.producer_id, req.producer_epoch, issued)
         plan = plan_append(broker, req, columns, row)
     except KafkaException as exc:
-        return _refusal(exc)
+        return refusal(exc)
     if plan.rows:
         copy_payload(conn, copy_payload_of((plan.rows,)))
         crash_point("append.after_copy")
@@ -345,7 +178,7 @@ def recorded_batch(conn: Connection, req: ProduceRequest) -> ProduceResponse:
     )
 
 
-def _refusal(exc: KafkaException) -> ProduceResponse:
+def refusal(exc: KafkaException) -> ProduceResponse:
     return ProduceResponse(exc.error.code(), error_message=exc.error.str())
 
 

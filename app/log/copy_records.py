@@ -20,10 +20,7 @@ from itertools import chain, repeat
 from typing import Any
 
 from app.log import sql
-from app.log.producer_state import INT32_MAX, increment_sequence
-from app.protocol import RecordIn
-
-RECORD_OVERHEAD_BYTES = 24
+from app.protocol import INT32_MAX, RECORD_OVERHEAD_BYTES, RecordIn, increment_sequence
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 TRAILER = struct.pack(">h", -1)
@@ -33,14 +30,6 @@ _LENGTH = struct.Struct(">i")
 _RECORD_INTEGERS = struct.Struct(">iqiqiii")
 
 assert sql.COPY_RECORD_COLUMNS[9:] == ("headers", "offset", "timestamp", "sequence", "key", "value")
-
-
-def record_size_bytes(
-    key: bytes | None, value: bytes | None, headers: list[dict[str, Any]] | None
-) -> int:
-    """An estimate of one record's wire size, for ``message.max.bytes`` checks."""
-    size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
-    return size + len(json.dumps(headers)) if headers else size
 
 
 class Columns:

@@ -20,7 +20,6 @@ from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
-from app.log.copy_records import RECORD_OVERHEAD_BYTES
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -29,6 +28,7 @@ from app.protocol import (
     RECORD_HEADERS,
     RECORD_KEY,
     RECORD_OFFSET,
+    RECORD_OVERHEAD_BYTES,
     RECORD_TIMESTAMP,
     RECORD_VALUE,
     AbortedTransaction,
@@ -68,16 +68,6 @@ def read_records(conn: Connection, statement: str, params: dict[str, object]) ->
         cursor.execute(statement, params)
         records: list[RecordOut] = cursor.fetchall()
         return records
-
-
-def payload_bytes(records: list[RecordOut]) -> int:
-    """The bytes a fetch counted for these records against max_bytes (the fetch statements'
-    record size), summed in C (no loop in Python): what the consumer's fetch.max.bytes is
-    charged for a partition's response."""
-    keys = sum(map(len, filter(None, map(_key_of, records))))
-    values = sum(map(len, filter(None, map(_value_of, records))))
-    headers = sum(map(len, map(str.encode, filter(None, map(_headers_of, records)))))
-    return RECORD_OVERHEAD_BYTES * len(records) + keys + values + headers
 
 
 def fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:

@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, replace
 
 from app.errors import KafkaError
+from app.protocol import INT32_MAX, increment_sequence
 
-INT32_MAX = 2**31 - 1
 BATCHES_KEPT = 5
 
 
@@ -88,13 +88,6 @@ class Verdict:
 
 
 ACCEPT = Verdict()
-
-
-def increment_sequence(sequence: int, increment: int) -> int:
-    """Kafka's sequence arithmetic: sequences wrap from 2^31-1 to 0."""
-    if sequence > INT32_MAX - increment:
-        return increment - (INT32_MAX - sequence) - 1
-    return sequence + increment
 
 
 def in_sequence(last_sequence: int, next_sequence: int) -> bool:

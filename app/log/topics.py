@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import KafkaError, fail
 from app.log.naming import validate_num_partitions, validate_topic_name
 from app.log.topic_config import altered, validate_topic_config
+from app.protocol import MetadataRequest, MetadataResponse, TopicMetadata
 from app.security import needs
 from app.security.authorizer import authorize_any
 from app.storage.context import BrokerContext
@@ -148,11 +149,22 @@ def describe_topic(broker: BrokerContext, name: str) -> TopicInfo:
     raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
 
 
-def partition_count(broker: BrokerContext, name: str) -> int:
+def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
+    """Kafka's Metadata for the topics asked (all of them if None): each one's partition
+    count and topic id, or UNKNOWN_TOPIC_OR_PARTITION."""
     with broker.engine.connect() as conn:
-        n = conn.execute(
-            text("SELECT num_partitions FROM topics WHERE topic = :t"), {"t": name}
-        ).scalar()
-    if n is None:
-        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-    return int(n)
+        if req.topics is None:
+            rows = conn.execute(_ALL_TOPICS).all()
+        else:
+            rows = conn.execute(_TOPICS, {"topics": list(req.topics)}).all()
+    found = {
+        r.topic: TopicMetadata(KafkaError.NO_ERROR, r.topic, r.num_partitions, str(r.topic_id))
+        for r in rows
+    }
+    names = sorted(found) if req.topics is None else req.topics
+    unknown = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    return MetadataResponse([found.get(name) or TopicMetadata(unknown, name) for name in names])
+
+
+_ALL_TOPICS = text("SELECT topic, num_partitions, topic_id FROM topics")
+_TOPICS = text("SELECT topic, num_partitions, topic_id FROM topics WHERE topic = ANY(:topics)")

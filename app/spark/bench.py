@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import text
 
 from app.broker import Broker
-from app.log.append import produce
+from app.broker.produce import produce
 from app.log.topics import create_topic, delete_topic
 from app.protocol import ProduceRequest, RecordIn
 from app.spark import sql

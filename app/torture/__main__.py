@@ -41,7 +41,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _coordinator(url: str) -> None:
     from app.broker import Broker
-    from app.coordinator.loop import CoordinatorLoop
+    from app.broker.loop import CoordinatorLoop
 
     loop = CoordinatorLoop(Broker.connect(url))
     signal.signal(signal.SIGTERM, lambda *_: loop._stop.set())

@@ -14,10 +14,10 @@ import multiprocessing
 import time
 from typing import Any
 
+from app.broker.produce import produce
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.coordinator.handlers import add_partitions_to_txn, end_txn
 from app.coordinator.producer_id import init_producer_id
-from app.log.append import produce
 from app.log.topics import create_topic
 from app.protocol import (
     AddPartitionsToTxnRequest,

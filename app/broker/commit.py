@@ -1,4 +1,5 @@
-"""EndTxn carrying the transaction's last batches: a Producer's commit as one request.
+"""EndTxn carrying the transaction's last batches: a Producer's commit as one request
+(a ``ProduceBatchesRequest`` with ``end``).
 
 ``commit_transaction`` nearly always finds batches not yet sent (``linger.ms`` holds a
 transaction's last records until the commit flushes them). Sent first and EndTxn after, as
@@ -23,10 +24,8 @@ markers will mark); the registration, the appends and the markers work on those 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from sqlalchemy import Connection
-
+from app.broker.batches import append_batches
+from app.broker.work import Work
 from app.coordinator import machines as m
 from app.coordinator.completion import complete_transaction
 from app.coordinator.handlers import prepare_in
@@ -34,14 +33,14 @@ from app.coordinator.metadata import TxnMetadata, end_retry_outcome
 from app.coordinator.txn_log import TransitionBatch, load_with_lease
 from app.errors import KafkaError, KafkaException
 from app.faults import crash_point
-from app.log.append import append_batches, recorded_batch
+from app.log.append import recorded_batch
 from app.log.markers import MarkerLocks, lock_for_markers
 from app.protocol import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
-    EndTxnRequest,
     EndTxnResponse,
-    ProduceRequest,
+    ProduceBatchesRequest,
+    ProduceBatchesResponse,
     ProduceResponse,
 )
 from app.security import needs
@@ -53,86 +52,63 @@ from app.storage.engine import retry_conflicts
 NOT_ATTEMPTED = "a batch of the transaction was refused; the transaction was not ended"
 
 
-@dataclass(frozen=True)
-class CommitResponse:
-    """The answers of one combined request: the registration (None if there was none to
-    make), each batch's, and EndTxn's (OPERATION_NOT_ATTEMPTED when a batch was refused)."""
-
-    registered: AddPartitionsToTxnResponse | None
-    batches: list[ProduceResponse]
-    end: EndTxnResponse
-
-
 @retry_conflicts
 def produce_and_end_txn(
-    broker: BrokerContext,
-    requests: list[ProduceRequest],
-    add: AddPartitionsToTxnRequest | None,
-    end: EndTxnRequest,
-) -> CommitResponse:
-    """Append ``requests`` (after registering ``add``) and end the transaction, in one DB
-    transaction; see the module docstring for what a retry and a refusal do."""
-    with broker.engine.begin() as conn:
-        transitions, writes = TransitionBatch(), WriteBehind()
-        response = _commit(conn, broker, requests, add, end, transitions, writes)
-        transitions.flush(conn, writes)
-        writes.send(conn)
+    context: BrokerContext, req: ProduceBatchesRequest
+) -> ProduceBatchesResponse:
+    """Append ``req``'s batches (after registering ``req.add``) and end the transaction
+    (``req.end``), in one DB transaction; see the module docstring for what a retry and a
+    refusal do."""
+    with context.engine.begin() as conn:
+        work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind())
+        response = _commit(work, req)
+        work.send()
         crash_point("commit_request.before_commit")  # every write done, none committed
         return response
 
 
-def _commit(
-    conn: Connection,
-    broker: BrokerContext,
-    requests: list[ProduceRequest],
-    add: AddPartitionsToTxnRequest | None,
-    end: EndTxnRequest,
-    transitions: TransitionBatch,
-    writes: WriteBehind,
-) -> CommitResponse:
+def _commit(work: Work, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
     """The request inside its DB transaction. Its transitions (registration, PREPARE,
-    COMPLETE) go to ``transitions``, and its last writes (the partitions' advance, the
-    markers) to ``writes``: the caller sends them together once the request is decided."""
+    COMPLETE) and its last writes (the partitions' advance, the markers) are queued on
+    ``work``: the caller sends them together once the request is decided."""
+    end, add, conn, context = req.end, req.add, work.conn, work.context
+    assert end is not None
     try:
-        authorize_all(conn, broker, needs.end_txn(end.transactional_id))
+        authorize_all(conn, context, needs.end_txn(end.transactional_id))
         meta, epoch = load_with_lease(conn, end.transactional_id)
         if meta is not None and end_retry_outcome(
             meta, end.producer_id, end.producer_epoch, end.committed
         ):
-            delivered = [recorded_batch(conn, req) for req in requests]
-            return CommitResponse(_answer(add, KafkaError.NO_ERROR), delivered, _ok(meta))
+            delivered = [recorded_batch(conn, batch) for batch in req.batches]
+            return ProduceBatchesResponse(delivered, _answer(add, KafkaError.NO_ERROR), _ok(meta))
     except KafkaException as exc:
         code, message = exc.error.code(), exc.error.str()
         failed = ProduceResponse(code, error_message=message)
-        return CommitResponse(
+        return ProduceBatchesResponse(
+            [failed] * len(req.batches),
             _answer(add, code, message),
-            [failed] * len(requests),
             EndTxnResponse(code, error_message=message),
         )
-    loaded: dict[str, TxnMetadata | None] = {end.transactional_id: meta}
-    locked = None if meta is None else _lock_partitions(conn, meta, requests, add)
-    registered, responses = append_batches(
-        conn, broker, requests, add, loaded, None if locked is None else locked.rows,
-        transitions.persist, writes,
-    )  # fmt: skip
+    work.loaded[end.transactional_id] = meta
+    locked = None if meta is None else _lock_partitions(work, meta, req)
+    work.locked = None if locked is None else locked.rows
+    registered, responses = append_batches(work, req.batches, add)
     failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
     if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
         not_attempted = EndTxnResponse(KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED)
-        return CommitResponse(registered, responses, not_attempted)
+        return ProduceBatchesResponse(responses, registered, not_attempted)
     try:
-        meta = prepare_in(
-            conn, broker, end, loaded[end.transactional_id], epoch, transitions.persist
-        )
+        meta = prepare_in(conn, context, end, work.loaded[end.transactional_id], epoch, work.record)
         crash_point("end_txn.after_prepare")
         if meta.state in m.PREPARE:
-            now = broker.clock.now_ms()
-            meta = complete_transaction(conn, meta, epoch, now, locked, transitions.persist, writes)
+            now = context.clock.now_ms()
+            meta = complete_transaction(conn, meta, epoch, now, locked, work.record, work.writes)
         ended = _ok(meta)
     except KafkaException as exc:
         # A refused marker (a fenced coordinator) leaves PREPARE to commit alone, to be
         # rolled forward later (rule 2), and is answered as a bare EndTxn answers it.
         ended = EndTxnResponse(exc.error.code(), error_message=exc.error.str())
-    return CommitResponse(registered, responses, ended)
+    return ProduceBatchesResponse(responses, registered, ended)
 
 
 def _answer(
@@ -149,17 +125,12 @@ def _ok(meta: TxnMetadata) -> EndTxnResponse:
     return EndTxnResponse(KafkaError.NO_ERROR, meta.producer_id, meta.producer_epoch)
 
 
-def _lock_partitions(
-    conn: Connection,
-    meta: TxnMetadata,
-    requests: list[ProduceRequest],
-    add: AddPartitionsToTxnRequest | None,
-) -> MarkerLocks:
+def _lock_partitions(work: Work, meta: TxnMetadata, req: ProduceBatchesRequest) -> MarkerLocks:
     """Every partition the request touches, locked in sorted order in one statement, each
     with this producer's state: those of the batches and those the markers will mark. The
     registration, the appends and the markers then use these rows rather than lock again
     (the markers also what ``lock_for_markers`` reads with them)."""
-    touched = set(meta.partitions) | {(r.topic, r.partition) for r in requests}
-    if add is not None:
-        touched |= set(add.partitions)
-    return lock_for_markers(conn, touched, meta.producer_id)
+    touched = set(meta.partitions) | {(b.topic, b.partition) for b in req.batches}
+    if req.add is not None:
+        touched |= set(req.add.partitions)
+    return lock_for_markers(work.conn, touched, meta.producer_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from app.coordinator.loop import CoordinatorLoop
+from app.broker.loop import CoordinatorLoop
 from app.storage.context import BrokerContext
 from app.storage.engine import get_engine
 

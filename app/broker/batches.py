@@ -1,0 +1,109 @@
+"""A produce request's batches in its DB transaction: admitted (ACLs, rule 6), registered
+with their transaction when asked (KIP-890), appended by the log. Used by the Produce RPCs
+(``broker.produce``) and by the combined commit (``broker.commit``).
+"""
+
+from __future__ import annotations
+
+from app.broker.work import Work
+from app.coordinator.guard import check_produce, load_for_produce
+from app.coordinator.handlers import check_registration, record_registration
+from app.coordinator.metadata import TxnMetadata, plan_register
+from app.errors import KafkaError, KafkaException
+from app.log.append import append, check_request, refusal
+from app.log.copy_records import Columns
+from app.log.partition_lock import TopicPartition
+from app.protocol import (
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+from app.security import needs
+from app.security.authorizer import authorize_all
+
+
+def append_batches(
+    work: Work, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest | None
+) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
+    """The batches (after registering ``add``) in ``work``'s DB transaction; each batch is
+    decided and answered on its own, a refused one writing nothing."""
+    context = work.context
+    responses: dict[int, ProduceResponse] = {}
+    columns: dict[int, Columns] = {}
+    for i, batch in enumerate(requests):
+        try:
+            columns[i] = check_request(batch, context.settings.message_max_bytes)
+        except KafkaException as exc:
+            responses[i] = refusal(exc)
+    registered, before = None, None
+    if add is not None:
+        registered, before = _check_registration(work, add)
+        if before is None and registered.error_code != KafkaError.NO_ERROR:
+            for i in columns:
+                code = registered.results.get((requests[i].topic, requests[i].partition))
+                if code is not None:
+                    responses[i] = ProduceResponse(code, error_message=registered.error_message)
+    admitted = {}
+    for i in sorted(columns, key=lambda i: (requests[i].topic, requests[i].partition)):
+        if i not in responses:
+            try:
+                admit(work, requests[i])
+                admitted[i] = (requests[i], columns[i])
+            except KafkaException as exc:
+                responses[i] = refusal(exc)
+    responses.update(append(work.conn, context, admitted, work.locked, work.writes))
+    if add is not None and before is not None:
+        refused = _refused_partitions(requests, responses, add.transactional_id)
+        registered, work.loaded[add.transactional_id] = record_registration(
+            work.conn, context, before, add, refused, work.record
+        )
+    return registered, [responses[i] for i in range(len(requests))]
+
+
+def _check_registration(
+    work: Work, add: AddPartitionsToTxnRequest
+) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
+    """The coordinator's answer to the registration, as a partition leader asks it in
+    KIP-890. Unless refused, ``work`` then holds the transaction as registered, which its
+    batches are checked against; the registration is recorded once they are decided."""
+    existing = None if work.locked is None else set(work.locked)
+    answer, before = check_registration(
+        work.conn, work.context, add, work.loaded.get(add.transactional_id), existing
+    )
+    if before is not None:
+        wanted = sorted(set(add.partitions))
+        now = work.context.clock.now_ms()
+        work.loaded[add.transactional_id] = plan_register(before, wanted, now) or before
+    return answer, before
+
+
+def admit(work: Work, req: ProduceRequest) -> None:
+    """The checks before any partition is locked: the ACLs and, for a transactional batch,
+    its transaction (rule 6). A transactional id's row is read once per request, FOR SHARE,
+    for all its batches."""
+    authorize_all(work.conn, work.context, needs.produce(req.topic, req.transactional_id))
+    if req.is_transactional:
+        assert req.transactional_id is not None
+        if req.transactional_id not in work.loaded:
+            work.loaded[req.transactional_id] = load_for_produce(work.conn, req.transactional_id)
+        check_produce(work.loaded[req.transactional_id], req)
+
+
+def _refused_partitions(
+    requests: list[ProduceRequest], responses: dict[int, ProduceResponse], transactional_id: str
+) -> dict[TopicPartition, int]:
+    """The partitions where every batch of ``transactional_id`` in the request was refused,
+    with the error of the first: the request must not register them (rule 6 the other way
+    round: no partition in a transaction for a batch that is not in its log)."""
+    accepted: set[TopicPartition] = set()
+    refused: dict[TopicPartition, int] = {}
+    for i, req in enumerate(requests):
+        if not (req.is_transactional and req.transactional_id == transactional_id):
+            continue
+        tp = (req.topic, req.partition)
+        if responses[i].error_code == KafkaError.NO_ERROR:
+            accepted.add(tp)
+        else:
+            refused.setdefault(tp, responses[i].error_code)
+    return {tp: code for tp, code in refused.items() if tp not in accepted}

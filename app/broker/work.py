@@ -1,0 +1,48 @@
+"""One request's unit of work: what a handler that combines the libraries carries through
+its DB transaction, instead of threading "already read" and "already locked" arguments
+through every call.
+
+The log, the coordinator and the groups take the parts they need from it (a connection, the
+metadata read, the partition rows locked, where writes go); only the broker builds one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection
+
+from app.coordinator.metadata import TxnMetadata
+from app.coordinator.txn_log import Persist, TransitionBatch, persist
+from app.log.partition_lock import PartitionRow, TopicPartition
+from app.storage.context import BrokerContext
+from app.storage.driver import WriteBehind
+
+
+@dataclass
+class Work:
+    """``conn``: the request's one DB transaction. ``loaded``: the transactional ids' metadata
+    read in it so far (FOR SHARE by a produce, FOR UPDATE by a registration or an EndTxn).
+    ``locked``: the partition rows it holds locked, kept as its appends leave them (None
+    while it locks as it goes). ``transitions`` and ``writes``: where its transitions and
+    its last writes are queued to be sent together before COMMIT (None: each runs at once).
+    """
+
+    context: BrokerContext
+    conn: Connection
+    loaded: dict[str, TxnMetadata | None] = field(default_factory=dict)
+    locked: dict[TopicPartition, PartitionRow] | None = None
+    transitions: TransitionBatch | None = None
+    writes: WriteBehind | None = None
+
+    @property
+    def record(self) -> Persist:
+        """How this request persists a transition: queued with the others, or at once."""
+        return persist if self.transitions is None else self.transitions.persist
+
+    def send(self) -> None:
+        """Write what was queued, in order: the transitions, then the last writes."""
+        if self.transitions is not None:
+            self.transitions.flush(self.conn, self.writes)
+        if self.writes is not None:
+            self.writes.send(self.conn)
