@@ -40,6 +40,12 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "TOPIC_ALREADY_EXISTS": (36, False, "Topic already exists"),
     "INVALID_PARTITIONS": (37, False, "Invalid number of partitions"),
     "INVALID_REQUEST": (42, False, "Invalid request"),
+    "UNSUPPORTED_FOR_MESSAGE_FORMAT": (
+        43,
+        False,
+        "The message format version does not support the request",
+    ),
+    "UNSUPPORTED_COMPRESSION_TYPE": (76, False, "Unsupported compression type"),
     "INVALID_CONFIG": (40, False, "Configuration is invalid"),
     "OUT_OF_ORDER_SEQUENCE_NUMBER": (45, False, "Broker received an out of order sequence number"),
     "DUPLICATE_SEQUENCE_NUMBER": (46, False, "Broker received a duplicate sequence number"),
@@ -127,6 +133,8 @@ class KafkaError:
     UNKNOWN_SERVER_ERROR: int
     OFFSET_OUT_OF_RANGE: int
     CORRUPT_MESSAGE: int
+    UNSUPPORTED_FOR_MESSAGE_FORMAT: int
+    UNSUPPORTED_COMPRESSION_TYPE: int
     UNKNOWN_TOPIC_OR_PARTITION: int
     INVALID_FETCH_SIZE: int
     NOT_COORDINATOR: int

@@ -63,6 +63,16 @@ RECORD_VALUE: Final = 3
 RECORD_HEADERS: Final = 4
 RECORD_PRODUCER_ID: Final = 5
 
+# One record as stored, with what its batch was written with (a fetch with ``batches``):
+# (offset, timestamp, key, value, headers, producer_id, producer_epoch, sequence,
+#  batch_base_offset, is_transactional, is_control, control_type, coordinator_epoch).
+LogRecord = tuple[
+    int, int, bytes | None, bytes | None, str | None, int, int, int, int, bool, bool,
+    int | None, int | None,
+]  # fmt: skip
+LOG_BATCH_BASE_OFFSET: Final = 8
+LOG_IS_CONTROL: Final = 10
+
 _key_of = itemgetter(RECORD_KEY)
 _value_of = itemgetter(RECORD_VALUE)
 _headers_of = itemgetter(RECORD_HEADERS)
@@ -182,6 +192,11 @@ class FetchRequest(Request["FetchResponse"]):
     # minOneMessage): true but for the partitions of a consumer's fill after one that
     # returned records, which fetch.max.bytes may leave nothing for.
     min_one_record: bool = True
+    # Kafka's view of the log (the wire protocol's): every record below the bound, markers
+    # and aborted records included, with the fields of the batch each was written in, as
+    # ``log_records``; clients skip markers and, in read_committed, filter by
+    # ``aborted_transactions`` themselves.
+    batches: bool = False
 
 
 @dataclass(frozen=True)
@@ -202,6 +217,8 @@ class FetchResponse:
     next_offset: int = -1
     aborted_transactions: list[AbortedTransaction] = field(default_factory=list)
     error_message: str | None = None
+    # With ``FetchRequest.batches``: the records as stored, in offset order.
+    log_records: list[LogRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -273,6 +290,11 @@ class EndTxnRequest(Request["EndTxnResponse"]):
     producer_id: int
     producer_epoch: int
     committed: bool
+    # KIP-890's transaction version 2: ending the transaction bumps the epoch, and the
+    # answer carries the next identity (the native client, EndTxn v5+). False for Kafka
+    # clients of the first version (EndTxn v0-4), which keep their epoch across
+    # transactions; their markers then carry the epoch of the data.
+    bump_epoch: bool = True
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "groups": "app.cli.groups:groups_group",
     "metrics": "app.cli.metrics:metrics",
     "produce": "app.cli.console:produce",
+    "serve": "app.server.command:serve_command",
     "spark": "app.cli.spark:spark_group",
     "topics": "app.cli.topics:topics_group",
     "transactions": "app.cli.transactions:transactions_group",

@@ -364,7 +364,9 @@ def prepare_in(
             KafkaError.INVALID_TXN_STATE, f"no ongoing transaction to end (state {meta.state})"
         )
     now = broker.clock.now_ms()
-    producer_id, producer_epoch = _new_identity(conn, meta, now)
+    producer_id, producer_epoch = meta.producer_id, meta.producer_epoch
+    if req.bump_epoch:
+        producer_id, producer_epoch = _new_identity(conn, meta, now)
     prepared = plan_end(meta, req.committed, producer_id, producer_epoch, now)
     return record(conn, replace(prepared, coordinator_epoch=epoch), "EndTxn")
 

@@ -319,6 +319,31 @@ FETCH_COMMITTED = _FETCH_WITHIN_BYTES.format(
     """
 )
 
+# The log as Kafka's fetch gives it (``FetchRequest.batches``, the wire protocol's): every
+# record in the window, markers and aborted ones included, with its batch's fields, cut at
+# max_bytes as the other fetches are (the first record kept regardless when
+# min_one_record). The record sizes are those of the other fetches.
+FETCH_LOG = f"""
+    SELECT "offset", "timestamp", key, value, headers, producer_id, producer_epoch, sequence,
+           batch_base_offset, is_transactional, is_control, control_type, coordinator_epoch
+    FROM (
+        SELECT w.*, sum(size) OVER running_sum AS running, row_number() OVER running_sum AS rn
+        FROM (
+            SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
+                   r.producer_id, r.producer_epoch, r.sequence, r.batch_base_offset,
+                   r.is_transactional, r.is_control, r.control_type, r.coordinator_epoch,
+                   {_RECORD_SIZE} AS size
+            FROM records r
+            WHERE r.topic = %(topic)s AND r.partition = %(partition)s
+              AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s
+            ORDER BY r."offset" LIMIT %(max_records)s
+        ) w
+        WINDOW running_sum AS (ORDER BY "offset" ROWS UNBOUNDED PRECEDING)
+    ) summed
+    WHERE running <= %(max_bytes)s OR (rn = 1 AND %(min_one_record)s)
+    ORDER BY "offset"
+    """
+
 # A fetch's one look at the partition: its offsets and, in read_committed, the aborted
 # transactions that may overlap the window (as KIP-98's FetchResponse lists them), read in
 # one round trip and one snapshot. The window's end depends on the LSO read here, so the

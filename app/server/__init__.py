@@ -1,0 +1,42 @@
+"""The Kafka wire protocol: a second front end of ``Broker.handle``, so any Kafka client
+(librdkafka, kafka-python, aiokafka, kcat) runs against kip98 unchanged.
+
+``codec`` reads and writes Kafka's frames and entities (kio), ``records`` the record
+batches (aiokafka's record module), ``apis`` maps each API onto the broker's requests, and
+``listener`` is the asyncio server; ``kip98 serve`` and ``python -m app.server`` run it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.broker import Broker
+from app.server.apis import Node
+from app.server.listener import Server
+
+__all__ = ["Node", "Server", "parse_address", "serve"]
+
+DEFAULT_LISTEN = "PLAINTEXT://127.0.0.1:9092"
+CLUSTER_ID = "kip98"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``PLAINTEXT://HOST:PORT`` (an IPv6 host in brackets) as (host,
+    port); ValueError if it is not one."""
+    scheme, sep, rest = text.partition("://")
+    if sep:
+        if scheme.upper() != "PLAINTEXT":
+            raise ValueError(f"{text!r}: only PLAINTEXT listeners are served")
+        text = rest
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def serve(listen: str = DEFAULT_LISTEN, advertised: str | None = None) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    host, port = parse_address(listen)
+    ad_host, ad_port = parse_address(advertised or listen)
+    server = Server(Broker.connect(), Node(ad_host, ad_port, CLUSTER_ID), (host, port))
+    asyncio.run(server.serve_until_stopped())

@@ -1,0 +1,341 @@
+"""The Kafka APIs the server answers, each mapped onto the broker's requests.
+
+One function per API key: it reads kio's request entity of whatever version came in,
+sends ``app.protocol`` requests to ``Broker.handle`` (the same handlers the native client
+uses), and describes the response as plain values for ``codec.build``. ``VERSIONS`` is
+exactly what is advertised by ApiVersions: the versions implemented and tested.
+
+Every answer is this one node's: kip98 has no replicas, so node 0 leads every partition
+and coordinates every group and transactional id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.broker import Broker
+from app.errors import KafkaError, KafkaException
+from app.protocol import (
+    COORDINATOR_GROUP,
+    READ_COMMITTED,
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    FetchRequest,
+    FetchResponse,
+    FindCoordinatorRequest,
+    InitProducerIdRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    OffsetAndMetadata,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    ProduceBatchesRequest,
+    ProduceRequest,
+    ProduceResponse,
+    TxnOffsetCommitRequest,
+)
+from app.server.records import encode_batches, produce_request
+
+NODE_ID = 0
+
+
+@dataclass(frozen=True)
+class Node:
+    """The address clients are told to connect to (the advertised listener)."""
+
+    host: str
+    port: int
+    cluster_id: str
+
+
+Handler = Callable[[Broker, Node, Any], dict[str, Any] | None]
+
+
+def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    keys = [
+        {"api_key": key, "min_version": low, "max_version": high}
+        for key, (low, high, _) in sorted(APIS.items())
+    ]
+    return {"error_code": 0, "api_keys": keys}
+
+
+def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    asked = request.topics
+    names = None if asked is None else [t.name for t in asked]
+    if names is not None and not names and request.__version__ == 0:
+        names = None  # v0: an empty list asks for every topic
+    found = broker.handle(MetadataRequest(names)).topics
+    topics = []
+    for t in found:
+        partitions = [
+            {"error_code": 0, "partition_index": p, "leader_id": NODE_ID, "leader_epoch": 0,
+             "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID], "offline_replicas": []}
+            for p in range(t.num_partitions)
+        ]  # fmt: skip
+        topics.append(
+            {"error_code": t.error_code, "name": t.topic, "partitions": partitions,
+             "topic_id": _uuid(t.topic_id), "is_internal": False}
+        )  # fmt: skip
+    broker_entry = {"node_id": NODE_ID, "host": node.host, "port": node.port, "rack": None}
+    return {
+        "brokers": [broker_entry], "cluster_id": node.cluster_id,
+        "controller_id": NODE_ID, "topics": topics,
+    }  # fmt: skip
+
+
+def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
+    """All partitions of the request in one DB transaction, each answered on its own.
+    acks=0 gets no response, as Kafka gives none."""
+    batches: list[ProduceRequest] = []
+    refused: dict[tuple[str, int], ProduceResponse] = {}
+    order: list[tuple[str, int]] = []
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            tp = (topic.name, part.index)
+            order.append(tp)
+            try:
+                batches.append(
+                    produce_request(topic.name, part.index, part.records, request.transactional_id)
+                )
+            except KafkaException as exc:
+                refused[tp] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
+    answers = dict(refused)
+    if batches:
+        response = broker.handle(ProduceBatchesRequest(batches))
+        for batch, answer in zip(batches, response.batches, strict=True):
+            answers[(batch.topic, batch.partition)] = answer
+    if request.acks == 0:
+        return None
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in order:
+        a = answers[(topic, partition)]
+        by_topic.setdefault(topic, []).append(
+            {"index": partition, "error_code": a.error_code, "base_offset": a.base_offset,
+             "log_append_time": None, "log_start_offset": a.log_start_offset,
+             "error_message": a.error_message}
+        )  # fmt: skip
+    responses = [{"name": t, "partition_responses": p} for t, p in by_topic.items()]
+    return {"responses": responses}
+
+
+def fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Each partition's batches as written, markers included; read_committed stops at the
+    LSO and lists the aborted transactions, so clients filter as they do with Kafka.
+    Waits up to ``max_wait`` for ``min_bytes``, looking again as the log grows."""
+    deadline = time.monotonic() + request.max_wait.total_seconds()
+    isolation = getattr(request, "isolation_level", 0)
+    pause = 0.005
+    while True:
+        left = request.max_bytes
+        responses, total = [], 0
+        for topic in request.topics:
+            partitions = []
+            for part in topic.partitions:
+                answer = broker.handle(
+                    FetchRequest(
+                        topic.topic, part.partition, part.fetch_offset,
+                        max_bytes=max(1, min(part.partition_max_bytes, left)),
+                        isolation_level=isolation, min_one_record=total == 0, batches=True,
+                    )
+                )  # fmt: skip
+                records = encode_batches(answer.log_records)
+                total += len(records)
+                left = max(0, left - len(records))
+                partitions.append(_fetched(part.partition, answer, records, isolation))
+            responses.append({"topic": topic.topic, "partitions": partitions})
+        if total >= request.min_bytes or time.monotonic() + pause > deadline:
+            return {"error_code": 0, "session_id": 0, "responses": responses}
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+def _fetched(
+    partition: int, answer: FetchResponse, records: bytes, isolation: int
+) -> dict[str, Any]:
+    aborted = None
+    if isolation == READ_COMMITTED:
+        aborted = [
+            {"producer_id": a.producer_id, "first_offset": a.first_offset}
+            for a in answer.aborted_transactions
+        ]
+    return {
+        "partition_index": partition, "error_code": answer.error_code,
+        "high_watermark": answer.high_watermark, "last_stable_offset": answer.last_stable_offset,
+        "log_start_offset": answer.log_start_offset, "aborted_transactions": aborted,
+        "preferred_read_replica": -1, "records": records,
+    }  # fmt: skip
+
+
+def list_offsets(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    isolation = getattr(request, "isolation_level", 0)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            a = broker.handle(
+                ListOffsetsRequest(topic.name, part.partition_index, part.timestamp, isolation)
+            )
+            partitions.append(
+                {"partition_index": part.partition_index, "error_code": a.error_code,
+                 "timestamp": a.timestamp, "offset": a.offset, "leader_epoch": 0}
+            )  # fmt: skip
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"topics": topics}
+
+
+def find_coordinator(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """This node for every key; v4 asks for several keys at once."""
+    key_type = getattr(request, "key_type", COORDINATOR_GROUP)
+
+    def one(key: str) -> dict[str, Any]:
+        a = broker.handle(FindCoordinatorRequest(key, key_type))
+        if a.error_code != KafkaError.NO_ERROR:
+            return {"key": key, "error_code": a.error_code, "error_message": a.error_message,
+                    "node_id": -1, "host": "", "port": -1}  # fmt: skip
+        return {"key": key, "error_code": 0, "node_id": NODE_ID, "host": node.host,
+                "port": node.port}  # fmt: skip
+
+    if request.__version__ >= 4:
+        return {"coordinators": [one(key) for key in request.coordinator_keys]}
+    return one(request.key)
+
+
+def init_producer_id(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    a = broker.handle(
+        InitProducerIdRequest(
+            request.transactional_id,
+            int(request.transaction_timeout.total_seconds() * 1000),
+            getattr(request, "producer_id", -1),
+            getattr(request, "producer_epoch", -1),
+        )
+    )
+    return {"error_code": a.error_code, "producer_id": a.producer_id,
+            "producer_epoch": a.producer_epoch}  # fmt: skip
+
+
+def add_partitions_to_txn(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    # Versions 0-3 (the ones served) name their fields so; v4 batches several ids.
+    tid, pid = request.v3_and_below_transactional_id, request.v3_and_below_producer_id
+    epoch, topics = request.v3_and_below_producer_epoch, request.v3_and_below_topics
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    a = broker.handle(AddPartitionsToTxnRequest(tid, pid, epoch, wanted))
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in wanted:
+        code = a.results.get((topic, partition), a.error_code)
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "partition_error_code": code}
+        )
+    results = [{"name": t, "results_by_partition": r} for t, r in by_topic.items()]
+    return {"results_by_topic_v3_and_below": results}
+
+
+def add_offsets_to_txn(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    a = broker.handle(
+        AddOffsetsToTxnRequest(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.group_id,
+        )
+    )  # fmt: skip
+    return {"error_code": a.error_code}
+
+
+def end_txn(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    a = broker.handle(
+        EndTxnRequest(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.committed, bump_epoch=False,  # the versions served are before KIP-890's v5
+        )
+    )  # fmt: skip
+    return {"error_code": a.error_code}
+
+
+def txn_offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    offsets = _offsets(request.topics)
+    a = broker.handle(
+        TxnOffsetCommitRequest(
+            request.transactional_id, request.group_id, request.producer_id,
+            request.producer_epoch, offsets, getattr(request, "generation_id", -1),
+            getattr(request, "member_id", ""),
+        )
+    )  # fmt: skip
+    return {"topics": _partition_codes(offsets, a.results, a.error_code)}
+
+
+def offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    offsets = _offsets(request.topics)
+    generation = getattr(
+        request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1)
+    )
+    a = broker.handle(OffsetCommitRequest(request.group_id, offsets, generation, request.member_id))
+    return {"topics": _partition_codes(offsets, a.results, a.error_code)}
+
+
+def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    asked = None
+    if request.topics is not None:
+        asked = [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    a = broker.handle(
+        OffsetFetchRequest(request.group_id, asked, getattr(request, "require_stable", False))
+    )
+    wanted = asked if asked is not None else sorted(a.offsets)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in wanted:
+        found = a.offsets.get((topic, partition))
+        code = a.error_code
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "error_code": code,
+             "committed_offset": -1 if found is None else found.offset,
+             "committed_leader_epoch": -1, "metadata": None if found is None else found.metadata}
+        )  # fmt: skip
+    topics = [{"name": t, "partitions": p} for t, p in by_topic.items()]
+    return {"topics": topics, "error_code": a.error_code}
+
+
+def _offsets(topics: Any) -> dict[tuple[str, int], OffsetAndMetadata]:
+    return {
+        (t.name, p.partition_index): OffsetAndMetadata(p.committed_offset, p.committed_metadata)
+        for t in topics
+        for p in t.partitions
+    }
+
+
+def _partition_codes(
+    offsets: dict[tuple[str, int], OffsetAndMetadata],
+    results: dict[tuple[str, int], int],
+    code: int,
+) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in offsets:
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "error_code": results.get((topic, partition), code)}
+        )
+    return [{"name": t, "partitions": p} for t, p in by_topic.items()]
+
+
+def _uuid(text: str | None) -> Any:
+    import uuid
+
+    return None if text is None else uuid.UUID(text)
+
+
+# api key -> (lowest version, highest version, handler): what ApiVersions advertises.
+APIS: dict[int, tuple[int, int, Handler]] = {
+    0:  (3, 9, produce),
+    1:  (4, 12, fetch),
+    2:  (1, 7, list_offsets),
+    3:  (1, 12, metadata),
+    8:  (2, 8, offset_commit),
+    9:  (1, 7, offset_fetch),
+    10: (0, 4, find_coordinator),
+    18: (0, 3, api_versions),
+    22: (0, 4, init_producer_id),
+    24: (0, 3, add_partitions_to_txn),
+    25: (0, 3, add_offsets_to_txn),
+    26: (0, 3, end_txn),
+    28: (0, 3, txn_offset_commit),
+}  # fmt: skip
+API_VERSIONS_KEY = 18

@@ -1,0 +1,176 @@
+"""Kafka's framing and message entities, by kio (generated from Kafka's own message
+schemas, every version, flexible ones included): a frame is a 4-byte size, then the
+request header and body; a response is the size, the response header and body.
+
+Handlers describe a response as plain values (``dict`` per struct, ``list`` per array,
+``int`` per error code and duration); ``build`` fits them to the response entity of the
+version asked, so one handler serves every version: fields the version does not have are
+dropped, fields it has and the values lack take the schema's default.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import struct
+import types
+import typing
+import uuid
+from dataclasses import MISSING, fields, is_dataclass
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32Timedelta, i64Timedelta
+
+from app.errors import KafkaError
+
+FRAME_SIZE = struct.Struct(">i")
+# The first fields of every request header: api_key, api_version, correlation_id.
+HEADER_START = struct.Struct(">hhi")
+
+
+class MalformedRequest(Exception):
+    """A frame that is not a request of a known API and version: the connection closes."""
+
+
+def read_header(frame: bytes) -> tuple[int, int, int]:
+    """``(api_key, api_version, correlation_id)`` of a request frame (without its size)."""
+    if len(frame) < HEADER_START.size:
+        raise MalformedRequest(f"a frame of {len(frame)} bytes has no request header")
+    api_key, api_version, correlation_id = HEADER_START.unpack_from(frame)
+    return api_key, api_version, correlation_id
+
+
+def request_schema(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's request entity for this API and version; None if kio knows neither."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity):
+        return None
+
+
+def parse_request(frame: bytes, schema: type[Any]) -> tuple[Any, Any]:
+    """The request header and body of ``frame``, read with ``schema``'s header version."""
+    try:
+        header, offset = _reader(schema.__header_schema__)(frame, 0)
+        body, size = _reader(schema)(frame, offset)  # kio answers with the bytes it read
+        end = offset + size
+    except Exception as exc:  # kio raises several kinds on truncated or garbled input
+        raise MalformedRequest(f"cannot read {schema.__name__}: {exc}") from exc
+    if end != len(frame):
+        raise MalformedRequest(f"{len(frame) - end} bytes after {schema.__name__}")
+    return header, body
+
+
+def encode_response(
+    api_key: int, api_version: int, correlation_id: int, values: dict[str, Any]
+) -> bytes:
+    """The frame of a response, its size included."""
+    schema = load_response_schema(api_key, api_version)
+    body = build(schema, values)
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    header_schema = schema.__header_schema__
+    _writer(header_schema)(buffer, build(header_schema, {"correlation_id": correlation_id}))
+    _writer(schema)(buffer, body)
+    frame = buffer.getbuffer()
+    FRAME_SIZE.pack_into(frame, 0, len(frame) - FRAME_SIZE.size)
+    return bytes(frame)
+
+
+def build(entity: type[Any], values: dict[str, Any]) -> Any:
+    """``entity`` from plain ``values`` (see the module docstring)."""
+    hints = _hints(entity)
+    kwargs = {}
+    for f in fields(entity):
+        if f.name in values:
+            kwargs[f.name] = _convert(hints[f.name], values[f.name])
+        elif f.default is MISSING and f.default_factory is MISSING:
+            kwargs[f.name] = _zero(hints[f.name])
+    return entity(**kwargs)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    hint = _strip_none(hint)
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        (item,) = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        return tuple(_convert(item, v) for v in value)
+    if hint is ErrorCode:
+        return _error_code(value)
+    if hint in (i32Timedelta, i64Timedelta):
+        return datetime.timedelta(milliseconds=value)
+    if isinstance(value, dict):
+        return build(hint, value)
+    return value
+
+
+def _zero(hint: Any) -> Any:
+    """A required field the values lack: its type's empty value."""
+    hint = _strip_none(hint)
+    if typing.get_origin(hint) is tuple:
+        return ()
+    if hint is ErrorCode:
+        return ErrorCode.none
+    if hint in (i32Timedelta, i64Timedelta):
+        return datetime.timedelta(0)
+    if hint is uuid.UUID:
+        return uuid.UUID(int=0)
+    if isinstance(hint, type) and is_dataclass(hint):
+        return build(hint, {})
+    if hint is str:
+        return ""
+    if hint is bool:
+        return False
+    if hint is bytes:
+        return b""
+    return 0
+
+
+def _error_code(code: int) -> ErrorCode:
+    """A Kafka error code on the wire; kip98's local codes (negative, as librdkafka's) are
+    not: a local timeout is Kafka's REQUEST_TIMED_OUT, anything else UNKNOWN_SERVER_ERROR."""
+    if code in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT):
+        code = KafkaError.REQUEST_TIMED_OUT
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.unknown_server_error
+
+
+def _strip_none(hint: Any) -> Any:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+_READERS: dict[type[Any], Any] = {}
+_WRITERS: dict[type[Any], Any] = {}
+
+
+def _hints(entity: type[Any]) -> dict[str, Any]:
+    hints = _HINTS.get(entity)
+    if hints is None:
+        hints = _HINTS[entity] = typing.get_type_hints(entity)
+    return hints
+
+
+def _reader(entity: type[Any]) -> Any:
+    reader = _READERS.get(entity)
+    if reader is None:
+        reader = _READERS[entity] = entity_reader(entity)
+    return reader
+
+
+def _writer(entity: type[Any]) -> Any:
+    writer = _WRITERS.get(entity)
+    if writer is None:
+        writer = _WRITERS[entity] = entity_writer(entity)
+    return writer

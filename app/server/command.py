@@ -1,0 +1,31 @@
+"""``kip98 serve`` and ``python -m app.server``: the Kafka wire protocol, for any Kafka
+client."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from app.server import DEFAULT_LISTEN, parse_address, serve
+
+
+def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_address(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from exc
+    return value
+
+
+@click.command("serve")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              callback=_address, help="Where to accept Kafka clients.")  # fmt: skip
+@click.option("--advertised-listener", default=None, metavar="HOST:PORT", callback=_address,
+              help="The address clients are told to connect to (default: --listen).")  # fmt: skip
+def serve_command(listen: str, advertised_listener: str | None) -> None:
+    """Serve the Kafka protocol until SIGTERM or SIGINT."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    click.echo(f"kip98 serve: listening on {listen}", err=True)
+    serve(listen, advertised_listener)

@@ -1,0 +1,138 @@
+"""``kip98 serve``: the Kafka wire protocol over ``Broker.handle``.
+
+One asyncio loop accepts connections and reads frames; the database work runs on a bounded
+pool of worker threads. A connection's requests are answered one at a time, in order (as
+Kafka mutes a channel while its request is handled), and its next frame is not read until
+the answer is written: a client that sends faster than the database answers is held back
+by TCP, and no connection can take more than one worker.
+
+Bad input is the connection's own problem: a frame over ``socket.request.max.bytes``, one
+kio cannot read, or an API key or version not advertised closes that connection (an
+ApiVersions request of an unknown version is answered, as Kafka answers it, with version
+0 and the versions there are) and is counted in ``refused``; nothing of it is written.
+On SIGTERM the server stops accepting, lets each connection finish the request it is in,
+and closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from app.broker import Broker
+from app.server import codec
+from app.server.apis import API_VERSIONS_KEY, APIS, Node, api_versions
+
+log = logging.getLogger(__name__)
+
+# Kafka's socket.request.max.bytes default.
+MAX_REQUEST_BYTES = 104_857_600
+UNSUPPORTED_VERSION = 35
+
+
+class Server:
+    def __init__(
+        self,
+        broker: Broker,
+        node: Node,
+        listen: tuple[str, int],
+        workers: int = 16,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+    ) -> None:
+        self.broker = broker
+        self.node = node
+        self.listen = listen
+        self.max_request_bytes = max_request_bytes
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="kip98-serve")
+        # What was answered, by API name, and what was refused, by reason.
+        self.requests: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()
+        self._server: asyncio.Server | None = None
+        self._idle: dict[asyncio.StreamWriter, bool] = {}
+        self._stopping = False
+        self.port = listen[1]
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._connection, *self.listen)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def serve_until_stopped(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop cleanly."""
+        await self.start()
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopped.set)
+        await stopped.wait()
+        await self.stop()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for writer, idle in list(self._idle.items()):
+            if idle:
+                writer.close()
+        while self._idle:
+            await asyncio.sleep(0.01)
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.pool.shutdown(wait=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._idle[writer] = True
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._stopping:
+                size = codec.FRAME_SIZE.unpack(await reader.readexactly(codec.FRAME_SIZE.size))[0]
+                if not 0 < size <= self.max_request_bytes:
+                    self._refuse("size", f"a frame of {size} bytes")
+                    return
+                frame = await reader.readexactly(size)
+                self._idle[writer] = False
+                try:
+                    response = await loop.run_in_executor(self.pool, self.answer, frame)
+                finally:
+                    self._idle[writer] = True
+                if response is None:
+                    continue
+                writer.write(response)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except codec.MalformedRequest as exc:
+            self._refuse("malformed", str(exc))
+        except Exception:
+            log.exception("kip98 serve: a request failed; closing its connection")
+            self.refused["failed"] += 1
+        finally:
+            del self._idle[writer]
+            writer.close()
+
+    def _refuse(self, reason: str, what: str) -> None:
+        self.refused[reason] += 1
+        log.info("kip98 serve: closing a connection: %s", what)
+
+    def answer(self, frame: bytes) -> bytes | None:
+        """The response frame to one request frame (None when Kafka sends none)."""
+        api_key, version, correlation_id = codec.read_header(frame)
+        supported = APIS.get(api_key)
+        if supported is None or not supported[0] <= version <= supported[1]:
+            if api_key == API_VERSIONS_KEY:
+                versions = {**api_versions(self.broker, self.node, None)}
+                versions["error_code"] = UNSUPPORTED_VERSION
+                return codec.encode_response(api_key, 0, correlation_id, versions)
+            raise codec.MalformedRequest(f"API key {api_key} version {version} is not served")
+        schema = codec.request_schema(api_key, version)
+        if schema is None:
+            raise codec.MalformedRequest(f"no schema for API key {api_key} version {version}")
+        _, body = codec.parse_request(frame, schema)
+        handler = supported[2]
+        values = handler(self.broker, self.node, body)
+        self.requests[handler.__name__] += 1
+        if values is None:
+            return None
+        return codec.encode_response(api_key, version, correlation_id, values)

@@ -1,0 +1,128 @@
+"""Record batches (Kafka's message format v2) in and out, by aiokafka's record module
+(compiled; CRC32C, varints, headers; gzip, snappy, lz4 and zstd through cramjam).
+
+In: a produce request's batch becomes a ``ProduceRequest`` as the native client would
+send it (the producer id, epoch, base sequence and transactional flag kept; headers in
+the stored form). Out: a fetch's stored records become batches again, one per run of
+records that were appended together (same ``batch_base_offset``), with the producer id,
+epoch, base sequence and transactional flag they were written with, and a marker as a
+control batch, so a Kafka client sees the log Kafka would have given it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from itertools import groupby
+from typing import Any
+
+from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
+from aiokafka.record.default_records import (
+    DefaultRecordBase,
+    DefaultRecordBatchBuilder,
+)
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.record.util import calc_crc32c
+
+from app.errors import KafkaError, fail
+from app.protocol import (
+    LOG_BATCH_BASE_OFFSET,
+    LOG_IS_CONTROL,
+    LogRecord,
+    ProduceRequest,
+    RecordIn,
+)
+
+MAGIC = 2
+# Batch header layout (DefaultRecordBatch's): base offset first, outside the CRC; the CRC
+# covers everything from the attributes on.
+_BASE_OFFSET = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+_ATTRIBUTES = struct.Struct(">h")
+CRC_OFFSET = DefaultRecordBase.CRC_OFFSET
+ATTRIBUTES_OFFSET = DefaultRecordBase.ATTRIBUTES_OFFSET
+CONTROL_MASK = DefaultRecordBase.CONTROL_MASK
+# A control record: key (version, type), value (version, coordinator epoch).
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+_UNBOUNDED = 2**31 - 1
+
+
+def produce_request(
+    topic: str, partition: int, records: bytes | None, transactional_id: str | None
+) -> ProduceRequest:
+    """The batch of one partition of a produce request; raises KafkaException
+    (CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_FOR_MESSAGE_FORMAT,
+    UNSUPPORTED_COMPRESSION_TYPE) for what Kafka would refuse."""
+    if not records:
+        raise fail(KafkaError.INVALID_RECORD, "a produce partition without records")
+    try:
+        batches = MemoryRecords(bytes(records))
+        batch = batches.next_batch()
+        if batch is None:
+            raise fail(KafkaError.CORRUPT_MESSAGE, "no complete record batch")
+        if batches.has_next():
+            raise fail(KafkaError.INVALID_RECORD, "one record batch per partition is allowed")
+        if batch.magic != MAGIC:
+            raise fail(KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{batch.magic}")
+        if not batch.validate_crc():
+            raise fail(KafkaError.CORRUPT_MESSAGE, "record batch CRC mismatch")
+        if batch.is_control_batch:
+            raise fail(KafkaError.INVALID_RECORD, "clients may not write control batches")
+        rows = [RecordIn(r.key, r.value, r.timestamp, _stored_headers(r.headers)) for r in batch]
+    except UnsupportedCodecError as exc:
+        raise fail(KafkaError.UNSUPPORTED_COMPRESSION_TYPE, str(exc)) from exc
+    except CorruptRecordException as exc:
+        raise fail(KafkaError.CORRUPT_MESSAGE, str(exc)) from exc
+    return ProduceRequest(
+        topic, partition, rows, batch.producer_id, batch.producer_epoch, batch.base_sequence,
+        transactional_id if batch.is_transactional else None, batch.is_transactional,
+    )  # fmt: skip
+
+
+def _stored_headers(headers: list[tuple[str, bytes | None]]) -> list[dict[str, Any]] | None:
+    """Headers as the log stores them (the native client's form: values in base64)."""
+    if not headers:
+        return None
+    return [
+        {"key": k, "value": None if v is None else base64.b64encode(v).decode("ascii")}
+        for k, v in headers
+    ]
+
+
+def _wire_headers(stored: str | None) -> list[tuple[str, bytes | None]]:
+    if not stored:
+        return []
+    return [
+        (e["key"], None if e["value"] is None else base64.b64decode(e["value"]))
+        for e in json.loads(stored)
+    ]
+
+
+def encode_batches(records: list[LogRecord]) -> bytes:
+    """Stored records, in offset order, as record batches."""
+    out = bytearray()
+    for _, run in groupby(records, key=lambda r: (r[LOG_BATCH_BASE_OFFSET], r[LOG_IS_CONTROL])):
+        out += _batch(list(run))
+    return bytes(out)
+
+
+def _batch(run: list[LogRecord]) -> bytearray:
+    (first_offset, _, _, _, _, producer_id, producer_epoch, sequence, _,
+     is_transactional, is_control, _, _) = run[0]  # fmt: skip
+    builder = DefaultRecordBatchBuilder(
+        MAGIC, 0, int(is_transactional), producer_id, producer_epoch, sequence, _UNBOUNDED
+    )
+    for offset, timestamp, key, value, headers, *_, control_type, coordinator_epoch in run:
+        if is_control:
+            key = _CONTROL_KEY.pack(0, control_type)
+            value = _CONTROL_VALUE.pack(0, coordinator_epoch or 0)
+        builder.append(offset - first_offset, timestamp, key, value, _wire_headers(headers))
+    batch = builder.build()
+    _BASE_OFFSET.pack_into(batch, 0, first_offset)
+    if is_control:
+        (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_OFFSET)
+        _ATTRIBUTES.pack_into(batch, ATTRIBUTES_OFFSET, attributes | CONTROL_MASK)
+        _CRC.pack_into(batch, CRC_OFFSET, calc_crc32c(bytes(batch[ATTRIBUTES_OFFSET:])))
+    return batch

@@ -1,0 +1,337 @@
+"""``kip98 serve`` driven by unmodified Kafka clients: confluent-kafka (librdkafka) against
+a real server process on 127.0.0.1, reading and writing the same log as the native
+client."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+
+from app.broker import Broker
+from app.client import Consumer, KafkaError, Producer, TopicPartition
+from app.log.topics import create_topic
+from tests.txn_driver import read_values
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kip98 serve exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError("kip98 serve did not start listening")
+
+
+@pytest.fixture
+def server(db_url: str) -> Iterator[str]:
+    """A ``kip98 serve`` process on a free port; its bootstrap.servers."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.server", "--listen", address],
+        env={**os.environ, "KIP98_DATABASE_URL": db_url},
+    )
+    try:
+        wait_for_port(port, proc)
+        yield address
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(30) == 0, "kip98 serve did not stop cleanly on SIGTERM"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    return Broker.connect(db_url)
+
+
+@pytest.fixture
+def topics(broker: Broker) -> None:
+    create_topic(broker, "t", 2)
+    create_topic(broker, "out", 1)
+
+
+def delivered(producer: ck.Producer, n: int, **produce: Any) -> list[tuple[Any, int]]:
+    reports: list[tuple[Any, int]] = []
+    for i in range(n):
+        producer.produce(
+            on_delivery=lambda err, msg: reports.append((err, msg.offset())),
+            value=f"v{i}",
+            **produce,
+        )
+    assert producer.flush(30) == 0
+    return reports
+
+
+def consume_all(consumer: ck.Consumer, want: int, timeout: float = 30) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        assert msg.error() is None, msg.error()
+        got.append(msg)
+    return got
+
+
+def test_librdkafka_idempotent_producer_writes_what_the_native_consumer_reads(
+    server: str, broker: Broker, topics: None
+) -> None:
+    producer = ck.Producer({"bootstrap.servers": server, "enable.idempotence": True,
+                            "linger.ms": 5})  # fmt: skip
+    reports = delivered(producer, 100, topic="t", partition=0, headers=[("h", b"1")])
+    assert [err for err, _ in reports] == [None] * 100
+    assert [offset for _, offset in reports] == list(range(100))
+    assert read_values(broker, "t", 0) == [f"v{i}" for i in range(100)]
+    with broker.engine.connect() as conn:
+        pids = conn.exec_driver_sql(
+            "SELECT DISTINCT producer_id FROM records WHERE topic = 't'"
+        ).all()
+    assert len(pids) == 1 and pids[0][0] >= 0  # one idempotent producer id, kept
+    native = Consumer({"database.url": broker.engine.url.render_as_string(False),
+                       "group.id": "n", "auto.offset.reset": "earliest"})  # fmt: skip
+    try:
+        native.assign([TopicPartition("t", 0, 0)])
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < 100 and time.monotonic() < deadline:
+            got += [m for m in native.consume(100, 0.5) if m.error() is None]
+        assert [m.value() for m in got] == [f"v{i}".encode() for i in range(100)]
+        assert got[0].headers() == [("h", b"1")]
+    finally:
+        native.close()
+
+
+def test_librdkafka_transactions_commit_and_abort_with_read_committed(
+    server: str, broker: Broker, topics: None
+) -> None:
+    producer = ck.Producer({"bootstrap.servers": server, "transactional.id": "wire-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    delivered(producer, 5, topic="t", partition=0)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    delivered(producer, 3, topic="t", partition=0)
+    delivered(producer, 2, topic="t", partition=1)
+    producer.commit_transaction(30)
+
+    assert read_values(broker, "t", 0) == ["v0", "v1", "v2"]
+    assert read_values(broker, "t", 1) == ["v0", "v1"]
+    consumer = ck.Consumer({"bootstrap.servers": server, "group.id": "rc",
+                            "isolation.level": "read_committed", "enable.auto.commit": False,
+                            "auto.offset.reset": "earliest"})  # fmt: skip
+    try:
+        consumer.assign([ck.TopicPartition("t", 0, 0), ck.TopicPartition("t", 1, 0)])
+        got = consume_all(consumer, 5)
+        assert sorted((m.partition(), m.value()) for m in got) == [
+            (0, b"v0"), (0, b"v1"), (0, b"v2"), (1, b"v0"), (1, b"v1"),
+        ]  # fmt: skip
+        # The aborted records were fetched and skipped: offsets 0-4 and the marker at 5.
+        assert [m.offset() for m in got if m.partition() == 0] == [6, 7, 8]
+        assert consumer.poll(1.0) is None
+    finally:
+        consumer.close()
+
+
+def test_native_transactions_are_read_by_librdkafka_in_both_isolation_levels(
+    server: str, broker: Broker, topics: None, db_url: str
+) -> None:
+    native = Producer({"database.url": db_url, "transactional.id": "native"})
+    try:
+        native.init_transactions()
+        native.begin_transaction()
+        native.produce("t", "aborted", partition=0)
+        native.flush()  # written, then aborted
+        native.abort_transaction()
+        native.begin_transaction()
+        native.produce("t", "kept", partition=0, headers={"k": b"v"})
+        native.commit_transaction()
+        native.begin_transaction()
+        native.produce("t", "open", partition=0)
+        native.flush()
+
+        def values(isolation: str, want: int) -> list[bytes]:
+            c = ck.Consumer({"bootstrap.servers": server, "group.id": isolation,
+                             "isolation.level": isolation, "auto.offset.reset": "earliest"})  # fmt: skip
+            try:
+                c.assign([ck.TopicPartition("t", 0, 0)])
+                got = consume_all(c, want, 15)
+                assert c.poll(1.0) is None
+                return [m.value() for m in got]
+            finally:
+                c.close()
+
+        assert values("read_committed", 1) == [b"kept"]
+        assert values("read_uncommitted", 3) == [b"aborted", b"kept", b"open"]
+        native.commit_transaction()
+    finally:
+        native.close()
+
+
+def test_consume_transform_produce_through_the_wire_commits_offsets_in_the_transaction(
+    server: str, broker: Broker, topics: None, db_url: str
+) -> None:
+    source = Producer({"database.url": db_url})
+    for i in range(20):
+        source.produce("t", f"in{i}", partition=0)
+    source.flush()
+    source.close()
+    consumer = ck.Consumer({"bootstrap.servers": server, "group.id": "copier",
+                            "isolation.level": "read_committed", "enable.auto.commit": False,
+                            "auto.offset.reset": "earliest"})  # fmt: skip
+    producer = ck.Producer({"bootstrap.servers": server, "transactional.id": "copier"})
+    try:
+        producer.init_transactions(30)
+        consumer.assign([ck.TopicPartition("t", 0)])
+        msgs = consume_all(consumer, 10)[:10]
+        producer.begin_transaction()
+        for m in msgs:
+            producer.produce("out", m.value().upper(), partition=0)
+        offsets = [ck.TopicPartition("t", 0, msgs[-1].offset() + 1)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        [committed] = consumer.committed([ck.TopicPartition("t", 0)], 10)
+        assert committed.offset == 10
+    finally:
+        consumer.close()
+    assert read_values(broker, "out", 0) == [f"IN{i}" for i in range(10)]
+
+
+def test_bad_frames_close_only_their_connection(server: str, broker: Broker, topics: None) -> None:
+    host, port = server.split(":")
+    frames = [
+        struct.pack(">i", 2_000_000_000),  # over socket.request.max.bytes
+        struct.pack(">i", 10) + struct.pack(">hhi", 999, 0, 1) + b"\0\0",  # unknown API key
+        struct.pack(">i", 10) + struct.pack(">hhi", 0, 99, 1) + b"\0\0",  # unserved version
+        struct.pack(">i", 10) + struct.pack(">hhi", 0, 9, 1) + b"\xff\xff",  # garbled Produce
+    ]
+    for frame in frames:
+        with socket.create_connection((host, int(port)), 5) as s:
+            s.sendall(frame)
+            s.settimeout(5)
+            assert s.recv(100) == b""  # closed, no answer
+    with socket.create_connection((host, int(port)), 5) as s:  # a truncated frame
+        s.sendall(struct.pack(">i", 100) + b"\0" * 10)
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(5)
+        assert s.recv(100) == b""
+    producer = ck.Producer({"bootstrap.servers": server})
+    assert [err for err, _ in delivered(producer, 3, topic="t", partition=1)] == [None] * 3
+    assert read_values(broker, "t", 1) == ["v0", "v1", "v2"]
+
+
+def _request_frame(api_key: int, version: int, body: Any) -> bytes:
+    from kio.index import load_request_schema
+    from kio.serial import entity_writer
+
+    schema = load_request_schema(api_key, version)
+    header = schema.__header_schema__(
+        request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="t"
+    )
+    buffer = io.BytesIO()
+    entity_writer(schema.__header_schema__)(buffer, header)
+    entity_writer(schema)(buffer, body)
+    return struct.pack(">i", len(buffer.getvalue())) + buffer.getvalue()
+
+
+def _response(sock: socket.socket, api_key: int, version: int) -> Any:
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    frame = sock.recv(size, socket.MSG_WAITALL)
+    schema = load_response_schema(api_key, version)
+    _, offset = entity_reader(schema.__header_schema__)(frame, 0)
+    return entity_reader(schema)(frame, offset)[0]
+
+
+def test_a_batch_with_a_wrong_crc_is_refused_and_writes_nothing(
+    server: str, broker: Broker, topics: None
+) -> None:
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from kio.schema.produce.v9 import request as produce_v9
+
+    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    builder.append(0, 1, None, b"payload", [])
+    batch = bytearray(builder.build())
+    batch[-1] ^= 0xFF  # the value's last byte: the CRC no longer matches
+    body = produce_v9.ProduceRequest(
+        acks=-1, timeout=datetime.timedelta(seconds=5), topic_data=(
+            produce_v9.TopicProduceData(name="t", partition_data=(
+                produce_v9.PartitionProduceData(index=0, records=bytes(batch)),)),))  # fmt: skip
+    host, port = server.split(":")
+    with socket.create_connection((host, int(port)), 5) as s:
+        s.sendall(_request_frame(0, 9, body))
+        answer = _response(s, 0, 9)
+    [partition] = answer.responses[0].partition_responses
+    assert partition.error_code.value == KafkaError.CORRUPT_MESSAGE
+    assert read_values(broker, "t", 0, committed=False) == []
+
+
+def test_api_versions_of_an_unserved_version_answers_with_version_0(server: str) -> None:
+    host, port = server.split(":")
+    with socket.create_connection((host, int(port)), 5) as s:
+        s.sendall(struct.pack(">i", 10) + struct.pack(">hhi", 18, 99, 7) + b"\xff\xff")
+        answer = _response(s, 18, 0)
+    assert answer.error_code.value == 35  # UNSUPPORTED_VERSION
+    assert {k.api_key for k in answer.api_keys} >= {0, 1, 3, 18, 22, 24, 26}
+
+
+def test_stored_batches_come_back_as_kafka_batches(
+    broker: Broker, db_url: str, topics: None
+) -> None:
+    """A native transaction read back as batches: the data batch with its producer id, epoch,
+    base sequence and transactional flag, then the COMMIT marker as a control batch."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from app.protocol import FetchRequest
+    from app.server.records import encode_batches
+
+    native = Producer({"database.url": db_url, "transactional.id": "batches"})
+    try:
+        native.init_transactions()
+        native.begin_transaction()
+        for i in range(3):
+            native.produce("t", f"r{i}", partition=0, headers={"h": b"x"})
+        native.commit_transaction()
+    finally:
+        native.close()
+    answer = broker.handle(FetchRequest("t", 0, 0, batches=True, isolation_level=0))
+    records = MemoryRecords(encode_batches(answer.log_records))
+    data, marker = records.next_batch(), records.next_batch()
+    assert records.next_batch() is None
+    assert (data.base_offset, data.is_transactional, data.is_control_batch) == (0, True, False)
+    assert data.producer_id >= 0 and data.base_sequence == 0 and data.validate_crc()
+    assert [(r.offset, r.value, r.headers) for r in data] == [
+        (i, f"r{i}".encode(), [("h", b"x")]) for i in range(3)
+    ]
+    assert (marker.base_offset, marker.is_control_batch, marker.validate_crc()) == (3, True, True)
+    [control] = list(marker)
+    assert struct.unpack(">hh", control.key) == (0, 1)  # version 0, COMMIT
