@@ -12,6 +12,7 @@ and coordinates every group and transactional id.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -316,9 +317,7 @@ def _partition_codes(
     return [{"name": t, "partitions": p} for t, p in by_topic.items()]
 
 
-def _uuid(text: str | None) -> Any:
-    import uuid
-
+def _uuid(text: str | None) -> uuid.UUID | None:
     return None if text is None else uuid.UUID(text)
 
 
