@@ -335,3 +335,38 @@ def test_stored_batches_come_back_as_kafka_batches(
     assert (marker.base_offset, marker.is_control_batch, marker.validate_crc()) == (3, True, True)
     [control] = list(marker)
     assert struct.unpack(">hh", control.key) == (0, 1)  # version 0, COMMIT
+
+
+def test_a_native_producer_and_a_librdkafka_producer_fence_each_other(
+    server: str, broker: Broker, topics: None, db_url: str
+) -> None:
+    """One transactional.id, two front ends: whichever initialised last wins, both ways."""
+    native = Producer({"database.url": db_url, "transactional.id": "shared"})
+    wire = ck.Producer({"bootstrap.servers": server, "transactional.id": "shared"})
+    try:
+        native.init_transactions()
+        native.begin_transaction()
+        native.produce("t", "native-zombie", partition=0)
+        native.flush()
+        wire.init_transactions(30)  # fences the native producer, aborting its transaction
+        wire.begin_transaction()
+        delivered(wire, 1, topic="t", partition=0)
+        wire.commit_transaction(30)
+        with pytest.raises(Exception) as fenced:
+            native.commit_transaction()
+        assert fenced.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
+
+        again = Producer({"database.url": db_url, "transactional.id": "shared"})
+        try:
+            again.init_transactions()  # and now the librdkafka producer is the zombie
+            wire.begin_transaction()
+            with pytest.raises(ck.KafkaException) as wire_fenced:
+                wire.produce("t", b"wire-zombie", partition=0)
+                wire.flush(10)
+                wire.commit_transaction(10)
+            assert wire_fenced.value.args[0].fatal()
+        finally:
+            again.close()
+    finally:
+        native.close()
+    assert read_values(broker, "t", 0) == ["v0"]
