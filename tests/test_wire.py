@@ -370,3 +370,44 @@ def test_a_native_producer_and_a_librdkafka_producer_fence_each_other(
     finally:
         native.close()
     assert read_values(broker, "t", 0) == ["v0"]
+
+
+def test_long_polls_hold_no_worker(broker: Broker, topics: None) -> None:
+    """More consumers waiting on an empty partition than the server has workers: a
+    producer is still answered at once, and the waiting fetches get its records."""
+    import asyncio
+    import threading
+
+    from kio.schema.fetch.v12 import request as fetch_v12
+
+    from app.server import Node, Server
+
+    port = free_port()
+    server = Server(broker, Node("127.0.0.1", port, "test"), ("127.0.0.1", port), workers=2)
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+    fetch = fetch_v12.FetchRequest(
+        replica_id=-1, max_wait=datetime.timedelta(seconds=30), min_bytes=1, max_bytes=1 << 20,
+        isolation_level=1, session_id=0, session_epoch=-1, topics=(fetch_v12.FetchTopic(
+            topic="t", partitions=(fetch_v12.FetchPartition(
+                partition=1, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
+                log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+        forgotten_topics_data=(), rack_id="")  # fmt: skip
+    waiting = [socket.create_connection(("127.0.0.1", port), 5) for _ in range(4)]
+    try:
+        for s in waiting:
+            s.sendall(_request_frame(1, 12, fetch))
+        time.sleep(0.5)  # every fetch is in its long poll
+        producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{port}",
+                                "message.timeout.ms": 10_000})  # fmt: skip
+        assert [err for err, _ in delivered(producer, 1, topic="t", partition=1)] == [None]
+        for s in waiting:
+            s.settimeout(10)
+            answer = _response(s, 1, 12)
+            assert answer.responses[0].partitions[0].high_watermark == 1
+    finally:
+        for s in waiting:
+            s.close()
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)

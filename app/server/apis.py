@@ -53,7 +53,17 @@ class Node:
     cluster_id: str
 
 
-Handler = Callable[[Broker, Node, Any], dict[str, Any] | None]
+@dataclass(frozen=True)
+class Pending:
+    """An answer not ready yet (a long poll): ask ``again`` after ``wait_s`` seconds."""
+
+    wait_s: float
+    again: Callable[[], dict[str, Any] | Pending]
+
+
+# A handler's answer: the response's values, None for no response (acks=0), or Pending.
+Answer = dict[str, Any] | None | Pending
+Handler = Callable[[Broker, Node, Any], Answer]
 
 
 def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -67,8 +77,6 @@ def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     asked = request.topics
     names = None if asked is None else [t.name for t in asked]
-    if names is not None and not names and request.__version__ == 0:
-        names = None  # v0: an empty list asks for every topic
     found = broker.handle(MetadataRequest(names)).topics
     topics = []
     for t in found:
@@ -123,35 +131,38 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
     return {"responses": responses}
 
 
-def fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+def fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pending:
     """Each partition's batches as written, markers included; read_committed stops at the
     LSO and lists the aborted transactions, so clients filter as they do with Kafka.
-    Waits up to ``max_wait`` for ``min_bytes``, looking again as the log grows."""
-    deadline = time.monotonic() + request.max_wait.total_seconds()
-    isolation = getattr(request, "isolation_level", 0)
-    pause = 0.005
-    while True:
-        left = request.max_bytes
-        responses, total = [], 0
-        for topic in request.topics:
-            partitions = []
-            for part in topic.partitions:
-                answer = broker.handle(
-                    FetchRequest(
-                        topic.topic, part.partition, part.fetch_offset,
-                        max_bytes=max(1, min(part.partition_max_bytes, left)),
-                        isolation_level=isolation, min_one_record=total == 0, batches=True,
-                    )
-                )  # fmt: skip
-                records = encode_batches(answer.log_records)
-                total += len(records)
-                left = max(0, left - len(records))
-                partitions.append(_fetched(part.partition, answer, records, isolation))
-            responses.append({"topic": topic.topic, "partitions": partitions})
-        if total >= request.min_bytes or time.monotonic() + pause > deadline:
-            return {"error_code": 0, "session_id": 0, "responses": responses}
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
+    Short of ``min_bytes`` with ``max_wait`` left, the answer is ``Pending``: the listener
+    looks again after a pause, holding no worker while it waits."""
+    return _fetch_pass(broker, request, time.monotonic() + request.max_wait.total_seconds(), 0.005)
+
+
+def _fetch_pass(
+    broker: Broker, request: Any, deadline: float, pause: float
+) -> dict[str, Any] | Pending:
+    left = request.max_bytes
+    responses, total = [], 0
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            answer = broker.handle(
+                FetchRequest(
+                    topic.topic, part.partition, part.fetch_offset,
+                    max_bytes=max(1, min(part.partition_max_bytes, left)),
+                    isolation_level=request.isolation_level, min_one_record=total == 0,
+                    batches=True,
+                )
+            )  # fmt: skip
+            records = encode_batches(answer.log_records)
+            total += len(records)
+            left = max(0, left - len(records))
+            partitions.append(_fetched(part.partition, answer, records, request.isolation_level))
+        responses.append({"topic": topic.topic, "partitions": partitions})
+    if total >= request.min_bytes or time.monotonic() + pause > deadline:
+        return {"error_code": 0, "session_id": 0, "responses": responses}
+    return Pending(pause, lambda: _fetch_pass(broker, request, deadline, min(pause * 2, 0.1)))
 
 
 def _fetched(

@@ -10,8 +10,10 @@ Bad input is the connection's own problem: a frame over ``socket.request.max.byt
 kio cannot read, or an API key or version not advertised closes that connection (an
 ApiVersions request of an unknown version is answered, as Kafka answers it, with version
 0 and the versions there are) and is counted in ``refused``; nothing of it is written.
-On SIGTERM the server stops accepting, lets each connection finish the request it is in,
-and closes.
+A long poll (a fetch short of ``min_bytes``) holds no worker while it waits: the
+connection's task sleeps between looks. On SIGTERM the server stops accepting, lets each
+connection finish the request it is in (a long poll ends at once: a read has nothing to
+finish), and closes.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import logging
 import signal
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from app.broker import Broker
 from app.server import codec
-from app.server.apis import API_VERSIONS_KEY, APIS, Node, api_versions
+from app.server.apis import API_VERSIONS_KEY, APIS, Answer, Node, Pending, api_versions
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +98,13 @@ class Server:
                 self._idle[writer] = False
                 try:
                     response = await loop.run_in_executor(self.pool, self.answer, frame)
+                    while isinstance(response, Waiting) and not self._stopping:
+                        await asyncio.sleep(response.wait_s)
+                        response = await loop.run_in_executor(self.pool, response.again)
                 finally:
                     self._idle[writer] = True
+                if isinstance(response, Waiting):
+                    return  # stopping mid long poll: a fetch has nothing to finish
                 if response is None:
                     continue
                 writer.write(response)
@@ -116,8 +124,9 @@ class Server:
         self.refused[reason] += 1
         log.info("kip98 serve: closing a connection: %s", what)
 
-    def answer(self, frame: bytes) -> bytes | None:
-        """The response frame to one request frame (None when Kafka sends none)."""
+    def answer(self, frame: bytes) -> bytes | Waiting | None:
+        """The response frame to one request frame (None when Kafka sends none; Waiting for
+        a long poll to look again)."""
         api_key, version, correlation_id = codec.read_header(frame)
         supported = APIS.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
@@ -131,8 +140,27 @@ class Server:
             raise codec.MalformedRequest(f"no schema for API key {api_key} version {version}")
         _, body = codec.parse_request(frame, schema)
         handler = supported[2]
-        values = handler(self.broker, self.node, body)
         self.requests[handler.__name__] += 1
-        if values is None:
-            return None
-        return codec.encode_response(api_key, version, correlation_id, values)
+        return _encoded(api_key, version, correlation_id, handler(self.broker, self.node, body))
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A long poll between its looks: ``again`` looks, and answers or waits on."""
+
+    wait_s: float
+    pending: Pending
+    frame: tuple[int, int, int]
+
+    def again(self) -> bytes | Waiting | None:
+        return _encoded(*self.frame, self.pending.again())
+
+
+def _encoded(
+    api_key: int, version: int, correlation_id: int, answer: Answer
+) -> bytes | Waiting | None:
+    if answer is None:
+        return None
+    if isinstance(answer, Pending):
+        return Waiting(answer.wait_s, answer, (api_key, version, correlation_id))
+    return codec.encode_response(api_key, version, correlation_id, answer)
