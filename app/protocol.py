@@ -7,7 +7,10 @@ end later. Field names are the KIP's.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Final, Generic, NamedTuple, TypeVar
@@ -98,6 +101,35 @@ def record_size_bytes(
     """One record's size as produce counts it, for ``message.max.bytes`` checks."""
     size = RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
     return size + len(json.dumps(headers)) if headers else size
+
+
+def stored_headers(headers: Iterable[tuple[str, bytes | None]]) -> list[dict[str, str | None]]:
+    """Headers as the log stores them: JSON-able, values base64-encoded, ``None`` kept as
+    null. Base64 keeps arbitrary bytes intact through JSON while leaving the keys readable
+    in SQL. Every front end writes this form (the native Producer, ``kip98 serve``)."""
+    return [
+        {"key": key, "value": None if value is None else base64.b64encode(value).decode("ascii")}
+        for key, value in headers
+    ]
+
+
+def headers_of_stored(
+    stored: str | bytes | Iterable[Mapping[str, Any]] | None,
+) -> list[tuple[str, bytes | None]]:
+    """The inverse of ``stored_headers``; also takes the JSON text a fetch returns.
+    ValueError if ``stored`` is not that form."""
+    entries: Any = json.loads(stored) if isinstance(stored, str | bytes) else stored
+    if entries is None:
+        return []
+    result: list[tuple[str, bytes | None]] = []
+    try:
+        for entry in entries:
+            raw = entry["value"]
+            value = None if raw is None else base64.b64decode(raw, validate=True)
+            result.append((str(entry["key"]), value))
+    except (KeyError, TypeError, binascii.Error) as exc:
+        raise ValueError(f"malformed stored headers: {exc}") from exc
+    return result
 
 
 def payload_bytes(records: list[RecordOut]) -> int:

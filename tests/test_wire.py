@@ -411,3 +411,34 @@ def test_long_polls_hold_no_worker(broker: Broker, topics: None) -> None:
             s.close()
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_batch_cut_by_max_bytes_goes_on_where_it_stopped(
+    broker: Broker, db_url: str, topics: None
+) -> None:
+    """A stored batch larger than max_bytes comes back in parts, each a valid batch whose
+    base offset and base sequence are those of its first record; the first part is never
+    empty (Kafka's at-least-one-batch)."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from app.protocol import FetchRequest
+    from app.server.records import encode_batches
+
+    native = Producer({"database.url": db_url, "linger.ms": 100})
+    for i in range(10):
+        native.produce("t", b"x" * 1000, key=str(i).encode(), partition=0)
+    native.flush()
+    native.close()
+    parts, offset = [], 0
+    while offset < 10:
+        answer = broker.handle(FetchRequest("t", 0, offset, max_bytes=2500, batches=True))
+        batch = MemoryRecords(encode_batches(answer.log_records)).next_batch()
+        assert batch is not None and batch.validate_crc()
+        offsets = [r.offset for r in batch]
+        assert offsets[0] == offset == batch.base_offset
+        assert batch.base_sequence == offset  # one producer's one batch: sequence = offset
+        parts.append(offsets)
+        offset = answer.next_offset
+    assert [o for p in parts for o in p] == list(range(10)) and len(parts) == 5
+    tiny = broker.handle(FetchRequest("t", 0, 0, max_bytes=1, batches=True))
+    assert [r[0] for r in tiny.log_records] == [0]  # at least one record

@@ -8,13 +8,11 @@ than ``TypeError`` so that callers have one exception type to handle.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.errors import KafkaError, fail
+from app.protocol import headers_of_stored, stored_headers
 
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
@@ -79,30 +77,16 @@ def normalize_headers(headers: HeadersIn) -> list[Header]:
 
 
 def encode_headers(headers: HeadersIn) -> list[dict[str, str | None]]:
-    """Headers as JSON-able data for storage: values base64-encoded, ``None`` kept as null.
-
-    Base64 keeps arbitrary bytes intact through JSON while leaving the keys readable in SQL.
-    """
-    return [
-        {"key": hkey, "value": None if hvalue is None else base64.b64encode(hvalue).decode("ascii")}
-        for hkey, hvalue in normalize_headers(headers)
-    ]
+    """Headers as the log stores them (``protocol.stored_headers``)."""
+    return stored_headers(normalize_headers(headers))
 
 
 def decode_headers(stored: str | bytes | Iterable[Mapping[str, Any]] | None) -> list[Header]:
-    """The inverse of ``encode_headers``; also accepts the JSON text of that list."""
-    entries: Any = json.loads(stored) if isinstance(stored, str | bytes) else stored
-    if entries is None:
-        return []
-    result: list[Header] = []
+    """``protocol.headers_of_stored``, a malformed value reported as _BAD_MSG."""
     try:
-        for entry in entries:
-            raw = entry["value"]
-            value = None if raw is None else base64.b64decode(raw, validate=True)
-            result.append((str(entry["key"]), value))
-    except (KeyError, TypeError, binascii.Error) as exc:
-        raise fail(KafkaError._BAD_MSG, f"malformed stored headers: {exc}") from exc
-    return result
+        return headers_of_stored(stored)
+    except ValueError as exc:
+        raise fail(KafkaError._BAD_MSG, str(exc)) from exc
 
 
 class Message:

@@ -130,10 +130,10 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
             )
             if first < window_end
         ]
-        if req.batches:
-            return _log_records(conn, params, ranges, (hw, lso, log_start), window_end)
         statement = sql.FETCH_UNCOMMITTED
-        if ranges:
+        if req.batches:
+            statement = sql.FETCH_LOG  # markers and aborted records too: the client filters
+        elif ranges:
             statement = sql.FETCH_COMMITTED
             params["aborted_pids"] = [pid for pid, _, _ in ranges]
             params["aborted_firsts"] = [first for _, first, _ in ranges]
@@ -145,25 +145,13 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
     if records and records[-1][RECORD_TIMESTAMP] is None:
         next_offset = records.pop()[RECORD_OFFSET]
     aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges if first < next_offset]
+    if req.batches:
+        log_records: list[LogRecord] = records  # type: ignore[assignment]
+        return FetchResponse(
+            KafkaError.NO_ERROR, hw, lso, log_start, [], next_offset, aborted,
+            log_records=log_records,
+        )  # fmt: skip
     return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, records, next_offset, aborted)
-
-
-def _log_records(
-    conn: Connection,
-    params: dict[str, object],
-    ranges: list[tuple[int, int, int]],
-    offsets: tuple[int, int, int],
-    window_end: int,
-) -> FetchResponse:
-    """``FetchRequest.batches``: the window as stored. A Kafka client goes on from the last
-    record it was given, so that is where ``next_offset`` says the next fetch starts."""
-    records: list[LogRecord] = read_records(conn, sql.FETCH_LOG, params)  # type: ignore[assignment]
-    hw, lso, log_start = offsets
-    next_offset = records[-1][RECORD_OFFSET] + 1 if records else window_end
-    aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges if first < next_offset]
-    return FetchResponse(
-        KafkaError.NO_ERROR, hw, lso, log_start, [], next_offset, aborted, log_records=records
-    )
 
 
 def list_offsets(broker: BrokerContext, req: ListOffsetsRequest) -> ListOffsetsResponse:

@@ -261,9 +261,7 @@ PARTITION_OFFSETS = text(
 # offset (its other columns NULL, timestamp too, which no record has): the first record the
 # limit left out, where the next fetch starts. Without it the whole window was read.
 _FETCH_WITHIN_BYTES = """
-    SELECT "offset", CASE WHEN kept THEN "timestamp" END, CASE WHEN kept THEN key END,
-           CASE WHEN kept THEN value END, CASE WHEN kept THEN headers END,
-           CASE WHEN kept THEN producer_id END
+    SELECT "offset", {columns}
     FROM (
         SELECT *, running <= %(max_bytes)s OR (rn = 1 AND %(min_one_record)s) AS kept,
                running - size <= %(max_bytes)s OR rn = 1 OR (rn = 2 AND %(min_one_record)s)
@@ -279,18 +277,32 @@ _FETCH_WITHIN_BYTES = """
     ORDER BY "offset"
     """
 
+
+def _within_bytes(columns: tuple[str, ...], rows: str) -> str:
+    """A fetch statement over ``rows`` returning ``columns`` after the offset, cut at
+    max_bytes (the row past the cut has only its offset)."""
+    kept = ", ".join(f"CASE WHEN kept THEN {column} END" for column in columns)
+    return _FETCH_WITHIN_BYTES.format(columns=kept, rows=rows)
+
+
+# RecordOut's columns after the offset; the log's (LogRecord) add the batch's fields.
+_RECORD_COLUMNS = ('"timestamp"', "key", "value", "headers", "producer_id")
+_LOG_COLUMNS = (*_RECORD_COLUMNS, "producer_epoch", "sequence", "batch_base_offset",
+                "is_transactional", "is_control", "control_type", "coordinator_epoch")  # fmt: skip
+
 _RECORD_SIZE = """%(record_overhead)s + coalesce(octet_length(r.key), 0)
         + coalesce(octet_length(r.value), 0) + coalesce(octet_length(CAST(r.headers AS text)), 0)"""
 
 # read_uncommitted: every data record in range. Markers are filtered here, in SQL.
-FETCH_UNCOMMITTED = _FETCH_WITHIN_BYTES.format(
-    rows=f"""
+FETCH_UNCOMMITTED = _within_bytes(
+    _RECORD_COLUMNS,
+    f"""
     SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
            r.producer_id, {_RECORD_SIZE} AS size
     FROM records r
     WHERE r.topic = %(topic)s AND r.partition = %(partition)s
       AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
-    """
+    """,
 )
 
 # read_committed: below the LSO, without markers and without records of the aborted
@@ -300,8 +312,9 @@ FETCH_UNCOMMITTED = _FETCH_WITHIN_BYTES.format(
 # offset spans, merged once into a multirange (PostgreSQL 14+), let every record outside
 # them skip the anti-join: most records, and the anti-join per record cost ~2x the scan.
 # Records filtered out count no bytes: the running sum is over the records returned.
-FETCH_COMMITTED = _FETCH_WITHIN_BYTES.format(
-    rows=f"""
+FETCH_COMMITTED = _within_bytes(
+    _RECORD_COLUMNS,
+    f"""
     SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
            r.producer_id, {_RECORD_SIZE} AS size
     FROM records r
@@ -316,33 +329,23 @@ FETCH_COMMITTED = _FETCH_WITHIN_BYTES.format(
           SELECT 1 FROM unnest(CAST(%(aborted_pids)s AS bigint[]), CAST(%(aborted_firsts)s AS bigint[]),
                                CAST(%(aborted_lasts)s AS bigint[])) AS a(producer_id, first_offset, last_offset)
           WHERE a.producer_id = r.producer_id AND r."offset" BETWEEN a.first_offset AND a.last_offset))
-    """
+    """,
 )
 
 # The log as Kafka's fetch gives it (``FetchRequest.batches``, the wire protocol's): every
-# record in the window, markers and aborted ones included, with its batch's fields, cut at
-# max_bytes as the other fetches are (the first record kept regardless when
-# min_one_record). The record sizes are those of the other fetches.
-FETCH_LOG = f"""
-    SELECT "offset", "timestamp", key, value, headers, producer_id, producer_epoch, sequence,
-           batch_base_offset, is_transactional, is_control, control_type, coordinator_epoch
-    FROM (
-        SELECT w.*, sum(size) OVER running_sum AS running, row_number() OVER running_sum AS rn
-        FROM (
-            SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
-                   r.producer_id, r.producer_epoch, r.sequence, r.batch_base_offset,
-                   r.is_transactional, r.is_control, r.control_type, r.coordinator_epoch,
-                   {_RECORD_SIZE} AS size
-            FROM records r
-            WHERE r.topic = %(topic)s AND r.partition = %(partition)s
-              AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s
-            ORDER BY r."offset" LIMIT %(max_records)s
-        ) w
-        WINDOW running_sum AS (ORDER BY "offset" ROWS UNBOUNDED PRECEDING)
-    ) summed
-    WHERE running <= %(max_bytes)s OR (rn = 1 AND %(min_one_record)s)
-    ORDER BY "offset"
-    """
+# record in the window, markers and aborted ones included, with its batch's fields.
+FETCH_LOG = _within_bytes(
+    _LOG_COLUMNS,
+    f"""
+    SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
+           r.producer_id, r.producer_epoch, r.sequence, r.batch_base_offset,
+           r.is_transactional, r.is_control, r.control_type, r.coordinator_epoch,
+           {_RECORD_SIZE} AS size
+    FROM records r
+    WHERE r.topic = %(topic)s AND r.partition = %(partition)s
+      AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s
+    """,
+)
 
 # A fetch's one look at the partition: its offsets and, in read_committed, the aborted
 # transactions that may overlap the window (as KIP-98's FetchResponse lists them), read in

@@ -11,11 +11,8 @@ control batch, so a Kafka client sees the log Kafka would have given it.
 
 from __future__ import annotations
 
-import base64
-import json
 import struct
 from itertools import groupby
-from typing import Any
 
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import (
@@ -32,6 +29,8 @@ from app.protocol import (
     LogRecord,
     ProduceRequest,
     RecordIn,
+    headers_of_stored,
+    stored_headers,
 )
 
 MAGIC = 2
@@ -70,7 +69,9 @@ def produce_request(
             raise fail(KafkaError.CORRUPT_MESSAGE, "record batch CRC mismatch")
         if batch.is_control_batch:
             raise fail(KafkaError.INVALID_RECORD, "clients may not write control batches")
-        rows = [RecordIn(r.key, r.value, r.timestamp, _stored_headers(r.headers)) for r in batch]
+        rows = [
+            RecordIn(r.key, r.value, r.timestamp, stored_headers(r.headers) or None) for r in batch
+        ]
     except UnsupportedCodecError as exc:
         raise fail(KafkaError.UNSUPPORTED_COMPRESSION_TYPE, str(exc)) from exc
     except CorruptRecordException as exc:
@@ -79,25 +80,6 @@ def produce_request(
         topic, partition, rows, batch.producer_id, batch.producer_epoch, batch.base_sequence,
         transactional_id if batch.is_transactional else None, batch.is_transactional,
     )  # fmt: skip
-
-
-def _stored_headers(headers: list[tuple[str, bytes | None]]) -> list[dict[str, Any]] | None:
-    """Headers as the log stores them (the native client's form: values in base64)."""
-    if not headers:
-        return None
-    return [
-        {"key": k, "value": None if v is None else base64.b64encode(v).decode("ascii")}
-        for k, v in headers
-    ]
-
-
-def _wire_headers(stored: str | None) -> list[tuple[str, bytes | None]]:
-    if not stored:
-        return []
-    return [
-        (e["key"], None if e["value"] is None else base64.b64decode(e["value"]))
-        for e in json.loads(stored)
-    ]
 
 
 def encode_batches(records: list[LogRecord]) -> bytes:
@@ -118,7 +100,7 @@ def _batch(run: list[LogRecord]) -> bytearray:
         if is_control:
             key = _CONTROL_KEY.pack(0, control_type)
             value = _CONTROL_VALUE.pack(0, coordinator_epoch or 0)
-        builder.append(offset - first_offset, timestamp, key, value, _wire_headers(headers))
+        builder.append(offset - first_offset, timestamp, key, value, headers_of_stored(headers))
     batch = builder.build()
     _BASE_OFFSET.pack_into(batch, 0, first_offset)
     if is_control:
