@@ -3,7 +3,7 @@ AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, FindCoordinator, WriteTxnMarkers.
 
 Each request is one DB transaction serialised on the transactional id's row (EndTxn is
 two: PREPARE, then completion, so PREPARE is durable on its own as the point of no return;
-``commit_request`` ends a transaction in the same DB transaction as its last batches).
+``broker.commit`` ends a transaction in the same DB transaction as its last batches).
 Refusals come back as Kafka error codes in the response, never as exceptions.
 """
 

@@ -355,7 +355,7 @@ group_members = Table(
 
 # ---------------------------------------------------------------- read_committed materialisation
 # Maintained by app.spark.materialize; the column list of read_committed_records is the
-# contract of API.md ("Spark"). Rows only ever arrive together with the progress row that
+# public contract (docs/design.md, the Spark materialisation). Rows only ever arrive together with the progress row that
 # covers them (one PostgreSQL transaction), so up_to_offset is the exclusive bound below
 # which the table is complete.
 

@@ -1,4 +1,4 @@
-"""The admin SQL views (API.md): their names and columns are a contract; their SQL lives
+"""The admin SQL views (docs/sql.md): their names and columns are a contract; their SQL lives
 here only. Migrations create them (``create_views``); metadata does not describe them,
 so the migration/metadata drift check leaves them alone.
 
