@@ -354,10 +354,10 @@ group_members = Table(
 )
 
 # ---------------------------------------------------------------- read_committed materialisation
-# Maintained by app.spark.materialize; the column list of read_committed_records is the
-# public contract (docs/design.md, the Spark materialisation). Rows only ever arrive together with the progress row that
-# covers them (one PostgreSQL transaction), so up_to_offset is the exclusive bound below
-# which the table is complete.
+# Maintained by app.spark.materialize; the column list of read_committed_records is part
+# of the public contract (docs/design.md, the Spark materialisation). Rows only ever arrive
+# together with the progress row that covers them (one PostgreSQL transaction), so
+# up_to_offset is the exclusive bound below which the table is complete.
 
 read_committed_records = Table(
     "read_committed_records",
