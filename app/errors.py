@@ -28,6 +28,11 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "RECORD_LIST_TOO_LARGE": (18, False, "Record list too large"),
     "OFFSET_METADATA_TOO_LARGE": (12, False, "Offset metadata string too large"),
     "ILLEGAL_GENERATION": (22, False, "Specified group generation id is not valid"),
+    "INCONSISTENT_GROUP_PROTOCOL": (
+        23,
+        False,
+        "The provided member's protocol type is incompatible with the other members",
+    ),
     "INVALID_GROUP_ID": (24, False, "Invalid group.id"),
     "UNKNOWN_MEMBER_ID": (25, False, "Unknown member"),
     "INVALID_SESSION_TIMEOUT": (26, False, "Invalid session timeout"),
@@ -146,6 +151,7 @@ class KafkaError:
     RECORD_LIST_TOO_LARGE: int
     OFFSET_METADATA_TOO_LARGE: int
     ILLEGAL_GENERATION: int
+    INCONSISTENT_GROUP_PROTOCOL: int
     INVALID_GROUP_ID: int
     UNKNOWN_MEMBER_ID: int
     INVALID_SESSION_TIMEOUT: int

@@ -431,21 +431,58 @@ class OffsetFetchResponse:
 
 
 @dataclass(frozen=True)
+class GroupProtocol:
+    """One assignment protocol a member of a classic group supports: its name and the
+    member's metadata for it (for "consumer", the subscription), opaque to the coordinator."""
+
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True)
 class JoinGroupRequest(Request["JoinGroupResponse"]):
+    """``protocol_type`` None: the coordinator assigns partitions itself (range), as the
+    native client expects. Otherwise Kafka's classic protocol: the group picks one of
+    ``protocols`` that every member supports and its leader assigns partitions.
+    ``rebalance_timeout_ms`` is how long the members already in the group have to rejoin
+    once a rebalance starts (-1: as long as they keep heartbeating)."""
+
     group_id: str
     member_id: str
     topics: list[str]
     session_timeout_ms: int
     client_id: str = ""
     group_instance_id: str | None = None
+    protocol_type: str | None = None
+    protocols: tuple[GroupProtocol, ...] = ()
+    rebalance_timeout_ms: int = -1
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A member as the classic protocol's leader sees it: its metadata for the chosen
+    protocol."""
+
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
 
 
 @dataclass(frozen=True)
 class JoinGroupResponse:
+    """``rebalancing``: other members have yet to rejoin; a wire front end asks again
+    (Kafka holds the JoinGroup response until the join phase ends). ``members`` is filled
+    for the leader of a classic group only."""
+
     error_code: int
     member_id: str = ""
     generation_id: int = -1
     error_message: str | None = None
+    rebalancing: bool = False
+    leader_id: str = ""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    members: list[GroupMember] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -462,26 +499,105 @@ class HeartbeatResponse:
 
 
 @dataclass(frozen=True)
+class MemberAssignment:
+    """The leader's assignment for one member: the bytes its members read back, and the
+    partitions they name when the front end could decode them (for views and the CLI)."""
+
+    assignment: bytes
+    partitions: tuple[TopicPartitionKey, ...] = ()
+
+
+@dataclass(frozen=True)
 class SyncGroupRequest(Request["SyncGroupResponse"]):
+    """``assignments``: in a classic group, the leader's plan by member id (what a
+    follower sends is not read)."""
+
     group_id: str
     member_id: str
     generation_id: int
+    assignments: Mapping[str, MemberAssignment] | None = None
 
 
 @dataclass(frozen=True)
 class SyncGroupResponse:
+    """``assignment`` for a coordinator-assigned group; ``member_assignment`` (the leader's
+    bytes) for a classic one. ``awaiting_leader``: the leader has not sent its plan yet; a
+    wire front end asks again, as Kafka holds the SyncGroup response until then."""
+
     error_code: int
     assignment: list[TopicPartitionKey] = field(default_factory=list)
     error_message: str | None = None
+    member_assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    awaiting_leader: bool = False
 
 
 @dataclass(frozen=True)
 class LeaveGroupRequest(Request["LeaveGroupResponse"]):
+    """A static member (KIP-345) may leave by ``group_instance_id`` with an empty
+    ``member_id``; if both are given they must name the same member."""
+
     group_id: str
     member_id: str
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
 class LeaveGroupResponse:
     error_code: int
     error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class ListGroupsRequest(Request["ListGroupsResponse"]):
+    """``states``: only groups in these states (Kafka's KIP-518 filter); None for all."""
+
+    states: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+
+
+@dataclass(frozen=True)
+class ListGroupsResponse:
+    error_code: int
+    groups: list[ListedGroup] = field(default_factory=list)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DescribeGroupsRequest(Request["DescribeGroupsResponse"]):
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    metadata: bytes
+    assignment: bytes
+    partitions: tuple[TopicPartitionKey, ...]
+
+
+@dataclass(frozen=True)
+class DescribedGroup:
+    """A group as DescribeGroups shows it; an unknown group is Kafka's "Dead" with no
+    members, and a refused one carries its error code."""
+
+    group_id: str
+    error_code: int
+    state: str
+    protocol_type: str
+    protocol_name: str
+    members: list[DescribedMember] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DescribeGroupsResponse:
+    groups: list[DescribedGroup]

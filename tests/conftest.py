@@ -76,6 +76,15 @@ def db_url(server_url: str, template_db: str, monkeypatch: pytest.MonkeyPatch) -
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture
+def server(db_url: str) -> Iterator[str]:
+    """A ``kip98 serve`` process over the test's database; its bootstrap.servers."""
+    from tests.wire_client import serving
+
+    with serving(db_url) as address:
+        yield address
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local SparkSession for the whole run: starting a JVM costs seconds."""

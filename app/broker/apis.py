@@ -21,13 +21,21 @@ from app.coordinator.handlers import (
 )
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, fail
-from app.groups.membership import heartbeat, join_group, leave_group, sync_group
+from app.groups.membership import (
+    describe_groups,
+    heartbeat,
+    join_group,
+    leave_group,
+    list_groups,
+    sync_group,
+)
 from app.groups.offsets import offset_commit, offset_fetch, txn_offset_commit
 from app.log.fetch import fetch, list_offsets
 from app.log.topics import metadata
 from app.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    DescribeGroupsRequest,
     EndTxnRequest,
     FetchRequest,
     FindCoordinatorRequest,
@@ -35,6 +43,7 @@ from app.protocol import (
     InitProducerIdRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
+    ListGroupsRequest,
     ListOffsetsRequest,
     MetadataRequest,
     OffsetCommitRequest,
@@ -70,6 +79,8 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     SyncGroupRequest:             sync_group,
     HeartbeatRequest:             heartbeat,
     LeaveGroupRequest:            leave_group,
+    ListGroupsRequest:            list_groups,
+    DescribeGroupsRequest:        describe_groups,
 }  # fmt: skip
 
 

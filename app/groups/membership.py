@@ -3,16 +3,24 @@
 A change of membership (a member joins, leaves, changes its subscription, or misses its
 session timeout) opens a new generation in PreparingRebalance. Members learn of it from
 their heartbeat (REBALANCE_IN_PROGRESS), give up all their partitions, and join the new
-generation; once every live member has joined, the coordinator computes the range
-assignment itself and the group is Stable. No partition is ever assigned to two members
-of the same generation, and commits from an older generation are refused
-(ILLEGAL_GENERATION), which is what fences a zombie copier (KIP-447).
+generation. Once every live member has joined, the join phase ends:
+
+- a native group (its members name no protocol type) is assigned by the coordinator,
+  range over the members' topics, and is Stable at once;
+- a classic group (Kafka's wire clients) chooses one protocol every member supports and a
+  leader, and waits in CompletingRebalance until the leader's SyncGroup brings everyone's
+  assignment, opaque bytes the coordinator stores and hands back per generation.
+
+No partition is ever assigned to two members of the same generation, and commits from an
+older generation are refused (ILLEGAL_GENERATION), which is what fences a zombie copier
+(KIP-447).
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection
@@ -20,31 +28,52 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.assignor import range_assign
+from app.groups.classic import choose_leader, choose_protocol, shares_protocol
 from app.protocol import (
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    GroupMember,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    MemberAssignment,
     SyncGroupRequest,
     SyncGroupResponse,
 )
 from app.security import needs
-from app.security.authorizer import authorize_all, refusal_for
+from app.security.authorizer import authorize_all, denied_checks, refusal_for
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
+COMPLETING_REBALANCE = "CompletingRebalance"
 STABLE = "Stable"
+DEAD = "Dead"
+# A member's generation is its current one in these states (heartbeats and syncs pass).
+_SETTLED = (COMPLETING_REBALANCE, STABLE)
 MIN_SESSION_TIMEOUT_MS = 1
 MAX_SESSION_TIMEOUT_MS = 3_600_000
+# How native (coordinator-assigned) groups are listed: they are consumer groups.
+CONSUMER = "consumer"
 
 
 def _lock_group(conn: Connection, group_id: str) -> Any:
     conn.execute(sql.ENSURE_GROUP, {"group_id": group_id})
     return conn.execute(sql.LOCK_GROUP, {"group_id": group_id}).one()
+
+
+def _group(conn: Connection, group_id: str) -> Any:
+    """The group row again, after this transaction changed it (the lock is already held)."""
+    return conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).one()
 
 
 def _members(conn: Connection, group_id: str) -> list[Any]:
@@ -64,17 +93,42 @@ def _start_rebalance(conn: Connection, group_id: str, generation: int, now: int)
     return generation + 1
 
 
-def _maybe_complete(conn: Connection, group_id: str, generation: int, now: int) -> str:
-    """Stable once every live member has joined this generation (or none are left)."""
-    members = _members(conn, group_id)
+def _set_state(conn: Connection, group_id: str, generation: int, state: str, now: int) -> None:
+    conn.execute(
+        sql.SET_GROUP,
+        {"group_id": group_id, "generation_id": generation, "state": state, "now": now},
+    )
+
+
+def _maybe_complete(conn: Connection, group: Any, generation: int, now: int) -> str:
+    """Once every live member has joined this generation (or none are left), the join
+    phase ends: a native group is assigned at once and Stable; a classic group chooses its
+    protocol and leader and waits, CompletingRebalance, for the leader's plan."""
+    members = _members(conn, group.group_id)
     if not members:
-        conn.execute(
-            sql.SET_GROUP,
-            {"group_id": group_id, "generation_id": generation, "state": EMPTY, "now": now},
-        )
+        _set_state(conn, group.group_id, generation, EMPTY, now)
         return EMPTY
     if any(mem.generation_id != generation for mem in members):
         return PREPARING_REBALANCE
+    if group.protocol_type is None:
+        _assign_range(conn, group.group_id, members)
+        _set_state(conn, group.group_id, generation, STABLE, now)
+        return STABLE
+    by_join = [mem.member_id for mem in sorted(members, key=lambda m: (m.joined_ms, m.member_id))]
+    leader = choose_leader(group.leader_id, by_join)
+    preferences = [mem.protocol_names for mem in members if mem.member_id == leader] + [
+        mem.protocol_names for mem in members if mem.member_id != leader
+    ]
+    conn.execute(
+        sql.SET_LEADER,
+        {"group_id": group.group_id, "protocol": choose_protocol(preferences), "leader_id": leader},
+    )
+    conn.execute(sql.CLEAR_MEMBER_ASSIGNMENTS, {"group_id": group.group_id})
+    _set_state(conn, group.group_id, generation, COMPLETING_REBALANCE, now)
+    return COMPLETING_REBALANCE
+
+
+def _assign_range(conn: Connection, group_id: str, members: list[Any]) -> None:
     topics = sorted({t for mem in members for t in mem.topics})
     counts = {
         r.topic: r.num_partitions for r in conn.execute(sql.TOPIC_PARTITIONS, {"topics": topics})
@@ -89,25 +143,77 @@ def _maybe_complete(conn: Connection, group_id: str, generation: int, now: int) 
                 "assignment": json.dumps([list(tp) for tp in tps]),
             },
         )
-    conn.execute(
-        sql.SET_GROUP,
-        {"group_id": group_id, "generation_id": generation, "state": STABLE, "now": now},
-    )
-    return STABLE
 
 
-def _expire(conn: Connection, group: Any, now: int) -> tuple[int, str]:
-    """Drop members past their session timeout; a loss reopens the rebalance."""
+def _expire(conn: Connection, group: Any, now: int) -> Any:
+    """Drop members past their session timeout, or past their rebalance timeout without
+    rejoining; a loss outside a rebalance starts one. The group row as it is after."""
     gone = conn.execute(sql.EXPIRE_MEMBERS, {"group_id": group.group_id, "now": now}).all()
-    generation, state = group.generation_id, group.state
-    if gone:
+    if not gone:
+        return group
+    generation = group.generation_id
+    if group.state != PREPARING_REBALANCE:
         generation = _start_rebalance(conn, group.group_id, generation, now)
-        state = _maybe_complete(conn, group.group_id, generation, now)
-    return generation, state
+    _maybe_complete(conn, group, generation, now)
+    return _group(conn, group.group_id)
+
+
+def _check_protocols(group: Any, others: list[Any], req: JoinGroupRequest) -> None:
+    """A group serves one kind of member while it has any: native members (assigned by the
+    coordinator) or classic ones of one protocol type, with a protocol in common."""
+    if req.protocol_type is not None and not req.protocols:
+        raise fail(KafkaError.INCONSISTENT_GROUP_PROTOCOL, "a classic member names no protocol")
+    if not others:
+        return
+    if group.protocol_type != req.protocol_type:
+        raise fail(
+            KafkaError.INCONSISTENT_GROUP_PROTOCOL,
+            f"group {req.group_id!r} runs protocol type {group.protocol_type or 'native'!r}",
+        )
+    names = [p.name for p in req.protocols]
+    if req.protocol_type is not None and not shares_protocol(
+        [mem.protocol_names for mem in others], names
+    ):
+        raise fail(
+            KafkaError.INCONSISTENT_GROUP_PROTOCOL,
+            f"none of {names} is supported by every member of {req.group_id!r}",
+        )
+
+
+def _same_subscription(known: Any, req: JoinGroupRequest) -> bool:
+    if sorted(known.topics) != sorted(set(req.topics)):
+        return False
+    return list(known.protocol_names or []) == [p.name for p in req.protocols] and [
+        bytes(m) for m in known.protocol_metadata or []
+    ] == [p.metadata for p in req.protocols]
+
+
+def _joined(conn: Connection, group_id: str, member_id: str) -> JoinGroupResponse:
+    """The join as the member sees it now; the leader of a classic group also gets every
+    member's metadata for the chosen protocol."""
+    group = _group(conn, group_id)
+    members: list[GroupMember] = []
+    if group.protocol_type is not None and member_id == group.leader_id:
+        for mem in _members(conn, group_id):
+            metadata = dict(zip(mem.protocol_names, mem.protocol_metadata, strict=True))
+            members.append(
+                GroupMember(mem.member_id, mem.group_instance_id, bytes(metadata[group.protocol]))
+            )
+    classic = group.protocol_type is not None
+    return JoinGroupResponse(
+        KafkaError.NO_ERROR, member_id, group.generation_id,
+        rebalancing=group.state == PREPARING_REBALANCE,
+        leader_id=(group.leader_id or "") if classic else "",
+        protocol_type=group.protocol_type,
+        protocol_name=group.protocol if classic else None,
+        members=members,
+    )  # fmt: skip
 
 
 @retry_conflicts
 def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupResponse:
+    """Join, or look again while the join phase runs (a wire front end's long poll sends
+    the same request with the member id it was given; that also keeps it alive)."""
     try:
         if not isinstance(req.group_id, str) or not req.group_id:
             raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
@@ -119,9 +225,11 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
         now = broker.clock.now_ms()
         with broker.engine.begin() as conn:
             authorize_all(conn, broker, needs.group_membership(req.group_id))
-            group = _lock_group(conn, req.group_id)
-            generation, state = _expire(conn, group, now)
+            group = _expire(conn, _lock_group(conn, req.group_id), now)
+            generation, state = group.generation_id, group.state
             member_id = req.member_id or f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
+            current = {mem.member_id: mem for mem in _members(conn, req.group_id)}
+            _check_protocols(group, [m for i, m in current.items() if i != member_id], req)
             if req.group_instance_id:
                 replaced = conn.execute(
                     sql.REPLACE_STATIC_MEMBER,
@@ -134,12 +242,19 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
                 if replaced and state != PREPARING_REBALANCE:
                     generation = _start_rebalance(conn, req.group_id, generation, now)
                     state = PREPARING_REBALANCE
-            current = {mem.member_id: mem for mem in _members(conn, req.group_id)}
+                current = {mem.member_id: mem for mem in _members(conn, req.group_id)}
+            if not current.keys() - {member_id} and group.protocol_type != req.protocol_type:
+                conn.execute(
+                    sql.SET_PROTOCOL_TYPE,
+                    {"group_id": req.group_id, "protocol_type": req.protocol_type},
+                )
             known = current.get(member_id)
-            changed = known is None or sorted(known.topics) != sorted(set(req.topics))
-            if not changed and state == STABLE:
-                # A rejoin without change while stable (e.g. after a lost response): same generation.
-                return JoinGroupResponse(KafkaError.NO_ERROR, member_id, generation)
+            changed = known is None or not _same_subscription(known, req)
+            if state == STABLE and member_id == group.leader_id:
+                changed = True  # a classic leader rejoins to reassign (e.g. new partitions)
+            if not changed and state in _SETTLED:
+                # A rejoin without change (e.g. after a lost response): same generation.
+                return _joined(conn, req.group_id, member_id)
             if changed and state != PREPARING_REBALANCE:
                 generation = _start_rebalance(conn, req.group_id, generation, now)
             conn.execute(
@@ -148,11 +263,17 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
                     "group_id": req.group_id, "member_id": member_id, "client_id": req.client_id,
                     "group_instance_id": req.group_instance_id,
                     "generation_id": generation, "topics": json.dumps(sorted(set(req.topics))),
-                    "session_timeout_ms": req.session_timeout_ms, "now": now,
+                    "protocol_names": [p.name for p in req.protocols] or None,
+                    "protocol_metadata": [p.metadata for p in req.protocols] or None,
+                    "session_timeout_ms": req.session_timeout_ms,
+                    "rebalance_timeout_ms": (
+                        req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else None
+                    ),
+                    "now": now,
                 },
             )  # fmt: skip
-            _maybe_complete(conn, req.group_id, generation, now)
-        return JoinGroupResponse(KafkaError.NO_ERROR, member_id, generation)
+            _maybe_complete(conn, _group(conn, req.group_id), generation, now)
+            return _joined(conn, req.group_id, member_id)
     except KafkaException as exc:
         return JoinGroupResponse(exc.error.code(), error_message=exc.error.str())
 
@@ -173,39 +294,74 @@ def heartbeat(broker: BrokerContext, req: HeartbeatRequest) -> HeartbeatResponse
             return HeartbeatResponse(
                 KafkaError.UNKNOWN_MEMBER_ID, "member is not in the group (expired or left)"
             )
-        generation, state = _expire(conn, group, now)
-    if state != STABLE or generation != req.generation_id:
+        group = _expire(conn, group, now)
+    if group.state not in _SETTLED or group.generation_id != req.generation_id:
         return HeartbeatResponse(
-            KafkaError.REBALANCE_IN_PROGRESS, f"group is {state} in generation {generation}"
+            KafkaError.REBALANCE_IN_PROGRESS,
+            f"group is {group.state} in generation {group.generation_id}",
         )
     return HeartbeatResponse(KafkaError.NO_ERROR)
 
 
 @retry_conflicts
 def sync_group(broker: BrokerContext, req: SyncGroupRequest) -> SyncGroupResponse:
-    """The member's assignment for its generation, once the group is Stable."""
+    """The member's assignment for its generation once there is one: at once in a native
+    group; in a classic group once the leader has sent its plan (the leader's own sync
+    carries it)."""
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
             return SyncGroupResponse(refused.error.code(), error_message=refused.error.str())
-        group = _lock_group(conn, req.group_id)
-        generation, state = _expire(conn, group, now)
-        member = next(
-            (mem for mem in _members(conn, req.group_id) if mem.member_id == req.member_id), None
+        group = _expire(conn, _lock_group(conn, req.group_id), now)
+        members = {mem.member_id: mem for mem in _members(conn, req.group_id)}
+        member = members.get(req.member_id)
+        if member is None:
+            return SyncGroupResponse(
+                KafkaError.UNKNOWN_MEMBER_ID, error_message="member is not in the group"
+            )
+        if group.generation_id != req.generation_id:
+            return SyncGroupResponse(
+                KafkaError.ILLEGAL_GENERATION, error_message=f"generation is {group.generation_id}"
+            )
+        if group.state not in _SETTLED:
+            return SyncGroupResponse(
+                KafkaError.REBALANCE_IN_PROGRESS, error_message="waiting for members to join"
+            )
+        if group.protocol_type is None:
+            return SyncGroupResponse(KafkaError.NO_ERROR, [(t, p) for t, p in member.assignment])
+        conn.execute(
+            sql.HEARTBEAT, {"group_id": req.group_id, "member_id": req.member_id, "now": now}
         )
-    if member is None:
-        return SyncGroupResponse(
-            KafkaError.UNKNOWN_MEMBER_ID, error_message="member is not in the group"
-        )
-    if generation != req.generation_id:
-        return SyncGroupResponse(
-            KafkaError.ILLEGAL_GENERATION, error_message=f"generation is {generation}"
-        )
-    if state != STABLE:
-        return SyncGroupResponse(
-            KafkaError.REBALANCE_IN_PROGRESS, error_message="waiting for members to join"
-        )
-    return SyncGroupResponse(KafkaError.NO_ERROR, [(t, p) for t, p in member.assignment])
+        assignment = member.member_assignment
+        if group.state == COMPLETING_REBALANCE:
+            if req.member_id != group.leader_id:
+                return SyncGroupResponse(KafkaError.NO_ERROR, awaiting_leader=True)
+            plan = req.assignments or {}
+            _store_plan(conn, req.group_id, list(members), plan)
+            _set_state(conn, req.group_id, group.generation_id, STABLE, now)
+            assignment = plan.get(req.member_id, MemberAssignment(b"")).assignment
+    return SyncGroupResponse(
+        KafkaError.NO_ERROR,
+        member_assignment=bytes(assignment or b""),
+        protocol_type=group.protocol_type,
+        protocol_name=group.protocol,
+    )
+
+
+def _store_plan(
+    conn: Connection, group_id: str, member_ids: list[str], plan: Mapping[str, MemberAssignment]
+) -> None:
+    """Every member's part of the leader's plan; a member the plan leaves out gets none."""
+    parts = [plan.get(m, MemberAssignment(b"")) for m in member_ids]
+    conn.execute(
+        sql.SET_MEMBER_ASSIGNMENTS,
+        {
+            "group_id": group_id,
+            "member_ids": member_ids,
+            "assignments": [p.assignment for p in parts],
+            "partitions": [json.dumps([list(tp) for tp in p.partitions]) for p in parts],
+        },
+    )
 
 
 @retry_conflicts
@@ -215,16 +371,81 @@ def leave_group(broker: BrokerContext, req: LeaveGroupRequest) -> LeaveGroupResp
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
             return LeaveGroupResponse(refused.error.code(), refused.error.str())
         group = _lock_group(conn, req.group_id)
+        member_id = req.member_id
+        if req.group_instance_id is not None:
+            static = [
+                m
+                for m in _members(conn, req.group_id)
+                if m.group_instance_id == req.group_instance_id
+            ]
+            if not static:
+                return LeaveGroupResponse(KafkaError.UNKNOWN_MEMBER_ID)
+            if member_id and member_id != static[0].member_id:
+                return LeaveGroupResponse(KafkaError.FENCED_INSTANCE_ID)
+            member_id = static[0].member_id
         if (
             conn.execute(
-                sql.DELETE_MEMBER, {"group_id": req.group_id, "member_id": req.member_id}
+                sql.DELETE_MEMBER, {"group_id": req.group_id, "member_id": member_id}
             ).rowcount
             == 0
         ):
             return LeaveGroupResponse(KafkaError.UNKNOWN_MEMBER_ID)
-        generation = _start_rebalance(conn, req.group_id, group.generation_id, now)
-        _maybe_complete(conn, req.group_id, generation, now)
+        generation = group.generation_id
+        if group.state != PREPARING_REBALANCE:
+            generation = _start_rebalance(conn, req.group_id, generation, now)
+        _maybe_complete(conn, group, generation, now)
     return LeaveGroupResponse(KafkaError.NO_ERROR)
+
+
+def list_groups(broker: BrokerContext, req: ListGroupsRequest) -> ListGroupsResponse:
+    """The groups the caller may describe, as Kafka lists them."""
+    with broker.engine.begin() as conn:
+        rows = conn.execute(sql.ALL_GROUPS).all()
+        listed = [
+            ListedGroup(g.group_id, g.protocol_type or CONSUMER, g.state)
+            for g in rows
+            if (req.states is None or g.state in req.states)
+            and not denied_checks(conn, broker, needs.describe_group(g.group_id))
+        ]
+    return ListGroupsResponse(KafkaError.NO_ERROR, listed)
+
+
+def describe_groups(broker: BrokerContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    """Each group's state, protocol and members; one it has never seen is Dead."""
+    out = []
+    with broker.engine.begin() as conn:
+        for group_id in req.group_ids:
+            if refused := refusal_for(conn, broker, needs.describe_group(group_id)):
+                out.append(DescribedGroup(group_id, refused.error.code(), DEAD, "", ""))
+                continue
+            group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
+            if group is None:
+                out.append(DescribedGroup(group_id, KafkaError.NO_ERROR, DEAD, "", ""))
+                continue
+            out.append(_described(group, _members(conn, group_id)))
+    return DescribeGroupsResponse(out)
+
+
+def _described(group: Any, members: list[Any]) -> DescribedGroup:
+    classic = group.protocol_type is not None
+    described = []
+    for mem in members:
+        metadata = b""
+        if classic and mem.protocol_names:
+            chosen = dict(zip(mem.protocol_names, mem.protocol_metadata, strict=True))
+            metadata = bytes(chosen.get(group.protocol, b""))
+        described.append(
+            DescribedMember(
+                mem.member_id, mem.group_instance_id, mem.client_id, metadata,
+                bytes(mem.member_assignment or b""),
+                tuple((t, p) for t, p in mem.assignment),
+            )
+        )  # fmt: skip
+    protocol = group.protocol if group.state in _SETTLED else ""
+    return DescribedGroup(
+        group.group_id, KafkaError.NO_ERROR, group.state, group.protocol_type or CONSUMER,
+        protocol, described,
+    )  # fmt: skip
 
 
 def check_generation(

@@ -82,29 +82,52 @@ PENDING_FOR_GROUP = text(
 ENSURE_GROUP = text(
     "INSERT INTO consumer_groups (group_id) VALUES (:group_id) ON CONFLICT DO NOTHING"
 )
+_GROUP_COLUMNS = (
+    "group_id, generation_id, state, protocol, protocol_type, leader_id, rebalance_started_ms"
+)
 LOCK_GROUP = text(
-    "SELECT group_id, generation_id, state FROM consumer_groups WHERE group_id = :group_id FOR UPDATE"
+    f"SELECT {_GROUP_COLUMNS} FROM consumer_groups WHERE group_id = :group_id FOR UPDATE"
 )
 SHARE_GROUP = text(
-    "SELECT group_id, generation_id, state FROM consumer_groups WHERE group_id = :group_id FOR SHARE"
+    f"SELECT {_GROUP_COLUMNS} FROM consumer_groups WHERE group_id = :group_id FOR SHARE"
 )
+GROUPS = text(
+    f"SELECT {_GROUP_COLUMNS} FROM consumer_groups WHERE group_id = ANY(:group_ids)"
+    " ORDER BY group_id"
+)
+ALL_GROUPS = text(f"SELECT {_GROUP_COLUMNS} FROM consumer_groups ORDER BY group_id")
 MEMBERS = text(
-    "SELECT member_id, generation_id, topics, assignment, session_timeout_ms, last_heartbeat_ms "
+    "SELECT member_id, group_instance_id, client_id, generation_id, topics, assignment, "
+    "protocol_names, protocol_metadata, member_assignment, session_timeout_ms, "
+    "rebalance_timeout_ms, last_heartbeat_ms, joined_ms "
     "FROM group_members WHERE group_id = :group_id ORDER BY member_id"
 )
+# Past their session timeout; or, while a rebalance runs, past their rebalance timeout
+# without having rejoined it.
 EXPIRE_MEMBERS = text(
-    "DELETE FROM group_members WHERE group_id = :group_id "
-    "AND last_heartbeat_ms + session_timeout_ms < :now RETURNING member_id"
+    """
+    DELETE FROM group_members m USING consumer_groups g
+    WHERE m.group_id = :group_id AND g.group_id = m.group_id
+      AND (m.last_heartbeat_ms + m.session_timeout_ms < :now
+           OR (g.state = 'PreparingRebalance' AND m.generation_id < g.generation_id
+               AND g.rebalance_started_ms + m.rebalance_timeout_ms < :now))
+    RETURNING m.member_id
+    """
 )
 UPSERT_MEMBER = text(
     """
     INSERT INTO group_members (group_id, member_id, group_instance_id, client_id, generation_id,
-                               topics, session_timeout_ms, last_heartbeat_ms, joined_ms)
+                               topics, protocol_names, protocol_metadata, session_timeout_ms,
+                               rebalance_timeout_ms, last_heartbeat_ms, joined_ms)
     VALUES (:group_id, :member_id, :group_instance_id, :client_id, :generation_id,
-            CAST(:topics AS jsonb), :session_timeout_ms, :now, :now)
+            CAST(:topics AS jsonb), :protocol_names, :protocol_metadata, :session_timeout_ms,
+            :rebalance_timeout_ms, :now, :now)
     ON CONFLICT (group_id, member_id) DO UPDATE SET
         generation_id = EXCLUDED.generation_id, topics = EXCLUDED.topics,
-        session_timeout_ms = EXCLUDED.session_timeout_ms, last_heartbeat_ms = EXCLUDED.last_heartbeat_ms
+        protocol_names = EXCLUDED.protocol_names, protocol_metadata = EXCLUDED.protocol_metadata,
+        session_timeout_ms = EXCLUDED.session_timeout_ms,
+        rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms,
+        last_heartbeat_ms = EXCLUDED.last_heartbeat_ms
     """
 )
 HEARTBEAT = text(
@@ -121,8 +144,31 @@ SET_GROUP = text(
     "UPDATE consumer_groups SET generation_id = :generation_id, state = :state, "
     "rebalance_started_ms = :now WHERE group_id = :group_id"
 )
+# Who the group is for (its protocol type, fixed while it has members) and, per
+# generation, the protocol chosen and the leader that assigns.
+SET_PROTOCOL_TYPE = text(
+    "UPDATE consumer_groups SET protocol_type = :protocol_type, leader_id = NULL "
+    "WHERE group_id = :group_id"
+)
+SET_LEADER = text(
+    "UPDATE consumer_groups SET protocol = :protocol, leader_id = :leader_id "
+    "WHERE group_id = :group_id"
+)
 SET_ASSIGNMENT = text(
     "UPDATE group_members SET assignment = CAST(:assignment AS jsonb) "
     "WHERE group_id = :group_id AND member_id = :member_id"
+)
+# The leader's plan: every member's bytes (empty for one it left out), replaced at once.
+SET_MEMBER_ASSIGNMENTS = text(
+    """
+    UPDATE group_members m SET member_assignment = u.bytes, assignment = CAST(u.tps AS jsonb)
+    FROM unnest(CAST(:member_ids AS text[]), CAST(:assignments AS bytea[]),
+                CAST(:partitions AS text[])) AS u(member_id, bytes, tps)
+    WHERE m.group_id = :group_id AND m.member_id = u.member_id
+    """
+)
+CLEAR_MEMBER_ASSIGNMENTS = text(
+    "UPDATE group_members SET member_assignment = NULL, assignment = '[]'::jsonb "
+    "WHERE group_id = :group_id"
 )
 TOPIC_PARTITIONS = text("SELECT topic, num_partitions FROM topics WHERE topic = ANY(:topics)")

@@ -87,6 +87,11 @@ def offset_fetch(group_id: object) -> list[Check]:
     return [_group(DESCRIBE, group_id)]
 
 
+def describe_group(group_id: object) -> list[Check]:
+    """DescribeGroups, and which groups ListGroups shows."""
+    return [_group(DESCRIBE, group_id)]
+
+
 def group_membership(group_id: object) -> list[Check]:
     """JoinGroup, SyncGroup, Heartbeat, LeaveGroup."""
     return [_group(READ, group_id)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from app.broker import Broker
-from app.server.apis import Node
+from app.server.answer import Node
 from app.server.listener import Server
 
 __all__ = ["Node", "Server", "parse_address", "serve"]

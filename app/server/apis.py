@@ -5,16 +5,12 @@ sends ``app.protocol`` requests to ``Broker.handle`` (the same handlers the nati
 uses), and describes the response as plain values for ``codec.build``. ``VERSIONS`` is
 exactly what is advertised by ApiVersions: the versions implemented and tested.
 
-Every answer is this one node's: kip98 has no replicas, so node 0 leads every partition
-and coordinates every group and transactional id.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from app.broker import Broker
@@ -39,31 +35,16 @@ from app.protocol import (
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
+from app.server.answer import NODE_ID, Handler, Node, Pending
+from app.server.groups import (
+    describe_groups,
+    heartbeat,
+    join_group,
+    leave_group,
+    list_groups,
+    sync_group,
+)
 from app.server.records import encode_batches, produce_request
-
-NODE_ID = 0
-
-
-@dataclass(frozen=True)
-class Node:
-    """The address clients are told to connect to (the advertised listener)."""
-
-    host: str
-    port: int
-    cluster_id: str
-
-
-@dataclass(frozen=True)
-class Pending:
-    """An answer not ready yet (a long poll): ask ``again`` after ``wait_s`` seconds."""
-
-    wait_s: float
-    again: Callable[[], dict[str, Any] | Pending]
-
-
-# A handler's answer: the response's values, None for no response (acks=0), or Pending.
-Answer = dict[str, Any] | None | Pending
-Handler = Callable[[Broker, Node, Any], Answer]
 
 
 def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -341,6 +322,12 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     8:  (2, 8, offset_commit),
     9:  (1, 7, offset_fetch),
     10: (0, 4, find_coordinator),
+    11: (0, 9, join_group),
+    12: (0, 4, heartbeat),
+    13: (0, 5, leave_group),
+    14: (0, 5, sync_group),
+    15: (0, 5, describe_groups),
+    16: (0, 5, list_groups),
     18: (0, 3, api_versions),
     22: (0, 4, init_producer_id),
     24: (0, 3, add_partitions_to_txn),

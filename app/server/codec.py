@@ -64,6 +64,20 @@ def parse_request(frame: bytes, schema: type[Any]) -> tuple[Any, Any]:
     return header, body
 
 
+def read_versioned(schema: type[Any], data: bytes) -> Any:
+    """A versioned blob (a 2-byte version, then the body), as the consumer protocol's
+    subscription and assignment are, read with ``schema``: later versions only add fields
+    at the end, so the first version's schema reads every version's prefix. Raises
+    ValueError."""
+    if len(data) < 2 or struct.unpack_from(">h", data)[0] < 0:
+        raise ValueError("no version")
+    try:
+        entity, _ = _reader(schema)(data, 2)
+    except Exception as exc:  # kio raises several kinds on garbled input
+        raise ValueError(str(exc)) from exc
+    return entity
+
+
 def encode_response(
     api_key: int, api_version: int, correlation_id: int, values: dict[str, Any]
 ) -> bytes:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from app.broker import Broker
 from app.server import codec
-from app.server.apis import API_VERSIONS_KEY, APIS, Answer, Node, Pending, api_versions
+from app.server.answer import Answer, Node, Pending
+from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
 
 log = logging.getLogger(__name__)
 

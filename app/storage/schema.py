@@ -26,7 +26,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.schema import SchemaItem
 
 NAMING = {
@@ -327,10 +327,16 @@ consumer_groups = Table(
     metadata,
     Column("group_id", Text, primary_key=True),
     Column("generation_id", Integer, nullable=False, server_default=text("0")),
-    # Empty | PreparingRebalance | Stable (Kafka's group states, without CompletingRebalance:
-    # the assignment is computed by the coordinator, so there is no leader round trip).
+    # Empty | PreparingRebalance | CompletingRebalance | Stable, Kafka's group states.
+    # CompletingRebalance (waiting for the leader's assignment) only in classic groups.
     Column("state", Text, nullable=False, server_default=text("'Empty'")),
+    # The assignment protocol in use: 'range' computed by the coordinator when
+    # protocol_type is NULL (native clients), else the one the classic group chose.
     Column("protocol", Text, nullable=False, server_default=text("'range'")),
+    # Kafka's classic protocol (wire clients): the members' protocol type (e.g. 'consumer')
+    # and the member that assigns partitions for the current generation.
+    Column("protocol_type", Text),
+    Column("leader_id", Text),
     Column("rebalance_started_ms", BigInteger, nullable=False, server_default=text("0")),
 )
 
@@ -346,7 +352,15 @@ group_members = Table(
     Column("generation_id", Integer, nullable=False),
     Column("topics", JSONB, nullable=False),
     Column("assignment", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    # Classic groups: the protocols the member supports, in its order of preference, with
+    # its metadata for each; the leader's assignment for it, as opaque bytes.
+    Column("protocol_names", ARRAY(Text)),
+    Column("protocol_metadata", ARRAY(LargeBinary)),
+    Column("member_assignment", LargeBinary),
     Column("session_timeout_ms", Integer, nullable=False),
+    # How long the member has to rejoin once a rebalance starts; NULL: no limit but the
+    # session timeout.
+    Column("rebalance_timeout_ms", Integer),
     Column("last_heartbeat_ms", BigInteger, nullable=False),
     Column("joined_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("group_id", "member_id"),

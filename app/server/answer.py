@@ -1,0 +1,37 @@
+"""What a wire handler answers with, and the node it answers as.
+
+Every answer is this one node's: kip98 has no replicas, so node 0 leads every partition
+and coordinates every group and transactional id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from app.broker import Broker
+
+NODE_ID = 0
+
+
+@dataclass(frozen=True)
+class Node:
+    """The address clients are told to connect to (the advertised listener)."""
+
+    host: str
+    port: int
+    cluster_id: str
+
+
+@dataclass(frozen=True)
+class Pending:
+    """An answer not ready yet (a long poll): ask ``again`` after ``wait_s`` seconds."""
+
+    wait_s: float
+    again: Callable[[], dict[str, Any] | Pending]
+
+
+# A handler's answer: the response's values, None for no response (acks=0), or Pending.
+Answer = dict[str, Any] | None | Pending
+Handler = Callable[[Broker, Node, Any], Answer]

@@ -1,0 +1,201 @@
+"""The classic group protocol on the wire: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+ListGroups and DescribeGroups over the broker's group requests.
+
+Kafka holds a JoinGroup response until every member has rejoined, and a follower's
+SyncGroup response until the leader has sent the assignment. Here both are long polls
+(``Pending``): the connection's task looks again after a pause, holding no worker thread,
+and each look of a JoinGroup also keeps the waiting member alive. The assignment stays
+opaque bytes; for the "consumer" protocol the topics and partitions are also decoded, so
+the SQL views and ``kip98 groups`` show wire groups as they show native ones.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Any
+
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
+
+from app.broker import Broker
+from app.errors import KafkaError
+from app.protocol import (
+    DescribeGroupsRequest,
+    GroupProtocol,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    MemberAssignment,
+    SyncGroupRequest,
+    SyncGroupResponse,
+    TopicPartitionKey,
+)
+from app.server import codec
+from app.server.answer import Node, Pending
+
+CONSUMER = "consumer"
+# The group type of KIP-848's ListGroups filter: every group here is a classic one.
+CLASSIC = "classic"
+# Kafka's "authorized operations not asked for".
+NO_OPERATIONS = -(2**31)
+FIRST_PAUSE_S, LAST_PAUSE_S = 0.005, 0.25
+# A follower waits for its leader's plan at most this long; a leader that died is
+# noticed sooner, by its session timeout, and the wait ends in REBALANCE_IN_PROGRESS.
+SYNC_WAIT_S = 300.0
+
+
+def join_group(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pending:
+    protocols = tuple(GroupProtocol(p.name, p.metadata) for p in request.protocols)
+    session_ms = _ms(request.session_timeout)
+    # v0 has no rebalance timeout: the session timeout stood for both.
+    rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    join = JoinGroupRequest(
+        request.group_id, request.member_id, _subscribed_topics(request.protocol_type, protocols),
+        session_ms, group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=request.protocol_type, protocols=protocols,
+        rebalance_timeout_ms=rebalance_ms,
+    )  # fmt: skip
+    deadline = time.monotonic() + rebalance_ms / 1000 + session_ms / 1000
+    return _join_pass(broker, join, deadline, FIRST_PAUSE_S)
+
+
+def _join_pass(
+    broker: Broker, join: JoinGroupRequest, deadline: float, pause: float
+) -> dict[str, Any] | Pending:
+    answer = broker.handle(join)
+    if answer.error_code == KafkaError.NO_ERROR and answer.rebalancing:
+        if time.monotonic() + pause > deadline:
+            answer = JoinGroupResponse(KafkaError.REBALANCE_IN_PROGRESS, answer.member_id)
+        else:
+            again = replace(join, member_id=answer.member_id)
+            return Pending(
+                pause, lambda: _join_pass(broker, again, deadline, min(pause * 2, LAST_PAUSE_S))
+            )
+    return {
+        "error_code": answer.error_code, "generation_id": answer.generation_id,
+        "protocol_type": answer.protocol_type, "protocol_name": answer.protocol_name or "",
+        "leader": answer.leader_id, "skip_assignment": False,
+        "member_id": answer.member_id or join.member_id,
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "metadata": m.metadata}
+            for m in answer.members
+        ],
+    }  # fmt: skip
+
+
+def sync_group(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pending:
+    """The leader's SyncGroup carries every member's assignment; a follower's carries none
+    and waits for the leader's."""
+    protocol_type = getattr(request, "protocol_type", None) or CONSUMER
+    plan = {
+        a.member_id: MemberAssignment(a.assignment, _assigned(protocol_type, a.assignment))
+        for a in request.assignments
+    }
+    sync = SyncGroupRequest(request.group_id, request.member_id, request.generation_id, plan)
+    return _sync_pass(broker, sync, time.monotonic() + SYNC_WAIT_S, FIRST_PAUSE_S)
+
+
+def _sync_pass(
+    broker: Broker, sync: SyncGroupRequest, deadline: float, pause: float
+) -> dict[str, Any] | Pending:
+    answer = broker.handle(sync)
+    if answer.awaiting_leader:
+        if time.monotonic() + pause > deadline:
+            answer = SyncGroupResponse(KafkaError.REBALANCE_IN_PROGRESS)
+        else:
+            return Pending(
+                pause, lambda: _sync_pass(broker, sync, deadline, min(pause * 2, LAST_PAUSE_S))
+            )
+    return {
+        "error_code": answer.error_code, "protocol_type": answer.protocol_type,
+        "protocol_name": answer.protocol_name, "assignment": answer.member_assignment,
+    }  # fmt: skip
+
+
+def heartbeat(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    answer = broker.handle(
+        HeartbeatRequest(request.group_id, request.member_id, request.generation_id)
+    )
+    return {"error_code": answer.error_code}
+
+
+def leave_group(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Up to v2 one member leaves; from v3 several, each answered (KIP-345's batch leave
+    of static members by their instance id)."""
+    if request.__version__ < 3:
+        answer = broker.handle(LeaveGroupRequest(request.group_id, request.member_id))
+        return {"error_code": answer.error_code}
+    members = []
+    for m in request.members:
+        answer = broker.handle(
+            LeaveGroupRequest(request.group_id, m.member_id, m.group_instance_id)
+        )
+        members.append(
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "error_code": answer.error_code}
+        )  # fmt: skip
+    return {"error_code": KafkaError.NO_ERROR, "members": members}
+
+
+def list_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    states = tuple(getattr(request, "states_filter", ()) or ()) or None
+    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+    answer = broker.handle(ListGroupsRequest(states))
+    groups = [
+        {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
+         "group_type": CLASSIC}
+        for g in answer.groups
+        if not types or CLASSIC in types
+    ]  # fmt: skip
+    return {"error_code": answer.error_code, "groups": groups}
+
+
+def describe_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    answer = broker.handle(DescribeGroupsRequest(tuple(request.groups)))
+    groups = []
+    for g in answer.groups:
+        members = [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "client_id": m.client_id, "client_host": "", "member_metadata": m.metadata,
+             "member_assignment": m.assignment}
+            for m in g.members
+        ]  # fmt: skip
+        groups.append(
+            {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.state,
+             "protocol_type": g.protocol_type, "protocol_data": g.protocol_name,
+             "members": members, "authorized_operations": NO_OPERATIONS}
+        )  # fmt: skip
+    return {"groups": groups}
+
+
+def _subscribed_topics(protocol_type: str, protocols: tuple[GroupProtocol, ...]) -> list[str]:
+    """The topics a consumer subscribes to (every protocol's subscription names the same
+    ones); none for another protocol type or metadata that does not decode."""
+    if protocol_type != CONSUMER or not protocols:
+        return []
+    try:
+        return list(
+            codec.read_versioned(ConsumerProtocolSubscription, protocols[0].metadata).topics
+        )
+    except ValueError:
+        return []
+
+
+def _assigned(protocol_type: str, assignment: bytes) -> tuple[TopicPartitionKey, ...]:
+    if protocol_type != CONSUMER or not assignment:
+        return ()
+    try:
+        decoded = codec.read_versioned(ConsumerProtocolAssignment, assignment)
+    except ValueError:
+        return ()
+    return tuple(
+        sorted((tp.topic, int(p)) for tp in decoded.assigned_partitions for p in tp.partitions)
+    )
+
+
+def _ms(duration: Any) -> int:
+    return int(duration.total_seconds() * 1000)

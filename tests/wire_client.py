@@ -1,0 +1,109 @@
+"""Helpers for driving ``kip98 serve`` in tests: starting it, and talking to it with
+librdkafka or with raw kio frames."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import confluent_kafka as ck
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kip98 serve exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError("kip98 serve did not start listening")
+
+
+def delivered(producer: ck.Producer, n: int, **produce: Any) -> list[tuple[Any, int]]:
+    reports: list[tuple[Any, int]] = []
+    for i in range(n):
+        producer.produce(
+            on_delivery=lambda err, msg: reports.append((err, msg.offset())),
+            value=f"v{i}",
+            **produce,
+        )
+    assert producer.flush(30) == 0
+    return reports
+
+
+def consume_all(consumer: ck.Consumer, want: int, timeout: float = 30) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < want and time.monotonic() < deadline:
+        msg = consumer.poll(0.2)
+        if msg is None:
+            continue
+        assert msg.error() is None, msg.error()
+        got.append(msg)
+    return got
+
+
+def request_frame(api_key: int, version: int, body: Any) -> bytes:
+    from kio.index import load_request_schema
+    from kio.serial import entity_writer
+
+    schema = load_request_schema(api_key, version)
+    header = schema.__header_schema__(
+        request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="t"
+    )
+    buffer = io.BytesIO()
+    entity_writer(schema.__header_schema__)(buffer, header)
+    entity_writer(schema)(buffer, body)
+    return struct.pack(">i", len(buffer.getvalue())) + buffer.getvalue()
+
+
+def read_response(sock: socket.socket, api_key: int, version: int) -> Any:
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    frame = sock.recv(size, socket.MSG_WAITALL)
+    schema = load_response_schema(api_key, version)
+    _, offset = entity_reader(schema.__header_schema__)(frame, 0)
+    return entity_reader(schema)(frame, offset)[0]
+
+
+@contextmanager
+def serving(db_url: str, *args: str) -> Iterator[str]:
+    """A ``kip98 serve`` process on a free port; its bootstrap.servers. It must stop
+    cleanly on SIGTERM."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.server", "--listen", address, *args],
+        env={**os.environ, "KIP98_DATABASE_URL": db_url},
+    )
+    try:
+        wait_for_port(port, proc)
+        yield address
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(30) == 0, "kip98 serve did not stop cleanly on SIGTERM"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
