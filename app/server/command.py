@@ -27,5 +27,8 @@ def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 def serve_command(listen: str, advertised_listener: str | None) -> None:
     """Serve the Kafka protocol until SIGTERM or SIGINT."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    # The state machine library logs every transition at INFO: detail for debugging, and
+    # several lines per transaction under load.
+    logging.getLogger("transitions").setLevel(logging.WARNING)
     click.echo(f"kip98 serve: listening on {listen}", err=True)
     serve(listen, advertised_listener)
