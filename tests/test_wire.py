@@ -8,6 +8,7 @@ import datetime
 import socket
 import struct
 import time
+import urllib.request
 
 import confluent_kafka as ck
 import pytest
@@ -22,6 +23,7 @@ from tests.wire_client import (
     free_port,
     read_response,
     request_frame,
+    serving,
 )
 
 
@@ -159,7 +161,25 @@ def test_consume_transform_produce_through_the_wire_commits_offsets_in_the_trans
     assert read_values(broker, "out", 0) == [f"IN{i}" for i in range(10)]
 
 
-def test_bad_frames_close_only_their_connection(server: str, broker: Broker, topics: None) -> None:
+def test_bad_frames_close_only_their_connection_and_are_counted(
+    db_url: str, broker: Broker, topics: None
+) -> None:
+    metrics_port = free_port()
+    with serving(db_url, "--metrics-listen", f"127.0.0.1:{metrics_port}") as server:
+        _send_bad_frames(server, broker)
+        scraped = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics").read()
+    counted = {
+        line.split()[0]: float(line.split()[1])
+        for line in scraped.decode().splitlines()
+        if line.startswith("kip98_server_")
+    }
+    assert counted['kip98_server_refused_total{reason="size"}'] == 1
+    assert counted['kip98_server_refused_total{reason="malformed"}'] == 3
+    assert counted['kip98_server_refused_total{reason="truncated"}'] == 1
+    assert counted['kip98_server_requests_total{api="produce"}'] >= 1
+
+
+def _send_bad_frames(server: str, broker: Broker) -> None:
     host, port = server.split(":")
     frames = [
         struct.pack(">i", 2_000_000_000),  # over socket.request.max.bytes

@@ -13,6 +13,7 @@ import asyncio
 from app.broker import Broker
 from app.server.answer import Node
 from app.server.listener import Server
+from app.server.metrics import expose
 
 __all__ = ["Node", "Server", "parse_address", "serve"]
 
@@ -34,9 +35,13 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def serve(listen: str = DEFAULT_LISTEN, advertised: str | None = None) -> None:
-    """Serve until SIGTERM or SIGINT."""
+def serve(
+    listen: str = DEFAULT_LISTEN, advertised: str | None = None, metrics: str | None = None
+) -> None:
+    """Serve until SIGTERM or SIGINT; with ``metrics``, /metrics for Prometheus there."""
     host, port = parse_address(listen)
     ad_host, ad_port = parse_address(advertised or listen)
     server = Server(Broker.connect(), Node(ad_host, ad_port, CLUSTER_ID), (host, port))
+    if metrics is not None:
+        expose(server, parse_address(metrics))
     asyncio.run(server.serve_until_stopped())

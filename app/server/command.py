@@ -24,11 +24,13 @@ def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> s
               callback=_address, help="Where to accept Kafka clients.")  # fmt: skip
 @click.option("--advertised-listener", default=None, metavar="HOST:PORT", callback=_address,
               help="The address clients are told to connect to (default: --listen).")  # fmt: skip
-def serve_command(listen: str, advertised_listener: str | None) -> None:
+@click.option("--metrics-listen", default=None, metavar="HOST:PORT", callback=_address,
+              help="Serve this process's counters for Prometheus at /metrics there.")  # fmt: skip
+def serve_command(listen: str, advertised_listener: str | None, metrics_listen: str | None) -> None:
     """Serve the Kafka protocol until SIGTERM or SIGINT."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     # The state machine library logs every transition at INFO: detail for debugging, and
     # several lines per transaction under load.
     logging.getLogger("transitions").setLevel(logging.WARNING)
     click.echo(f"kip98 serve: listening on {listen}", err=True)
-    serve(listen, advertised_listener)
+    serve(listen, advertised_listener, metrics_listen)

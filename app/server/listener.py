@@ -59,6 +59,10 @@ class Server:
         self._stopping = False
         self.port = listen[1]
 
+    @property
+    def connections(self) -> int:
+        return len(self._idle)
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._connection, *self.listen)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -110,7 +114,10 @@ class Server:
                     continue
                 writer.write(response)
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:  # a frame cut short, not a close between frames
+                self._refuse("truncated", f"a frame cut after {len(exc.partial)} bytes")
+        except ConnectionError:
             pass
         except codec.MalformedRequest as exc:
             self._refuse("malformed", str(exc))

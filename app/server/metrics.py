@@ -1,0 +1,50 @@
+"""What one ``kip98 serve`` process counts, for Prometheus (``--metrics-listen``).
+
+The log's own figures are read from the database by ``kip98 metrics``, the same for
+every process; these are this process's alone: the requests it answered, by API, the
+connections it closed on bad input, by reason, and the connections open now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from app.server.listener import Server
+
+
+class ServerCollector:
+    """Read at each scrape, so the figures are the server's counters at that moment."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "kip98_server_requests", "Requests answered, by API.", labels=["api"]
+        )
+        for api, n in sorted(self.server.requests.items()):
+            requests.add_metric([api], n)
+        yield requests
+        refused = CounterMetricFamily(
+            "kip98_server_refused",
+            "Connections closed on bad input (size, malformed, failed), by reason.",
+            labels=["reason"],
+        )
+        for reason, n in sorted(self.server.refused.items()):
+            refused.add_metric([reason], n)
+        yield refused
+        yield GaugeMetricFamily(
+            "kip98_server_connections", "Connections open.", value=self.server.connections
+        )
+
+
+def expose(server: Server, address: tuple[str, int]) -> None:
+    """Serve /metrics over HTTP on ``address``, from a daemon thread."""
+    registry = CollectorRegistry()
+    registry.register(ServerCollector(server))
+    start_http_server(address[1], address[0], registry)
