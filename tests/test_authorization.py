@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from app.admin import AclBinding, AclBindingFilter, AdminClient, NewTopic
 from app.broker import Broker
+from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce
 from app.client.consumer import Consumer
 from app.client.message import TopicPartition
@@ -26,7 +27,7 @@ from app.coordinator import machines as m
 from app.coordinator.handlers import add_partitions_to_txn, write_txn_markers
 from app.errors import KafkaError, KafkaException
 from app.groups.membership import heartbeat, join_group, leave_group, sync_group
-from app.groups.offsets import offset_commit, offset_fetch, txn_offset_commit
+from app.groups.offsets import offset_commit, offset_fetch
 from app.log.fetch import fetch, list_offsets
 from app.log.inspect import abort_hanging
 from app.log.topics import create_topic, delete_topic, list_topics

@@ -15,12 +15,13 @@ import pytest
 from sqlalchemy import event, text
 
 from app.broker import Broker
+from app.broker.offsets import txn_offset_commit
 from app.coordinator import handlers
 from app.coordinator import machines as m
 from app.coordinator.producer_id import init_producer_id
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
-from app.groups.offsets import offset_commit, txn_offset_commit
+from app.groups.offsets import offset_commit
 from app.groups.rebuild import compute_group_offsets, live_group_offsets
 from app.log.topics import create_topic
 from app.protocol import (

@@ -9,11 +9,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.broker import Broker
+from app.broker.offsets import txn_offset_commit
 from app.clock import ManualClock
 from app.errors import KafkaError
 from app.groups.assignor import range_assign
 from app.groups.membership import heartbeat, join_group, leave_group, sync_group
-from app.groups.offsets import offset_commit, offset_fetch, txn_offset_commit
+from app.groups.offsets import offset_commit, offset_fetch
 from app.groups.rebuild import compute_group_offsets, live_group_offsets
 from app.log.topics import create_topic
 from app.protocol import (

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
 from app.coordinator.handlers import (
     add_offsets_to_txn,
@@ -29,7 +30,7 @@ from app.groups.membership import (
     list_groups,
     sync_group,
 )
-from app.groups.offsets import offset_commit, offset_fetch, txn_offset_commit
+from app.groups.offsets import offset_commit, offset_fetch
 from app.log.fetch import fetch, list_offsets
 from app.log.topics import metadata
 from app.protocol import (

@@ -1,4 +1,5 @@
-"""The produce-side check of a transactional batch (docs/design.md §4, rule 6).
+"""The checks of a transactional write outside the coordinator: a batch (docs/design.md
+§4, rule 6) and a TxnOffsetCommit (rule 9).
 
 Runs inside the Produce handler's DB transaction, before the partition lock: the
 transactional id's row is taken FOR SHARE, so an EndTxn (FOR UPDATE) cannot slip between
@@ -42,4 +43,18 @@ def check_produce(meta: TxnMetadata | None, req: ProduceRequest) -> None:
         raise fail(
             KafkaError.INVALID_TXN_STATE,
             f"{req.topic} [{req.partition}] was not added to the transaction (AddPartitionsToTxn)",
+        )
+
+
+def check_txn_offsets(
+    conn: Connection, transactional_id: str, producer_id: int, producer_epoch: int
+) -> None:
+    """Refuse transactional offsets unless their transaction is ongoing, with this
+    identity, and has added offsets (AddOffsetsToTxn). The id's row is taken FOR SHARE, so
+    the offsets are ordered against EndTxn as a transactional batch is."""
+    meta = check_producer(load_for_produce(conn, transactional_id), producer_id, producer_epoch)
+    if meta.state != m.BEGIN or not meta.has_offsets:
+        raise fail(
+            KafkaError.INVALID_TXN_STATE,
+            "offsets were not added to an ongoing transaction (AddOffsetsToTxn)",
         )

@@ -1,4 +1,5 @@
-"""The group coordinator's offset handlers: OffsetCommit, TxnOffsetCommit, OffsetFetch.
+"""The group coordinator's offset handlers: OffsetCommit, OffsetFetch, and the group's
+part of TxnOffsetCommit (``record_txn_offsets``; the handler is ``app.broker.offsets``).
 
 Plain commits land in ``group_offsets`` at once. Transactional ones (KIP-98 §4.4) stay in
 ``pending_txn_offsets`` per producer until the COMMIT marker applies them or ABORT drops
@@ -13,10 +14,6 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.coordinator import machines as m
-from app.coordinator import sql as txn_sql
-from app.coordinator.metadata import check_producer
-from app.coordinator.txn_log import metadata_from_row
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.membership import check_generation
@@ -28,7 +25,6 @@ from app.protocol import (
     OffsetFetchResponse,
     TopicPartitionKey,
     TxnOffsetCommitRequest,
-    TxnOffsetCommitResponse,
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
@@ -98,45 +94,19 @@ def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetComm
         return OffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
 
 
-@retry_conflicts
-def txn_offset_commit(
-    broker: BrokerContext, req: TxnOffsetCommitRequest
-) -> TxnOffsetCommitResponse:
-    try:
-        validate_offsets(req.group_id, req.offsets)
-        if not req.offsets:
-            return TxnOffsetCommitResponse(KafkaError.NO_ERROR)
-        cols = _columns(req.offsets)
-        with broker.engine.begin() as conn:
-            authorize_all(
-                conn,
-                broker,
-                needs.txn_offset_commit(req.transactional_id, req.group_id, req.offsets),
-            )
-            # Ordered against EndTxn like a transactional produce (FOR SHARE on the id).
-            row = conn.execute(txn_sql.LOAD_FOR_SHARE, {"tid": req.transactional_id}).first()
-            meta = check_producer(
-                None if row is None else metadata_from_row(row), req.producer_id, req.producer_epoch
-            )
-            if meta.state != m.BEGIN or not meta.has_offsets:
-                raise fail(
-                    KafkaError.INVALID_TXN_STATE,
-                    "offsets were not added to an ongoing transaction (AddOffsetsToTxn)",
-                )
-            _check_partitions_exist(conn, cols)
-            check_generation(
-                conn, req.group_id, req.member_id, req.generation_id, broker.clock.now_ms()
-            )
-            params = {
-                **cols, "group_id": req.group_id, "now": broker.clock.now_ms(),
-                "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
-            }  # fmt: skip
-            conn.execute(sql.UPSERT_PENDING, params)  # the projection first, as above
-            conn.execute(sql.LOG_COMMITS, {**params, "kind": "txn_pending"})
-        return TxnOffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
-    except KafkaException as exc:
-        code = exc.error.code()
-        return TxnOffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
+def record_txn_offsets(conn: Connection, now_ms: int, req: TxnOffsetCommitRequest) -> None:
+    """The group's side of a TxnOffsetCommit: the offsets pending for their producer until
+    its transaction ends (the transaction's own check is the coordinator's, in the same DB
+    transaction: ``app.broker.offsets``)."""
+    cols = _columns(req.offsets)
+    _check_partitions_exist(conn, cols)
+    check_generation(conn, req.group_id, req.member_id, req.generation_id, now_ms)
+    params = {
+        **cols, "group_id": req.group_id, "now": now_ms,
+        "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
+    }  # fmt: skip
+    conn.execute(sql.UPSERT_PENDING, params)  # the projection first, as in offset_commit
+    conn.execute(sql.LOG_COMMITS, {**params, "kind": "txn_pending"})
 
 
 def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchResponse:

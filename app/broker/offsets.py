@@ -1,0 +1,37 @@
+"""TxnOffsetCommit, where the transaction coordinator and the group coordinator meet: in
+one DB transaction the coordinator checks that the offsets' transaction is ongoing and
+has added them, and the group records them pending (docs/design.md rule 9). Composed
+here, so neither package reaches into the other's tables."""
+
+from __future__ import annotations
+
+from app.coordinator.guard import check_txn_offsets
+from app.errors import KafkaError, KafkaException
+from app.groups.offsets import record_txn_offsets, validate_offsets
+from app.protocol import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+from app.security import needs
+from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
+from app.storage.engine import retry_conflicts
+
+
+@retry_conflicts
+def txn_offset_commit(
+    broker: BrokerContext, req: TxnOffsetCommitRequest
+) -> TxnOffsetCommitResponse:
+    try:
+        validate_offsets(req.group_id, req.offsets)
+        if not req.offsets:
+            return TxnOffsetCommitResponse(KafkaError.NO_ERROR)
+        with broker.engine.begin() as conn:
+            authorize_all(
+                conn,
+                broker,
+                needs.txn_offset_commit(req.transactional_id, req.group_id, req.offsets),
+            )
+            check_txn_offsets(conn, req.transactional_id, req.producer_id, req.producer_epoch)
+            record_txn_offsets(conn, broker.clock.now_ms(), req)
+        return TxnOffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
+    except KafkaException as exc:
+        code = exc.error.code()
+        return TxnOffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
