@@ -10,8 +10,10 @@ Bad input is the connection's own problem: a frame over ``socket.request.max.byt
 kio cannot read, or an API key or version not advertised closes that connection (an
 ApiVersions request of an unknown version is answered, as Kafka answers it, with version
 0 and the versions there are) and is counted in ``refused``; nothing of it is written.
-A long poll (a fetch short of ``min_bytes``) holds no worker while it waits: the
-connection's task sleeps between looks. On SIGTERM the server stops accepting, lets each
+A long poll (a fetch short of ``min_bytes``, a JoinGroup waiting for the other members,
+a follower's SyncGroup waiting for its leader) holds no worker while it waits: the
+connection's task sleeps between looks, and looks again at once after a request through
+this server that may have changed the answer. On SIGTERM the server stops accepting, lets each
 connection finish the request it is in (a long poll ends at once: a read has nothing to
 finish), and closes.
 """
@@ -35,6 +37,10 @@ log = logging.getLogger(__name__)
 # Kafka's socket.request.max.bytes default.
 MAX_REQUEST_BYTES = 104_857_600
 UNSUPPORTED_VERSION = 35
+# Requests after which a long poll looks again at once: new records or markers (Produce,
+# EndTxn) for a fetch; a member joining, syncing or leaving for the others' JoinGroup and
+# SyncGroup.
+WAKING_APIS = frozenset({0, 11, 13, 14, 26})
 
 
 class Server:
@@ -58,6 +64,8 @@ class Server:
         self._idle: dict[asyncio.StreamWriter, bool] = {}
         self._stopping = False
         self.port = listen[1]
+        # Set (and replaced) when a request of this server may have answered a long poll.
+        self._changed = asyncio.Event()
 
     @property
     def connections(self) -> int:
@@ -103,8 +111,11 @@ class Server:
                 self._idle[writer] = False
                 try:
                     response = await loop.run_in_executor(self.pool, self.answer, frame)
+                    if codec.read_header(frame)[0] in WAKING_APIS:
+                        self._changed.set()
+                        self._changed = asyncio.Event()
                     while isinstance(response, Waiting) and not self._stopping:
-                        await asyncio.sleep(response.wait_s)
+                        await self._pause(response.wait_s)
                         response = await loop.run_in_executor(self.pool, response.again)
                 finally:
                     self._idle[writer] = True
@@ -127,6 +138,16 @@ class Server:
         finally:
             del self._idle[writer]
             writer.close()
+
+    async def _pause(self, wait_s: float) -> None:
+        """Until the next look of a long poll: ``wait_s``, or less if a request through this
+        server changed what it waits for. Writes from other processes are seen at the next
+        look, so the pauses stay short."""
+        changed = self._changed
+        try:
+            await asyncio.wait_for(changed.wait(), wait_s)
+        except TimeoutError:
+            pass
 
     def _refuse(self, reason: str, what: str) -> None:
         self.refused[reason] += 1
