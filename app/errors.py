@@ -27,6 +27,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "INVALID_TOPIC_EXCEPTION": (17, False, "Invalid topic"),
     "RECORD_LIST_TOO_LARGE": (18, False, "Record list too large"),
     "OFFSET_METADATA_TOO_LARGE": (12, False, "Offset metadata string too large"),
+    "INVALID_REQUIRED_ACKS": (21, False, "Invalid required acks value"),
     "ILLEGAL_GENERATION": (22, False, "Specified group generation id is not valid"),
     "INCONSISTENT_GROUP_PROTOCOL": (
         23,
@@ -150,6 +151,7 @@ class KafkaError:
     INVALID_TOPIC_EXCEPTION: int
     RECORD_LIST_TOO_LARGE: int
     OFFSET_METADATA_TOO_LARGE: int
+    INVALID_REQUIRED_ACKS: int
     ILLEGAL_GENERATION: int
     INCONSISTENT_GROUP_PROTOCOL: int
     INVALID_GROUP_ID: int

@@ -34,6 +34,12 @@ READ_COMMITTED = 1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
+# Kafka's acks: every write is durable before the answer (-1, "all"); durable on this
+# server only (1); answered without waiting for durability (0).
+ACKS_ALL = -1
+ACKS_LEADER = 1
+ACKS_NONE = 0
+
 # Kafka's ControlRecordType.
 CONTROL_ABORT = 0
 CONTROL_COMMIT = 1
@@ -173,11 +179,15 @@ class ProduceBatchesRequest(Request["ProduceBatchesResponse"]):
     register in that same DB transaction (a partition whose every batch is refused is left
     out). ``end``: kip98's combined commit, the EndTxn run after the batches when every one
     was accepted, so a Producer's commit with batches still unsent is one request.
+    ``acks``: Kafka's, for plain producers: 1 commits without waiting for a standby, 0
+    without waiting for the WAL flush (PostgreSQL's ``synchronous_commit`` local, off);
+    idempotent and transactional batches need ``ACKS_ALL``, as in Kafka.
     """
 
     batches: list[ProduceRequest]
     add: AddPartitionsToTxnRequest | None = None
     end: EndTxnRequest | None = None
+    acks: int = ACKS_ALL
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ registered, and the registration is recorded once they are: registration and dat
 together or not at all, and a partition none of whose batches got in is not registered.
 With ``end`` the request goes on to end the transaction (``broker.commit``).
 
-A single ``ProduceRequest`` is a set of one: there is one path.
+A single ``ProduceRequest`` is a set of one: there is one path. Weaker ``acks`` (plain
+producers only) relax the durability of the request's commit, as Kafka's relax
+replication.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from __future__ import annotations
 from app.broker.batches import append_batches
 from app.broker.commit import produce_and_end_txn
 from app.broker.work import Work
+from app.errors import KafkaError
 from app.protocol import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
     ProduceBatchesRequest,
     ProduceBatchesResponse,
     ProduceRequest,
@@ -34,13 +40,39 @@ def produce(context: BrokerContext, req: ProduceRequest) -> ProduceResponse:
 
 def produce_batches(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
     """Several partitions' batches; with ``end``, the Producer's commit."""
+    if (why := acks_refusal(req)) is not None:
+        refused = ProduceResponse(KafkaError.INVALID_REQUIRED_ACKS, error_message=why)
+        return ProduceBatchesResponse([refused] * len(req.batches))
     if req.end is not None:
         return produce_and_end_txn(context, req)
     return _produce(context, req)
 
 
+# The durability each weaker acks asks of the request's commit (Kafka's acks=1 waits for
+# the leader's log only; acks=0 for nothing).
+_SYNCHRONOUS_COMMIT = {
+    ACKS_LEADER: "SET LOCAL synchronous_commit TO 'local'",
+    ACKS_NONE: "SET LOCAL synchronous_commit TO 'off'",
+}
+
+
+def acks_refusal(req: ProduceBatchesRequest) -> str | None:
+    """Why these acks cannot be honoured, or None: an unknown value, or weaker acks for a
+    batch with a producer id, whose sequence and epoch must be durable before they are
+    acknowledged (Kafka refuses both with INVALID_REQUIRED_ACKS)."""
+    if req.acks not in (ACKS_ALL, ACKS_LEADER, ACKS_NONE):
+        return f"acks={req.acks} is none of -1, 0, 1"
+    if req.acks != ACKS_ALL and (
+        req.add is not None or req.end is not None or any(b.producer_id >= 0 for b in req.batches)
+    ):
+        return "idempotent and transactional batches need acks=all"
+    return None
+
+
 @retry_conflicts
 def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
     with context.engine.begin() as conn:
+        if req.acks != ACKS_ALL:
+            conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
         registered, batches = append_batches(Work(context, conn), req.batches, req.add)
     return ProduceBatchesResponse(batches, registered)

@@ -114,6 +114,7 @@ class Producer:
             retry_backoff_s=self._retry_backoff_s,
             message_timeout_s=timeout_ms / 1000.0 if timeout_ms else None,
             max_retries=cfg.get_int("retries"),
+            acks=cfg.get_int("acks"),
             identity_provider=self._new_identity if self.transactional_id is None else None,
             on_batch_formed=self._batch_formed,
         )

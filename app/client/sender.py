@@ -37,7 +37,12 @@ from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
 from app.client.connection import is_connection_error, kafka_error
 from app.client.delivery import DeliveryReports, Outcome
 from app.errors import KafkaError
-from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse, ProduceResponse
+from app.protocol import (
+    ACKS_ALL,
+    ProduceBatchesRequest,
+    ProduceBatchesResponse,
+    ProduceResponse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +75,7 @@ class Sender:
         retry_backoff_s: float,
         message_timeout_s: float | None,
         max_retries: int,
+        acks: int = ACKS_ALL,
         identity_provider: Callable[[], ProducerIdentity] | None = None,
         on_batch_formed: Callable[[Batch], None] | None = None,
         name: str = "kip98-producer-sender",
@@ -84,6 +90,7 @@ class Sender:
         self.retry_backoff_s = retry_backoff_s
         self.message_timeout_s = message_timeout_s
         self.max_retries = max_retries
+        self.acks = acks
         # Called on this thread for a fresh identity after a batch failed for good, since its
         # sequence numbers may or may not be in the log and later batches would not line up.
         self.identity_provider = identity_provider
@@ -252,7 +259,7 @@ class Sender:
             if self._transactions is not None:
                 outcomes = self._transactions.send_together(batches)
             else:
-                request = ProduceBatchesRequest([b.request() for b in batches])
+                request = ProduceBatchesRequest([b.request() for b in batches], acks=self.acks)
                 outcomes = list(self.transport(request).batches)
         except Exception as exc:
             for batch in batches:

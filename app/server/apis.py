@@ -95,7 +95,7 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
                 refused[tp] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
     answers = dict(refused)
     if batches:
-        response = broker.handle(ProduceBatchesRequest(batches))
+        response = broker.handle(ProduceBatchesRequest(batches, acks=request.acks))
         for batch, answer in zip(batches, response.batches, strict=True):
             answers[(batch.topic, batch.partition)] = answer
     if request.acks == 0:
