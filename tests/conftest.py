@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.engine import dispose_engines
 from app.storage.migrate import upgrade_to_head
+from tests.wire import running_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,6 +75,13 @@ def db_url(server_url: str, template_db: str, monkeypatch: pytest.MonkeyPatch) -
     dispose_engines()
     with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def server(db_url: str) -> Iterator[str]:
+    """A ``kip98 serve`` process over the test's database; its bootstrap.servers."""
+    with running_server(db_url) as address:
+        yield address
 
 
 @pytest.fixture(scope="session")

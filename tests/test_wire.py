@@ -1,19 +1,13 @@
 """``kip98 serve`` driven by unmodified Kafka clients: confluent-kafka (librdkafka) against
-a real server process on 127.0.0.1, reading and writing the same log as the native
-client."""
+a real server process on 127.0.0.1 (the ``server`` fixture), reading and writing the same
+log as the native client."""
 
 from __future__ import annotations
 
 import datetime
-import io
-import os
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import confluent_kafka as ck
@@ -23,47 +17,7 @@ from app.broker import Broker
 from app.client import Consumer, KafkaError, Producer, TopicPartition
 from app.log.topics import create_topic
 from tests.txn_driver import read_values
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"kip98 serve exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError("kip98 serve did not start listening")
-
-
-@pytest.fixture
-def server(db_url: str) -> Iterator[str]:
-    """A ``kip98 serve`` process on a free port; its bootstrap.servers."""
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.server", "--listen", address],
-        env={**os.environ, "KIP98_DATABASE_URL": db_url},
-    )
-    try:
-        wait_for_port(port, proc)
-        yield address
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            assert proc.wait(30) == 0, "kip98 serve did not stop cleanly on SIGTERM"
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+from tests.wire import free_port, read_response, request_frame
 
 
 @pytest.fixture
@@ -247,31 +201,6 @@ def test_bad_frames_close_only_their_connection(server: str, broker: Broker, top
     assert read_values(broker, "t", 1) == ["v0", "v1", "v2"]
 
 
-def _request_frame(api_key: int, version: int, body: Any) -> bytes:
-    from kio.index import load_request_schema
-    from kio.serial import entity_writer
-
-    schema = load_request_schema(api_key, version)
-    header = schema.__header_schema__(
-        request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="t"
-    )
-    buffer = io.BytesIO()
-    entity_writer(schema.__header_schema__)(buffer, header)
-    entity_writer(schema)(buffer, body)
-    return struct.pack(">i", len(buffer.getvalue())) + buffer.getvalue()
-
-
-def _response(sock: socket.socket, api_key: int, version: int) -> Any:
-    from kio.index import load_response_schema
-    from kio.serial import entity_reader
-
-    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-    frame = sock.recv(size, socket.MSG_WAITALL)
-    schema = load_response_schema(api_key, version)
-    _, offset = entity_reader(schema.__header_schema__)(frame, 0)
-    return entity_reader(schema)(frame, offset)[0]
-
-
 def test_a_batch_with_a_wrong_crc_is_refused_and_writes_nothing(
     server: str, broker: Broker, topics: None
 ) -> None:
@@ -288,8 +217,8 @@ def test_a_batch_with_a_wrong_crc_is_refused_and_writes_nothing(
                 produce_v9.PartitionProduceData(index=0, records=bytes(batch)),)),))  # fmt: skip
     host, port = server.split(":")
     with socket.create_connection((host, int(port)), 5) as s:
-        s.sendall(_request_frame(0, 9, body))
-        answer = _response(s, 0, 9)
+        s.sendall(request_frame(0, 9, body))
+        answer = read_response(s, 0, 9)
     [partition] = answer.responses[0].partition_responses
     assert partition.error_code.value == KafkaError.CORRUPT_MESSAGE
     assert read_values(broker, "t", 0, committed=False) == []
@@ -299,7 +228,7 @@ def test_api_versions_of_an_unserved_version_answers_with_version_0(server: str)
     host, port = server.split(":")
     with socket.create_connection((host, int(port)), 5) as s:
         s.sendall(struct.pack(">i", 10) + struct.pack(">hhi", 18, 99, 7) + b"\xff\xff")
-        answer = _response(s, 18, 0)
+        answer = read_response(s, 18, 0)
     assert answer.error_code.value == 35  # UNSUPPORTED_VERSION
     assert {k.api_key for k in answer.api_keys} >= {0, 1, 3, 18, 22, 24, 26}
 
@@ -397,14 +326,14 @@ def test_long_polls_hold_no_worker(broker: Broker, topics: None) -> None:
     waiting = [socket.create_connection(("127.0.0.1", port), 5) for _ in range(4)]
     try:
         for s in waiting:
-            s.sendall(_request_frame(1, 12, fetch))
+            s.sendall(request_frame(1, 12, fetch))
         time.sleep(0.5)  # every fetch is in its long poll
         producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{port}",
                                 "message.timeout.ms": 10_000})  # fmt: skip
         assert [err for err, _ in delivered(producer, 1, topic="t", partition=1)] == [None]
         for s in waiting:
             s.settimeout(10)
-            answer = _response(s, 1, 12)
+            answer = read_response(s, 1, 12)
             assert answer.responses[0].partitions[0].high_watermark == 1
     finally:
         for s in waiting:

@@ -2,8 +2,9 @@
 
 One function per API key: it reads kio's request entity of whatever version came in,
 sends ``app.protocol`` requests to ``Broker.handle`` (the same handlers the native client
-uses), and describes the response as plain values for ``codec.build``. ``VERSIONS`` is
-exactly what is advertised by ApiVersions: the versions implemented and tested.
+uses), and describes the response as plain values for ``codec.build``. The admin APIs'
+functions are in ``topic_apis``, ``acl_apis`` and ``txn_apis``. ``APIS`` is exactly what
+is advertised by ApiVersions: the versions implemented and tested.
 
 Every answer is this one node's: kip98 has no replicas, so node 0 leads every partition
 and coordinates every group and transactional id.
@@ -39,6 +40,7 @@ from app.protocol import (
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
+from app.server import acl_apis, topic_apis, txn_apis
 from app.server.records import encode_batches, produce_request
 
 NODE_ID = 0
@@ -347,5 +349,16 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     25: (0, 3, add_offsets_to_txn),
     26: (0, 3, end_txn),
     28: (0, 3, txn_offset_commit),
+    19: (2, 7, topic_apis.create_topics),
+    20: (1, 6, topic_apis.delete_topics),
+    29: (1, 3, acl_apis.describe_acls),
+    30: (1, 3, acl_apis.create_acls),
+    31: (1, 3, acl_apis.delete_acls),
+    32: (1, 4, topic_apis.describe_configs),
+    33: (0, 2, topic_apis.alter_configs),
+    44: (0, 1, topic_apis.incremental_alter_configs),
+    61: (0, 0, txn_apis.describe_producers),
+    65: (0, 0, txn_apis.describe_transactions),
+    66: (0, 1, txn_apis.list_transactions),
 }  # fmt: skip
 API_VERSIONS_KEY = 18

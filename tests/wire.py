@@ -1,0 +1,93 @@
+"""Helpers of the wire-protocol tests: a ``kip98 serve`` process on a free port (the
+``server`` fixture in conftest runs one per test), and raw kio frames for the requests
+confluent-kafka does not send."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"kip98 serve exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError("kip98 serve did not start listening")
+
+
+@contextmanager
+def running_server(db_url: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A ``kip98 serve`` process over ``db_url``; its bootstrap.servers. It must stop
+    cleanly on SIGTERM."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.server", "--listen", address],
+        env={**os.environ, "KIP98_DATABASE_URL": db_url, **(env or {})},
+    )
+    try:
+        wait_for_port(port, proc)
+        yield address
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(30) == 0, "kip98 serve did not stop cleanly on SIGTERM"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def request_frame(api_key: int, version: int, body: Any) -> bytes:
+    from kio.index import load_request_schema
+    from kio.serial import entity_writer
+
+    schema = load_request_schema(api_key, version)
+    header = schema.__header_schema__(
+        request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="t"
+    )
+    buffer = io.BytesIO()
+    entity_writer(schema.__header_schema__)(buffer, header)
+    entity_writer(schema)(buffer, body)
+    return struct.pack(">i", len(buffer.getvalue())) + buffer.getvalue()
+
+
+def read_response(sock: socket.socket, api_key: int, version: int) -> Any:
+    from kio.index import load_response_schema
+    from kio.serial import entity_reader
+
+    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+    frame = sock.recv(size, socket.MSG_WAITALL)
+    schema = load_response_schema(api_key, version)
+    _, offset = entity_reader(schema.__header_schema__)(frame, 0)
+    return entity_reader(schema)(frame, offset)[0]
+
+
+def exchange(server: str, api_key: int, version: int, body: Any) -> Any:
+    """One request on its own connection, and its response."""
+    host, port = server.split(":")
+    with socket.create_connection((host, int(port)), 5) as s:
+        s.settimeout(10)
+        s.sendall(request_frame(api_key, version, body))
+        return read_response(s, api_key, version)
