@@ -159,11 +159,10 @@ def _config_entries(result: DescribeConfigsResult) -> dict[str, ConfigEntry]:
 
 
 def _incremental(r: ConfigResource) -> IncrementalAlterConfigsResource:
-    """set_config's and delete_config's changes as KIP-339's operations; a config both set
-    and deleted is set (the deletes apply first)."""
-    ops = [
-        AlterableConfig(k, OP_DELETE) for k in r.delete_config_list if k not in r.set_config_dict
-    ]
+    """set_config's and delete_config's changes as KIP-339's operations, each config once: a
+    config both set and deleted is set (the deletes apply first)."""
+    deletes = dict.fromkeys(r.delete_config_list)
+    ops = [AlterableConfig(k, OP_DELETE) for k in deletes if k not in r.set_config_dict]
     ops += [AlterableConfig(k, OP_SET, v) for k, v in r.set_config_dict.items()]
     return IncrementalAlterConfigsResource(RESOURCE_TOPIC, r.name, ops)
 
