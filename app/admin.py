@@ -1,7 +1,8 @@
 """AdminClient, shaped like confluent-kafka's: topic management answers with futures,
-inspection answers with plain objects. Everything is a call into the broker library;
-a database failure reaches the caller as KafkaException, in the future where there is one
-(docs/design.md rule 25)."""
+inspection answers with plain objects. Every operation is a request to the broker
+(``Broker.handle``), as Kafka's AdminClient sends RPCs, and each item's error code in the
+response becomes that item's KafkaException. A database failure reaches the caller as
+KafkaException too, in the future where there is one (docs/design.md rule 25)."""
 
 from __future__ import annotations
 
@@ -14,28 +15,49 @@ from app.client.args import int_arg, name_arg, names_arg, partitions_arg
 from app.client.connection import client_broker, kafka_errors
 from app.client.message import TopicPartition
 from app.config import ADMIN, parse_config
-from app.coordinator.inspect import TransactionDescription, list_transactions
 from app.errors import KafkaError, KafkaException, fail
-from app.log.inspect import (
+from app.protocol import (
+    CONFIG_SOURCE_DYNAMIC_TOPIC,
+    OP_DELETE,
+    OP_SET,
+    RESOURCE_TOPIC,
+    AbortTransactionRequest,
+    AclBinding,
+    AclBindingFilter,
+    AlterableConfig,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+    CreatableTopic,
+    CreateAclsRequest,
+    CreateTopicsRequest,
+    DeleteAclsRequest,
+    DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResult,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    FindHangingTransactionsRequest,
     HangingTransaction,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResource,
+    ListTopicsRequest,
+    ListTransactionsRequest,
+    OffsetFetchRequest,
     ProducerDescription,
-    abort_hanging,
-    describe_producers,
-    find_hanging,
-)
-from app.log.topic_config import effective
-from app.log.topics import (
+    R,
+    Request,
     TopicInfo,
-    alter_topic_config,
-    create_topic,
-    delete_topic,
-    describe_topic,
-    list_topics,
+    TransactionDescription,
+    validate_binding,
+    validate_filter,
 )
-from app.protocol import OffsetFetchRequest
-from app.security import acls as acl_admin
-from app.security.acls import AclBindingFilter, validate_filter
-from app.security.rules import AclBinding, validate_binding
+
+__all__ = [
+    "AclBinding", "AclBindingFilter", "AdminClient", "ClusterMetadata", "ConfigEntry",
+    "ConfigResource", "NewTopic",
+]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -100,15 +122,49 @@ class ClusterMetadata:
     topics: dict[str, TopicInfo] = field(default_factory=dict)
 
 
-def _settled(fn: Callable[[], T]) -> Future[T]:
-    """Run now and hand back a completed future (the call is synchronous underneath)."""
+def _done(value: T) -> Future[T]:
     fut: Future[T] = Future()
-    try:
-        with kafka_errors():
-            fut.set_result(fn())
-    except KafkaException as exc:
-        fut.set_exception(exc)
+    fut.set_result(value)
     return fut
+
+
+def _failed(exc: KafkaException) -> Future[Any]:
+    fut: Future[Any] = Future()
+    fut.set_exception(exc)
+    return fut
+
+
+def _outcome(code: int, message: str | None, value: T) -> Future[T]:
+    """An item's future from its answer in a response."""
+    return _done(value) if code == KafkaError.NO_ERROR else _failed(fail(code, message))
+
+
+def _check(code: int, message: str | None) -> None:
+    if code != KafkaError.NO_ERROR:
+        raise fail(code, message)
+
+
+def _config_entries(result: DescribeConfigsResult) -> dict[str, ConfigEntry]:
+    return {
+        c.name: ConfigEntry(
+            c.name,
+            c.value,
+            "DYNAMIC_TOPIC_CONFIG"
+            if c.config_source == CONFIG_SOURCE_DYNAMIC_TOPIC
+            else "DEFAULT_CONFIG",
+            c.config_source != CONFIG_SOURCE_DYNAMIC_TOPIC,
+        )
+        for c in result.configs
+    }
+
+
+def _incremental(r: ConfigResource) -> IncrementalAlterConfigsResource:
+    """set_config's and delete_config's changes as KIP-339's operations, each config once: a
+    config both set and deleted is set (the deletes apply first)."""
+    deletes = dict.fromkeys(r.delete_config_list)
+    ops = [AlterableConfig(k, OP_DELETE) for k in deletes if k not in r.set_config_dict]
+    ops += [AlterableConfig(k, OP_SET, v) for k, v in r.set_config_dict.items()]
+    return IncrementalAlterConfigsResource(RESOURCE_TOPIC, r.name, ops)
 
 
 class AdminClient:
@@ -120,29 +176,50 @@ class AdminClient:
             self._config.get_str("principal"),
         )
 
+    def _send(self, request: Request[R]) -> R:
+        with kafka_errors():
+            return self._broker.handle(request)
+
+    def _futures(
+        self, keys: list[Any], request: Request[R], outcomes: Callable[[R], list[Future[Any]]]
+    ) -> dict[Any, Future[Any]]:
+        """Each key's future, from the response's items in request order; a request that
+        failed as a whole fails every future."""
+        try:
+            response = self._send(request)
+        except KafkaException as exc:
+            return {k: _failed(exc) for k in keys}
+        return dict(zip(keys, outcomes(response), strict=True))
+
     # ------------------------------------------------------------ topics
     def create_topics(self, new_topics: Iterable[NewTopic], **_: Any) -> dict[str, Future[None]]:
-        out: dict[str, Future[None]] = {}
-        for nt in new_topics:
+        topics = list(new_topics)
+        for nt in topics:
             if not isinstance(nt, NewTopic):
                 raise KafkaException(
                     KafkaError(
                         KafkaError._INVALID_ARG, f"expected NewTopic, got {type(nt).__name__}"
                     )
                 )
-            out[nt.topic] = _settled(lambda nt=nt: self._create(nt))  # type: ignore[misc]
-        return out
-
-    def _create(self, nt: NewTopic) -> None:
-        create_topic(self._broker, nt.topic, nt.num_partitions, nt.config)
+        request = CreateTopicsRequest(
+            [CreatableTopic(nt.topic, nt.num_partitions, nt.config) for nt in topics]
+        )
+        return self._futures(
+            [nt.topic for nt in topics],
+            request,
+            lambda r: [_outcome(t.error_code, t.error_message, None) for t in r.topics],
+        )
 
     def delete_topics(self, topics: Iterable[str], **_: Any) -> dict[str, Future[None]]:
         names = names_arg(topics, "topics")
-        return {t: _settled(lambda t=t: delete_topic(self._broker, t)) for t in names}  # type: ignore[misc]
+        return self._futures(
+            names,
+            DeleteTopicsRequest(names),
+            lambda r: [_outcome(t.error_code, t.error_message, None) for t in r.responses],
+        )
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
-        with kafka_errors():
-            infos = list_topics(self._broker)
+        infos = self._send(ListTopicsRequest()).topics
         return ClusterMetadata({i.topic: i for i in infos if topic is None or i.topic == topic})
 
     def alter_configs(
@@ -152,81 +229,114 @@ class AdminClient:
         overrides, unless the resource is marked ``incremental`` (then deletes and sets
         apply on top, as IncrementalAlterConfigs / kafka-configs.sh --alter do)."""
         checked = [_topic_resource(r) for r in resources]
-        return {r: _settled(lambda r=r: self._alter_config(r)) for r in checked}  # type: ignore[misc]
+        replaced = [r for r in checked if not r.incremental]
+        incremental = [r for r in checked if r.incremental]
+        out: dict[ConfigResource, Future[None]] = {}
+        if replaced:
+            request = AlterConfigsRequest(
+                [
+                    AlterConfigsResource(
+                        RESOURCE_TOPIC,
+                        r.name,
+                        {**dict.fromkeys(r.delete_config_list), **r.set_config_dict},
+                    )
+                    for r in replaced
+                ]
+            )
+            out.update(self._futures(replaced, request, self._altered))
+        if incremental:
+            request_inc = IncrementalAlterConfigsRequest([_incremental(r) for r in incremental])
+            out.update(self._futures(incremental, request_inc, self._altered))
+        return {r: out[r] for r in checked}
 
-    def _alter_config(self, r: ConfigResource) -> None:
-        alter_topic_config(
-            self._broker, r.name, r.set_config_dict, r.delete_config_list, r.incremental
-        )
+    @staticmethod
+    def _altered(response: Any) -> list[Future[Any]]:
+        return [_outcome(r.error_code, r.error_message, None) for r in response.responses]
 
     def describe_configs(
         self, resources: Iterable[ConfigResource], **_: Any
     ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
         checked = [_topic_resource(r) for r in resources]
-        return {r: _settled(lambda r=r: self._describe_config(r.name)) for r in checked}  # type: ignore[misc]
-
-    def _describe_config(self, name: str) -> dict[str, ConfigEntry]:
-        overrides = describe_topic(self._broker, name).config
-        return {
-            k: ConfigEntry(
-                k,
-                str(v),
-                "DYNAMIC_TOPIC_CONFIG" if k in overrides else "DEFAULT_CONFIG",
-                k not in overrides,
-            )
-            for k, v in effective(overrides).items()
-        }
+        request = DescribeConfigsRequest(
+            [DescribeConfigsResource(RESOURCE_TOPIC, r.name) for r in checked]
+        )
+        return self._futures(
+            checked,
+            request,
+            lambda resp: [
+                _outcome(r.error_code, r.error_message, _config_entries(r)) for r in resp.results
+            ],
+        )
 
     # ------------------------------------------------------------ transactions
     def list_transactions(self, states: list[str] | None = None) -> list[TransactionDescription]:
+        """The transactional ids in ``states`` (all if None), described: Kafka's
+        ListTransactions, then DescribeTransactions of what it listed."""
         if states is not None:
             states = names_arg(states, "states")
-        with kafka_errors():
-            return list_transactions(self._broker, states=states)
+        listed = self._send(ListTransactionsRequest(states)).transaction_states
+        if not listed:
+            return []
+        ids = [t.transactional_id for t in listed]
+        described = self._send(DescribeTransactionsRequest(ids)).transaction_states
+        found = [
+            d.description
+            for d in described
+            if d.description is not None and (states is None or d.description.state in states)
+        ]
+        return sorted(found, key=lambda d: d.transactional_id)
 
     def describe_transactions(
         self, transactional_ids: list[str]
     ) -> dict[str, TransactionDescription]:
         transactional_ids = names_arg(transactional_ids, "transactional_ids")
-        with kafka_errors():
-            described = list_transactions(self._broker, ids=list(transactional_ids))
-        found = {d.transactional_id: d for d in described}
-        missing = [t for t in transactional_ids if t not in found]
+        answers = self._send(DescribeTransactionsRequest(list(transactional_ids)))
+        missing = []
+        found = {}
+        for a in answers.transaction_states:
+            if a.error_code == KafkaError.TRANSACTIONAL_ID_NOT_FOUND:
+                missing.append(a.transactional_id)
+                continue
+            _check(a.error_code, a.error_message)
+            assert a.description is not None
+            found[a.transactional_id] = a.description
         if missing:
             raise fail(
                 KafkaError.TRANSACTIONAL_ID_NOT_FOUND, f"unknown transactional ids: {missing}"
             )
-        return found
+        return dict(sorted(found.items()))
 
     def describe_producers(
         self, partitions: list[TopicPartition]
     ) -> dict[TopicPartition, list[ProducerDescription]]:
         checked = partitions_arg(partitions, "partitions")
-        with kafka_errors():
-            return {tp: describe_producers(self._broker, tp.topic, tp.partition) for tp in checked}
+        answers = self._send(DescribeProducersRequest([(tp.topic, tp.partition) for tp in checked]))
+        out = {}
+        for tp, a in zip(checked, answers.partitions, strict=True):
+            _check(a.error_code, a.error_message)
+            out[tp] = a.active_producers
+        return out
 
     def find_hanging_transactions(
         self, max_transaction_timeout_ms: int | None = None
     ) -> list[HangingTransaction]:
         if max_transaction_timeout_ms is not None:
             int_arg(max_transaction_timeout_ms, "max_transaction_timeout_ms")
-        with kafka_errors():
-            return find_hanging(self._broker, max_transaction_timeout_ms)
+        return self._send(FindHangingTransactionsRequest(max_transaction_timeout_ms)).transactions
 
     def abort_transaction(self, topic: str, partition: int, start_offset: int) -> bool:
         name_arg(topic, "topic")
         int_arg(partition, "partition")
         int_arg(start_offset, "start_offset")
-        with kafka_errors():
-            return abort_hanging(self._broker, topic, partition, start_offset)
+        a = self._send(AbortTransactionRequest(topic, partition, start_offset))
+        _check(a.error_code, a.error_message)
+        return a.written
 
     # ------------------------------------------------------------ groups
     def list_consumer_group_offsets(self, group_id: str) -> list[TopicPartition]:
         name_arg(group_id, "group_id")
-        with kafka_errors():
-            r = self._broker.handle(OffsetFetchRequest(group_id))
-        if r.error_code:
-            raise fail(r.error_code, r.error_message)
+        r = self._send(OffsetFetchRequest(group_id))
+        _check(r.error_code, r.error_message)
         return [
             TopicPartition(t, p, om.offset, om.metadata) for (t, p), om in sorted(r.offsets.items())
         ]
@@ -235,25 +345,41 @@ class AdminClient:
     def create_acls(self, acls: Iterable[AclBinding], **_: Any) -> dict[AclBinding, Future[None]]:
         """One future per ACL; they are stored together or not at all."""
         bindings = [validate_binding(a) for a in acls]
-        outcome = _settled(lambda: acl_admin.create_acls(self._broker, bindings))
+        try:
+            results = self._send(CreateAclsRequest(bindings)).results
+        except KafkaException as exc:
+            return dict.fromkeys(bindings, _failed(exc))
+        refused = next((r for r in results if r.error_code != KafkaError.NO_ERROR), None)
+        outcome = (
+            _done(None)
+            if refused is None
+            else _failed(fail(refused.error_code, refused.error_message))
+        )
         return dict.fromkeys(bindings, outcome)
 
     def describe_acls(
         self, acl_filter: AclBindingFilter | None = None, **_: Any
     ) -> Future[list[AclBinding]]:
-        return _settled(
-            lambda: acl_admin.describe_acls(self._broker, acl_filter or AclBindingFilter())
-        )
+        request = DescribeAclsRequest(acl_filter or AclBindingFilter())
+        try:
+            r = self._send(request)
+        except KafkaException as exc:
+            return _failed(exc)
+        return _outcome(r.error_code, r.error_message, r.acls)
 
     def delete_acls(
         self, acl_filters: Iterable[AclBindingFilter], **_: Any
     ) -> dict[AclBindingFilter, Future[list[AclBinding]]]:
         """Per filter, a future of the ACLs it deleted."""
         filters = [validate_filter(f) for f in acl_filters]
-        return {
-            f: _settled(lambda f=f: acl_admin.delete_acls(self._broker, f))  # type: ignore[misc]
-            for f in filters
-        }
+        return self._futures(
+            filters,
+            DeleteAclsRequest(filters),
+            lambda resp: [
+                _outcome(r.error_code, r.error_message, r.matching_acls)
+                for r in resp.filter_results
+            ],
+        )
 
     def close(self) -> None:
         self._broker.engine.dispose()

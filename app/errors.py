@@ -45,6 +45,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "INVALID_TIMESTAMP": (32, False, "Invalid timestamp"),
     "TOPIC_ALREADY_EXISTS": (36, False, "Topic already exists"),
     "INVALID_PARTITIONS": (37, False, "Invalid number of partitions"),
+    "INVALID_REPLICA_ASSIGNMENT": (39, False, "Replica assignment is invalid"),
     "INVALID_REQUEST": (42, False, "Invalid request"),
     "UNSUPPORTED_FOR_MESSAGE_FORMAT": (
         43,
@@ -98,6 +99,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
         False,
         "There is a newer producer with the same transactionalId which fences the current one",
     ),
+    "UNKNOWN_TOPIC_ID": (100, True, "Unknown topic id"),
     "TRANSACTIONAL_ID_NOT_FOUND": (105, False, "The transactionalId could not be found"),
 }
 
@@ -165,6 +167,7 @@ class KafkaError:
     INVALID_TIMESTAMP: int
     TOPIC_ALREADY_EXISTS: int
     INVALID_PARTITIONS: int
+    INVALID_REPLICA_ASSIGNMENT: int
     INVALID_REQUEST: int
     INVALID_CONFIG: int
     OUT_OF_ORDER_SEQUENCE_NUMBER: int
@@ -184,6 +187,7 @@ class KafkaError:
     INVALID_RECORD: int
     UNSTABLE_OFFSET_COMMIT: int
     PRODUCER_FENCED: int
+    UNKNOWN_TOPIC_ID: int
     TRANSACTIONAL_ID_NOT_FOUND: int
     _BAD_MSG: int
     _FAIL: int

@@ -12,8 +12,11 @@ import binascii
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from operator import itemgetter
 from typing import Any, Final, Generic, NamedTuple, TypeVar
+
+from app.errors import KafkaError, fail
 
 R = TypeVar("R")
 
@@ -611,3 +614,505 @@ class DescribedGroup:
 @dataclass(frozen=True)
 class DescribeGroupsResponse:
     groups: list[DescribedGroup]
+
+
+# ---------------------------------------------------------------- administration
+#
+# The AdminClient's RPCs: Kafka's admin APIs for topics and ACLs (KIP-4), configs (KIP-133,
+# KIP-339), and the transaction tooling of KIP-664. Each response answers every item of its
+# request, in request order, with that item's own error code, as Kafka's responses do: one
+# bad topic, resource or filter does not fail the others.
+
+# -------------------------------- topics
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    topic: str
+    num_partitions: int
+    config: dict[str, Any]
+    partitions: tuple[PartitionInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreatableTopic:
+    """One topic to create; ``configs`` as the tools send them (strings) or as Python values."""
+
+    name: str
+    num_partitions: int = 1
+    configs: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CreateTopicsRequest(Request["CreateTopicsResponse"]):
+    """Each topic is created on its own (a refused one leaves the others created).
+    ``validate_only``: every check, the authorization and the name's uniqueness included,
+    and nothing written."""
+
+    topics: list[CreatableTopic]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class CreatableTopicResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+    num_partitions: int = -1
+
+
+@dataclass(frozen=True)
+class CreateTopicsResponse:
+    topics: list[CreatableTopicResult]
+
+
+@dataclass(frozen=True)
+class DeleteTopicsRequest(Request["DeleteTopicsResponse"]):
+    topic_names: list[str]
+
+
+@dataclass(frozen=True)
+class DeletableTopicResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteTopicsResponse:
+    responses: list[DeletableTopicResult]
+
+
+@dataclass(frozen=True)
+class ListTopicsRequest(Request["ListTopicsResponse"]):
+    """Kafka's Admin.listTopics, with what kafka-topics.sh --describe adds to it: each
+    partition's offsets and the topic's config overrides."""
+
+
+@dataclass(frozen=True)
+class ListTopicsResponse:
+    topics: list[TopicInfo]
+
+
+# -------------------------------- configs
+
+# Kafka's ConfigResource.Type; topics are the only resources with configs here.
+RESOURCE_TOPIC = 2
+# Kafka's ConfigSource, for the two a topic's config can come from.
+CONFIG_SOURCE_DYNAMIC_TOPIC = 1
+CONFIG_SOURCE_DEFAULT = 5
+# Kafka's AlterConfigOp.OpType (IncrementalAlterConfigs, KIP-339).
+OP_SET = 0
+OP_DELETE = 1
+OP_APPEND = 2
+OP_SUBTRACT = 3
+
+
+@dataclass(frozen=True)
+class DescribeConfigsResource:
+    resource_type: int
+    resource_name: str
+    # None for every config.
+    configuration_keys: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class DescribeConfigsRequest(Request["DescribeConfigsResponse"]):
+    resources: list[DescribeConfigsResource]
+
+
+@dataclass(frozen=True)
+class DescribeConfigsResourceResult:
+    name: str
+    value: str
+    config_source: int
+    read_only: bool = False
+    is_sensitive: bool = False
+
+
+@dataclass(frozen=True)
+class DescribeConfigsResult:
+    resource_type: int
+    resource_name: str
+    error_code: int
+    error_message: str | None = None
+    configs: list[DescribeConfigsResourceResult] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DescribeConfigsResponse:
+    results: list[DescribeConfigsResult]
+
+
+@dataclass(frozen=True)
+class AlterConfigsResource:
+    """The configs a resource is to have, replacing its overrides. A None value sets
+    nothing, but its name must still be a known config."""
+
+    resource_type: int
+    resource_name: str
+    configs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class AlterConfigsRequest(Request["AlterConfigsResponse"]):
+    """Kafka's AlterConfigs: the given set replaces the resource's overrides."""
+
+    resources: list[AlterConfigsResource]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class AlterConfigsResourceResponse:
+    resource_type: int
+    resource_name: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class AlterConfigsResponse:
+    responses: list[AlterConfigsResourceResponse]
+
+
+@dataclass(frozen=True)
+class AlterableConfig:
+    name: str
+    config_operation: int = OP_SET
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class IncrementalAlterConfigsResource:
+    resource_type: int
+    resource_name: str
+    configs: list[AlterableConfig]
+
+
+@dataclass(frozen=True)
+class IncrementalAlterConfigsRequest(Request["IncrementalAlterConfigsResponse"]):
+    """KIP-339: each operation (set, delete, append to or subtract from a list config)
+    applies on top of the overrides the resource has; the others stay."""
+
+    resources: list[IncrementalAlterConfigsResource]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class IncrementalAlterConfigsResponse:
+    responses: list[AlterConfigsResourceResponse]
+
+
+# -------------------------------- ACLs
+#
+# The ACL model's values: a request carries them, and both the client and the broker check
+# them, as Kafka's AclBinding and CreateAclsRequest refuse unknown or wildcard values
+# before anything is sent (the broker checks again: a wire client may send anything).
+# Their meaning, when an ACL applies and what it decides, is app.security.rules'.
+
+TOPIC = "topic"
+GROUP = "group"
+TRANSACTIONAL_ID = "transactional_id"
+CLUSTER = "cluster"
+RESOURCE_TYPES = (TOPIC, GROUP, TRANSACTIONAL_ID, CLUSTER)
+
+# Kafka's only cluster resource is named kafka-cluster.
+CLUSTER_NAME = "kafka-cluster"
+
+LITERAL = "literal"
+PREFIXED = "prefixed"
+PATTERN_TYPES = (LITERAL, PREFIXED)
+
+READ = "read"
+WRITE = "write"
+CREATE = "create"
+DELETE = "delete"
+DESCRIBE = "describe"
+ALTER = "alter"
+CLUSTER_ACTION = "cluster_action"
+ALL = "all"
+OPERATIONS = (READ, WRITE, CREATE, DELETE, DESCRIBE, ALTER, CLUSTER_ACTION, ALL)
+
+ALLOW = "allow"
+DENY = "deny"
+PERMISSIONS = (ALLOW, DENY)
+
+ANY_NAME = "*"
+
+
+@dataclass(frozen=True)
+class AclBinding:
+    """One ACL: ``principal`` may (``allow``) or may not (``deny``) perform ``operation`` on
+    the resources that ``resource_type``/``resource_name``/``pattern_type`` select."""
+
+    principal: str
+    resource_type: str
+    resource_name: str
+    operation: str
+    permission: str = ALLOW
+    pattern_type: str = LITERAL
+
+
+@dataclass(frozen=True)
+class AclBindingFilter:
+    """Selects ACLs for describe/delete: None matches any value of that field."""
+
+    principal: str | None = None
+    resource_type: str | None = None
+    resource_name: str | None = None
+    operation: str | None = None
+    permission: str | None = None
+    pattern_type: str | None = None
+
+
+def check_text(value: str, what: str) -> None:
+    """A name stored in a PostgreSQL text column: NUL cannot be stored, so it is refused
+    as a bad request rather than failing in the database."""
+    if "\x00" in value:
+        raise fail(KafkaError.INVALID_REQUEST, f"{what} must not contain NUL")
+
+
+def validate_binding(acl: object) -> AclBinding:
+    """An ACL fit to store: known enumerations, a ``Type:name`` principal, a name."""
+    if not isinstance(acl, AclBinding):
+        raise fail(KafkaError._INVALID_ARG, f"expected AclBinding, got {type(acl).__name__}")
+    for value, allowed, what in (
+        (acl.resource_type, RESOURCE_TYPES, "resource type"),
+        (acl.pattern_type, PATTERN_TYPES, "pattern type"),
+        (acl.operation, OPERATIONS, "operation"),
+        (acl.permission, PERMISSIONS, "permission"),
+    ):
+        if value not in allowed:
+            raise fail(
+                KafkaError.INVALID_REQUEST,
+                f"unknown {what} {value!r}; expected one of {', '.join(allowed)}",
+            )
+    if not isinstance(acl.principal, str) or ":" not in acl.principal.strip(":"):
+        raise fail(
+            KafkaError.INVALID_REQUEST, f"principal {acl.principal!r} must look like User:name"
+        )
+    if not isinstance(acl.resource_name, str) or not acl.resource_name:
+        raise fail(KafkaError.INVALID_REQUEST, "resource name must be a non-empty string")
+    check_text(acl.principal, "principal")
+    check_text(acl.resource_name, "resource name")
+    if acl.resource_type == CLUSTER and acl.resource_name != CLUSTER_NAME:
+        raise fail(KafkaError.INVALID_REQUEST, f"the cluster resource is named {CLUSTER_NAME}")
+    if acl.pattern_type == PREFIXED and acl.resource_name == ANY_NAME:
+        raise fail(KafkaError.INVALID_REQUEST, "a prefixed ACL cannot use the wildcard name")
+    return acl
+
+
+def validate_filter(acl_filter: object) -> AclBindingFilter:
+    if not isinstance(acl_filter, AclBindingFilter):
+        raise fail(
+            KafkaError._INVALID_ARG, f"expected AclBindingFilter, got {type(acl_filter).__name__}"
+        )
+    for value, allowed, what in (
+        (acl_filter.resource_type, RESOURCE_TYPES, "resource type"),
+        (acl_filter.pattern_type, PATTERN_TYPES, "pattern type"),
+        (acl_filter.operation, OPERATIONS, "operation"),
+        (acl_filter.permission, PERMISSIONS, "permission"),
+    ):
+        if value is not None and value not in allowed:
+            raise fail(KafkaError.INVALID_REQUEST, f"unknown {what} {value!r}")
+    for value, what in (
+        (acl_filter.principal, "principal"),
+        (acl_filter.resource_name, "resource name"),
+    ):
+        if value is not None and not isinstance(value, str):
+            raise fail(KafkaError.INVALID_REQUEST, f"{what} must be a string")
+        if value is not None:
+            check_text(value, what)
+    return acl_filter
+
+
+@dataclass(frozen=True)
+class CreateAclsRequest(Request["CreateAclsResponse"]):
+    """All or nothing: every ACL is checked before any is stored, and a refusal is every
+    creation's answer."""
+
+    creations: list[AclBinding]
+
+
+@dataclass(frozen=True)
+class AclCreationResult:
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateAclsResponse:
+    results: list[AclCreationResult]
+
+
+@dataclass(frozen=True)
+class DescribeAclsRequest(Request["DescribeAclsResponse"]):
+    acl_filter: AclBindingFilter
+
+
+@dataclass(frozen=True)
+class DescribeAclsResponse:
+    error_code: int
+    error_message: str | None = None
+    acls: list[AclBinding] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeleteAclsRequest(Request["DeleteAclsResponse"]):
+    """Each filter deletes on its own (one DB transaction each)."""
+
+    filters: list[AclBindingFilter]
+
+
+@dataclass(frozen=True)
+class DeleteAclsFilterResult:
+    error_code: int
+    error_message: str | None = None
+    matching_acls: list[AclBinding] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeleteAclsResponse:
+    filter_results: list[DeleteAclsFilterResult]
+
+
+# -------------------------------- transactions (KIP-664)
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    partitions: tuple[tuple[str, int], ...]
+    timeout_ms: int
+    txn_start_ms: int
+    updated_ms: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True)
+class ListTransactionsRequest(Request["ListTransactionsResponse"]):
+    """``state_filters``: the coordinator's state names (None for every state).
+    ``producer_id_filters``: empty for every producer. ``duration_filter_ms``: when not
+    negative, only transactions open longer than that."""
+
+    state_filters: list[str] | None = None
+    producer_id_filters: list[int] = field(default_factory=list)
+    duration_filter_ms: int = -1
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class ListTransactionsResponse:
+    error_code: int
+    transaction_states: list[TransactionListing] = field(default_factory=list)
+    # The state filters that name no state.
+    unknown_state_filters: list[str] = field(default_factory=list)
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DescribeTransactionsRequest(Request["DescribeTransactionsResponse"]):
+    transactional_ids: list[str]
+
+
+@dataclass(frozen=True)
+class TransactionStateResult:
+    """One transactional id's answer: its description, or TRANSACTIONAL_ID_NOT_FOUND."""
+
+    transactional_id: str
+    error_code: int
+    description: TransactionDescription | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DescribeTransactionsResponse:
+    transaction_states: list[TransactionStateResult]
+
+
+@dataclass(frozen=True)
+class ProducerDescription:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_transaction_start_offset: int
+
+
+@dataclass(frozen=True)
+class DescribeProducersRequest(Request["DescribeProducersResponse"]):
+    partitions: list[TopicPartitionKey]
+
+
+@dataclass(frozen=True)
+class PartitionProducers:
+    topic: str
+    partition: int
+    error_code: int
+    error_message: str | None = None
+    active_producers: list[ProducerDescription] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DescribeProducersResponse:
+    partitions: list[PartitionProducers]
+
+
+@dataclass(frozen=True)
+class HangingTransaction:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    start_offset: int
+    started_at: datetime | None
+
+
+@dataclass(frozen=True)
+class FindHangingTransactionsRequest(Request["FindHangingTransactionsResponse"]):
+    """kafka-transactions.sh find-hanging, as one request: transactions open on a partition
+    that no live coordinator transaction covers, or (``max_transaction_timeout_ms`` given)
+    open longer than that."""
+
+    max_transaction_timeout_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class FindHangingTransactionsResponse:
+    transactions: list[HangingTransaction]
+
+
+@dataclass(frozen=True)
+class AbortTransactionRequest(Request["AbortTransactionResponse"]):
+    """Kafka's Admin.abortTransaction, by where the transaction starts on the partition: an
+    ABORT marker with the producer's own epochs."""
+
+    topic: str
+    partition: int
+    start_offset: int
+
+
+@dataclass(frozen=True)
+class AbortTransactionResponse:
+    error_code: int
+    error_message: str | None = None
+    # False when the transaction was already closed by the time the marker was to be written.
+    written: bool = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from app.admin import AdminClient, NewTopic
+from app.admin import AdminClient, ConfigResource, NewTopic
 from app.broker import Broker
 from app.client.message import TopicPartition
 from app.errors import KafkaError, KafkaException
@@ -80,3 +80,37 @@ def test_list_and_describe_transactions(db_url: str, admin: AdminClient) -> None
     with pytest.raises(KafkaException) as info:
         admin.describe_transactions(["nope"])
     assert info.value.error.code() == KafkaError.TRANSACTIONAL_ID_NOT_FOUND
+
+
+def test_configs_through_futures(admin: AdminClient) -> None:
+    def alter(*resources: ConfigResource) -> list[int]:
+        futures = admin.alter_configs(list(resources))
+        return [
+            0 if f.exception() is None else f.exception().error.code() for f in futures.values()
+        ]  # type: ignore[union-attr]
+
+    replace = ConfigResource("topic", "t", {"retention.ms": "5", "cleanup.policy": "compact"})
+    assert alter(replace) == [0]
+    assert alter(ConfigResource("topic", "t", {"retention.bytes": 9})) == [0]
+    assert admin.list_topics().topics["t"].config == {"retention.bytes": 9}  # replaced
+    incremental = ConfigResource(
+        "topic", "t", {"retention.ms": 7}, ["retention.bytes", "retention.bytes", "retention.ms"],
+        incremental=True,
+    )  # fmt: skip
+    missing = ConfigResource("topic", "nope", {"retention.ms": 1}, incremental=True)
+    bad = ConfigResource("topic", "t", {"retention.ms": "soon"}, incremental=True)
+    assert alter(incremental, missing) == [0, KafkaError.UNKNOWN_TOPIC_OR_PARTITION]
+    assert alter(bad) == [KafkaError.INVALID_CONFIG]
+    assert admin.list_topics().topics["t"].config == {"retention.ms": 7}
+    described = admin.describe_configs([ConfigResource("topic", "t")])
+    [entries] = [f.result() for f in described.values()]
+    assert (entries["retention.ms"].value, entries["retention.ms"].source) == (
+        "7",
+        "DYNAMIC_TOPIC_CONFIG",
+    )
+    assert entries["cleanup.policy"].is_default and entries["cleanup.policy"].value == "delete"
+    [unknown] = admin.describe_configs([ConfigResource("topic", "nope")]).values()
+    assert unknown.exception().error.code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION  # type: ignore[union-attr]
+    with pytest.raises(KafkaException) as info:
+        admin.describe_configs([ConfigResource("broker", "0")])
+    assert info.value.error.code() == KafkaError._INVALID_ARG

@@ -1,6 +1,6 @@
 """``kip98 serve`` driven by unmodified Kafka clients: confluent-kafka (librdkafka) against
-a real server process on 127.0.0.1, reading and writing the same log as the native
-client."""
+a real server process on 127.0.0.1 (the ``server`` fixture), reading and writing the same
+log as the native client."""
 
 from __future__ import annotations
 

@@ -88,14 +88,14 @@ def read_response(sock: socket.socket, api_key: int, version: int) -> Any:
 
 
 @contextmanager
-def serving(db_url: str, *args: str) -> Iterator[str]:
-    """A ``kip98 serve`` process on a free port; its bootstrap.servers. It must stop
-    cleanly on SIGTERM."""
+def serving(db_url: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A ``kip98 serve`` process on a free port (``args`` added to its command line,
+    ``env`` to its environment); its bootstrap.servers. It must stop cleanly on SIGTERM."""
     port = free_port()
     address = f"127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "app.server", "--listen", address, *args],
-        env={**os.environ, "KIP98_DATABASE_URL": db_url},
+        env={**os.environ, "KIP98_DATABASE_URL": db_url, **(env or {})},
     )
     try:
         wait_for_port(port, proc)
@@ -107,3 +107,12 @@ def serving(db_url: str, *args: str) -> Iterator[str]:
         finally:
             if proc.poll() is None:
                 proc.kill()
+
+
+def exchange(server: str, api_key: int, version: int, body: Any) -> Any:
+    """One request on its own connection, and its response."""
+    host, port = server.split(":")
+    with socket.create_connection((host, int(port)), 5) as s:
+        s.settimeout(10)
+        s.sendall(request_frame(api_key, version, body))
+        return read_response(s, api_key, version)

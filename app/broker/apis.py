@@ -1,6 +1,7 @@
 """One handler per RPC of ``app.protocol``, as Kafka's KafkaApis: the table below is the
-whole request surface of the broker. Every front end (the in-process clients today, the
-Kafka wire protocol next) reaches the log, the coordinators and the groups through it.
+whole request surface of the broker. Every front end (the in-process clients, the Kafka
+wire protocol of ``kip98 serve``) reaches the log, the coordinators, the groups and the
+ACLs through it.
 
 Handlers answer refusals with the error code of their response, as Kafka's do; an
 exception out of one is a failure of the broker itself (the database gone, a bug).
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from app.broker.admin import acls, configs, topics, transactions
 from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
 from app.coordinator.handlers import (
@@ -34,18 +36,32 @@ from app.groups.offsets import offset_commit, offset_fetch
 from app.log.fetch import fetch, list_offsets
 from app.log.topics import metadata
 from app.protocol import (
+    AbortTransactionRequest,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    AlterConfigsRequest,
+    CreateAclsRequest,
+    CreateTopicsRequest,
+    DeleteAclsRequest,
+    DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
     EndTxnRequest,
     FetchRequest,
     FindCoordinatorRequest,
+    FindHangingTransactionsRequest,
     HeartbeatRequest,
+    IncrementalAlterConfigsRequest,
     InitProducerIdRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
     ListGroupsRequest,
     ListOffsetsRequest,
+    ListTopicsRequest,
+    ListTransactionsRequest,
     MetadataRequest,
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -60,7 +76,7 @@ from app.storage.context import BrokerContext
 
 Handler = Callable[[BrokerContext, Any], Any]
 
-# request type                -> handler                  (KIP-98's RPC summary, and the groups')
+# request type                -> handler        (KIP-98's RPC summary, the groups', the admin's)
 HANDLERS: dict[type[Request[Any]], Handler] = {
     ProduceRequest:               produce,
     ProduceBatchesRequest:        produce_batches,
@@ -82,6 +98,20 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     LeaveGroupRequest:            leave_group,
     ListGroupsRequest:            list_groups,
     DescribeGroupsRequest:        describe_groups,
+    CreateTopicsRequest:          topics.create_topics,
+    DeleteTopicsRequest:          topics.delete_topics,
+    ListTopicsRequest:            topics.list_topics,
+    DescribeConfigsRequest:       configs.describe_configs,
+    AlterConfigsRequest:          configs.alter_configs,
+    IncrementalAlterConfigsRequest: configs.incremental_alter_configs,
+    CreateAclsRequest:            acls.create_acls,
+    DescribeAclsRequest:          acls.describe_acls,
+    DeleteAclsRequest:            acls.delete_acls,
+    ListTransactionsRequest:      transactions.list_transactions,
+    DescribeTransactionsRequest:  transactions.describe_transactions,
+    DescribeProducersRequest:     transactions.describe_producers,
+    FindHangingTransactionsRequest: transactions.find_hanging_transactions,
+    AbortTransactionRequest:      transactions.abort_transaction,
 }  # fmt: skip
 
 

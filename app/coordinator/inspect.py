@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy import text
 
+from app.protocol import TransactionDescription
 from app.storage.context import BrokerContext
+
+__all__ = ["TransactionDescription", "list_transactions"]
 
 _LIST = text(
     "SELECT transactional_id, producer_id, producer_epoch, state, partitions, timeout_ms, "
@@ -15,19 +16,6 @@ _LIST = text(
     "AND (CAST(:ids AS text[]) IS NULL OR transactional_id = ANY(CAST(:ids AS text[]))) "
     "ORDER BY transactional_id"
 )
-
-
-@dataclass(frozen=True)
-class TransactionDescription:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-    state: str
-    partitions: tuple[tuple[str, int], ...]
-    timeout_ms: int
-    txn_start_ms: int
-    updated_ms: int
-    coordinator_epoch: int
 
 
 def list_transactions(

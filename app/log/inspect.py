@@ -4,37 +4,19 @@ hanging transactions)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.markers import lock_for_markers, write_txn_markers
-from app.protocol import CONTROL_ABORT
+from app.protocol import CONTROL_ABORT, HangingTransaction, ProducerDescription
 from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
-
-@dataclass(frozen=True)
-class ProducerDescription:
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_timestamp: int
-    coordinator_epoch: int
-    current_transaction_start_offset: int
-
-
-@dataclass(frozen=True)
-class HangingTransaction:
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    start_offset: int
-    started_at: datetime | None
+__all__ = [
+    "HangingTransaction", "ProducerDescription", "abort_hanging", "describe_producers",
+    "find_hanging",
+]  # fmt: skip
 
 
 def describe_producers(

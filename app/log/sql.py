@@ -238,6 +238,9 @@ WRITE_MARKERS = f"""
     {_UPSERT_PRODUCER_STATE}
 """
 
+# Whether a topic of this name exists (a CreateTopics that only validates).
+TOPIC_EXISTS = text("SELECT 1 FROM topics WHERE topic = :topic")
+
 PARTITION_OFFSETS = text(
     """
     SELECT next_offset, log_start_offset, last_stable_offset FROM partitions

@@ -84,6 +84,9 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     MIN_CLEANABLE_DIRTY_RATIO: _ratio,
 }
 KNOWN_KEYS = tuple(_PARSERS)
+# The configs whose value is a list (Kafka's ConfigDef.Type.LIST): IncrementalAlterConfigs
+# may append to them and subtract from them.
+LIST_KEYS = (CLEANUP_POLICY,)
 
 
 def validate_topic_config(config: Any) -> dict[str, Any]:
@@ -141,8 +144,16 @@ def effective(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def altered(current: Mapping[str, Any], set_: Any, delete: Any = ()) -> dict[str, Any]:
-    """kafka-configs.sh --add-config / --delete-config: the overrides after the change."""
+def altered(
+    current: Mapping[str, Any],
+    set_: Any,
+    delete: Any = (),
+    append: Mapping[str, Any] | None = None,
+    subtract: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """kafka-configs.sh --add-config / --delete-config: the overrides after the change.
+    ``append``/``subtract`` (KIP-339's list operations) then add items to a list config's
+    value, or take them out, as it is after the sets and deletes."""
     changes = validate_topic_config(set_)
     removed = list(delete or ())
     for key in removed:
@@ -150,4 +161,26 @@ def altered(current: Mapping[str, Any], set_: Any, delete: Any = ()) -> dict[str
             raise fail(KafkaError.INVALID_CONFIG, f"unknown topic config {key!r}")
     out = {k: v for k, v in current.items() if k not in removed}
     out.update(changes)
+    lists: dict[str, list[str]] = {}
+    for ops, adding in ((append, True), (subtract, False)):
+        for key, raw in (ops or {}).items():
+            if key not in LIST_KEYS:
+                raise fail(
+                    KafkaError.INVALID_CONFIG,
+                    f"{key!r} is not a list config: nothing can be appended or subtracted",
+                )
+            now = lists[key] if key in lists else _items(key, effective(out)[key])
+            given = _items(key, raw)
+            lists[key] = (
+                now + [i for i in given if i not in now]
+                if adding
+                else [i for i in now if i not in given]
+            )
+    out.update(validate_topic_config({k: ",".join(v) for k, v in lists.items()}))
     return out
+
+
+def _items(key: str, raw: Any) -> list[str]:
+    if not isinstance(raw, str):
+        raise fail(KafkaError.INVALID_CONFIG, f"invalid {key}={raw!r}: expected a list")
+    return [i.strip() for i in raw.split(",") if i.strip()]

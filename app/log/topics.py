@@ -3,48 +3,53 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import KafkaError, fail
+from app.log import sql
 from app.log.naming import validate_num_partitions, validate_topic_name
 from app.log.topic_config import altered, validate_topic_config
-from app.protocol import MetadataRequest, MetadataResponse, TopicMetadata
+from app.protocol import (
+    MetadataRequest,
+    MetadataResponse,
+    PartitionInfo,
+    TopicInfo,
+    TopicMetadata,
+)
 from app.security import needs
 from app.security.authorizer import authorize_any
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
-
-@dataclass(frozen=True)
-class PartitionInfo:
-    partition: int
-    log_start_offset: int
-    high_watermark: int
-    last_stable_offset: int
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    topic: str
-    num_partitions: int
-    config: dict[str, Any]
-    partitions: tuple[PartitionInfo, ...] = ()
+__all__ = [
+    "PartitionInfo", "TopicInfo", "alter_topic_config", "authorize_alter", "create_topic",
+    "delete_topic", "describe_topic", "list_topics", "metadata",
+]  # fmt: skip
 
 
 @retry_conflicts
 def create_topic(
-    broker: BrokerContext, name: str, num_partitions: int = 1, config: dict[str, Any] | None = None
+    broker: BrokerContext,
+    name: str,
+    num_partitions: int = 1,
+    config: dict[str, Any] | None = None,
+    validate_only: bool = False,
 ) -> TopicInfo:
+    """``validate_only``: every check (the name taken included), nothing written."""
     validate_topic_name(name)
     validate_num_partitions(num_partitions)
     cfg = validate_topic_config(config)
     try:
         with broker.engine.begin() as conn:
             authorize_any(conn, broker, needs.create_topic(name))
+            if validate_only:
+                if conn.execute(sql.TOPIC_EXISTS, {"topic": name}).first() is not None:
+                    raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+                return TopicInfo(name, num_partitions, cfg)
             conn.execute(
                 text(
                     "INSERT INTO topics (topic, num_partitions, config, created_ms) "
@@ -92,12 +97,18 @@ def alter_topic_config(
     set_config: dict[str, Any] | None = None,
     delete_config: list[str] | None = None,
     incremental: bool = True,
+    *,
+    append: Mapping[str, Any] | None = None,
+    subtract: Mapping[str, Any] | None = None,
+    validate_only: bool = False,
 ) -> dict[str, Any]:
-    """Change a topic's config overrides; returns the overrides now stored.
+    """Change a topic's config overrides; returns the overrides now stored (or, with
+    ``validate_only``, that would be).
 
     Incremental (kafka-configs.sh --add-config/--delete-config) keeps the other overrides;
-    otherwise the given set replaces them all (Kafka's AlterConfigs). Takes effect at the
-    cleaner's next pass.
+    otherwise the given set replaces them all (Kafka's AlterConfigs). ``append`` and
+    ``subtract``: items added to or taken from a list config (KIP-339). Takes effect at
+    the cleaner's next pass.
     """
     with broker.engine.begin() as conn:
         authorize_any(conn, broker, needs.alter_topic(name))
@@ -106,7 +117,15 @@ def alter_topic_config(
         ).scalar()
         if current is None:
             raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        new = altered(current if incremental else {}, set_config or {}, delete_config or ())
+        new = altered(
+            current if incremental else {},
+            set_config or {},
+            delete_config or (),
+            append,
+            subtract,
+        )
+        if validate_only:
+            return new
         conn.execute(
             text("UPDATE topics SET config = CAST(:config AS jsonb) WHERE topic = :t"),
             {"t": name, "config": json.dumps(new)},

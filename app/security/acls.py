@@ -8,59 +8,16 @@ database role is then the only gate, docs/security.md).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-from app.errors import KafkaError, fail
+from app.protocol import AclBinding, AclBindingFilter, validate_binding, validate_filter
 from app.security import needs, sql
 from app.security.authorizer import authorize_all
-from app.security.rules import (
-    OPERATIONS,
-    PATTERN_TYPES,
-    PERMISSIONS,
-    RESOURCE_TYPES,
-    AclBinding,
-    check_text,
-    validate_binding,
-)
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
-
-@dataclass(frozen=True)
-class AclBindingFilter:
-    """Selects ACLs for describe/delete: None matches any value of that field."""
-
-    principal: str | None = None
-    resource_type: str | None = None
-    resource_name: str | None = None
-    operation: str | None = None
-    permission: str | None = None
-    pattern_type: str | None = None
-
-
-def validate_filter(acl_filter: object) -> AclBindingFilter:
-    if not isinstance(acl_filter, AclBindingFilter):
-        raise fail(
-            KafkaError._INVALID_ARG, f"expected AclBindingFilter, got {type(acl_filter).__name__}"
-        )
-    for value, allowed, what in (
-        (acl_filter.resource_type, RESOURCE_TYPES, "resource type"),
-        (acl_filter.pattern_type, PATTERN_TYPES, "pattern type"),
-        (acl_filter.operation, OPERATIONS, "operation"),
-        (acl_filter.permission, PERMISSIONS, "permission"),
-    ):
-        if value is not None and value not in allowed:
-            raise fail(KafkaError.INVALID_REQUEST, f"unknown {what} {value!r}")
-    for value, what in (
-        (acl_filter.principal, "principal"),
-        (acl_filter.resource_name, "resource name"),
-    ):
-        if value is not None and not isinstance(value, str):
-            raise fail(KafkaError.INVALID_REQUEST, f"{what} must be a string")
-        if value is not None:
-            check_text(value, what)
-    return acl_filter
+__all__ = ["AclBindingFilter", "create_acls", "delete_acls", "describe_acls", "validate_filter"]
 
 
 def _binding(row: Any) -> AclBinding:

@@ -1,4 +1,5 @@
-"""The ACL model as pure rules: what an ACL is, when it applies, and the decision.
+"""The ACL model as pure rules: when an ACL applies, and the decision (what an ACL is, its
+values and their checks, is ``app.protocol``'s: requests carry them).
 
 The semantics are Kafka's (its AclAuthorizer), so ACLs written for a Kafka cluster mean
 the same here:
@@ -19,36 +20,46 @@ from dataclasses import dataclass
 
 from app.errors import KafkaError, KafkaException, fail
 
-TOPIC = "topic"
-GROUP = "group"
-TRANSACTIONAL_ID = "transactional_id"
-CLUSTER = "cluster"
-RESOURCE_TYPES = (TOPIC, GROUP, TRANSACTIONAL_ID, CLUSTER)
+# The model's values are the protocol's (requests carry them), named here as well.
+from app.protocol import (
+    ALL,
+    ALLOW,
+    ALTER,
+    ANY_NAME,
+    CLUSTER,
+    CLUSTER_ACTION,
+    CLUSTER_NAME,
+    CREATE,
+    DELETE,
+    DENY,
+    DESCRIBE,
+    GROUP,
+    LITERAL,
+    OPERATIONS,
+    PATTERN_TYPES,
+    PERMISSIONS,
+    PREFIXED,
+    READ,
+    RESOURCE_TYPES,
+    TOPIC,
+    TRANSACTIONAL_ID,
+    WRITE,
+    AclBinding,
+    check_text,
+    validate_binding,
+)
 
-# Kafka's only cluster resource is named kafka-cluster.
-CLUSTER_NAME = "kafka-cluster"
-
-LITERAL = "literal"
-PREFIXED = "prefixed"
-PATTERN_TYPES = (LITERAL, PREFIXED)
-
-READ = "read"
-WRITE = "write"
-CREATE = "create"
-DELETE = "delete"
-DESCRIBE = "describe"
-ALTER = "alter"
-CLUSTER_ACTION = "cluster_action"
-ALL = "all"
-OPERATIONS = (READ, WRITE, CREATE, DELETE, DESCRIBE, ALTER, CLUSTER_ACTION, ALL)
-
-ALLOW = "allow"
-DENY = "deny"
-PERMISSIONS = (ALLOW, DENY)
+__all__ = [
+    "ALL", "ALLOW", "ALTER", "ANONYMOUS", "ANY_NAME", "ANY_PRINCIPAL", "CLUSTER",
+    "CLUSTER_ACTION", "CLUSTER_NAME", "CREATE", "DELETE", "DENY", "DESCRIBE", "GROUP",
+    "LITERAL", "OPERATIONS", "PATTERN_TYPES", "PERMISSIONS", "PREFIXED", "READ",
+    "RESOURCE_TYPES", "TOPIC", "TRANSACTIONAL_ID", "WRITE", "AclBinding", "Check",
+    "applies_to", "check_text", "cluster_check", "denied", "is_allowed", "names_resource",
+    "principal_of", "refusal", "validate_binding",
+]  # fmt: skip
 
 ANONYMOUS = "User:ANONYMOUS"
 ANY_PRINCIPAL = "User:*"
-ANY_NAME = "*"
 
 # Operations whose allow also grants describe.
 _GRANTS_DESCRIBE = frozenset({DESCRIBE, READ, WRITE, DELETE, ALTER})
@@ -62,19 +73,6 @@ _DENIED_CODE = {
 
 
 @dataclass(frozen=True)
-class AclBinding:
-    """One ACL: ``principal`` may (``allow``) or may not (``deny``) perform ``operation`` on
-    the resources that ``resource_type``/``resource_name``/``pattern_type`` select."""
-
-    principal: str
-    resource_type: str
-    resource_name: str
-    operation: str
-    permission: str = ALLOW
-    pattern_type: str = LITERAL
-
-
-@dataclass(frozen=True)
 class Check:
     """One thing a request needs: ``operation`` on the named resource."""
 
@@ -85,43 +83,6 @@ class Check:
 
 def principal_of(principal: str | None) -> str:
     return principal or ANONYMOUS
-
-
-def check_text(value: str, what: str) -> None:
-    """A name stored in a PostgreSQL text column: NUL cannot be stored, so it is refused
-    as a bad request rather than failing in the database."""
-    if "\x00" in value:
-        raise fail(KafkaError.INVALID_REQUEST, f"{what} must not contain NUL")
-
-
-def validate_binding(acl: object) -> AclBinding:
-    """An ACL fit to store: known enumerations, a ``Type:name`` principal, a name."""
-    if not isinstance(acl, AclBinding):
-        raise fail(KafkaError._INVALID_ARG, f"expected AclBinding, got {type(acl).__name__}")
-    for value, allowed, what in (
-        (acl.resource_type, RESOURCE_TYPES, "resource type"),
-        (acl.pattern_type, PATTERN_TYPES, "pattern type"),
-        (acl.operation, OPERATIONS, "operation"),
-        (acl.permission, PERMISSIONS, "permission"),
-    ):
-        if value not in allowed:
-            raise fail(
-                KafkaError.INVALID_REQUEST,
-                f"unknown {what} {value!r}; expected one of {', '.join(allowed)}",
-            )
-    if not isinstance(acl.principal, str) or ":" not in acl.principal.strip(":"):
-        raise fail(
-            KafkaError.INVALID_REQUEST, f"principal {acl.principal!r} must look like User:name"
-        )
-    if not isinstance(acl.resource_name, str) or not acl.resource_name:
-        raise fail(KafkaError.INVALID_REQUEST, "resource name must be a non-empty string")
-    check_text(acl.principal, "principal")
-    check_text(acl.resource_name, "resource name")
-    if acl.resource_type == CLUSTER and acl.resource_name != CLUSTER_NAME:
-        raise fail(KafkaError.INVALID_REQUEST, f"the cluster resource is named {CLUSTER_NAME}")
-    if acl.pattern_type == PREFIXED and acl.resource_name == ANY_NAME:
-        raise fail(KafkaError.INVALID_REQUEST, "a prefixed ACL cannot use the wildcard name")
-    return acl
 
 
 def names_resource(acl: AclBinding, resource_type: str, name: str) -> bool:

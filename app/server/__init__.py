@@ -2,7 +2,8 @@
 (librdkafka, kafka-python, aiokafka, kcat) runs against kip98 unchanged.
 
 ``codec`` reads and writes Kafka's frames and entities (kio), ``records`` the record
-batches (aiokafka's record module), ``apis`` maps each API onto the broker's requests, and
+batches (aiokafka's record module), ``apis`` maps each API onto the broker's requests (the
+admin APIs in ``topic_apis``, ``acl_apis``, ``txn_apis``), and
 ``listener`` is the asyncio server; ``kip98 serve`` and ``python -m app.server`` run it.
 """
 

@@ -2,8 +2,9 @@
 
 One function per API key: it reads kio's request entity of whatever version came in,
 sends ``app.protocol`` requests to ``Broker.handle`` (the same handlers the native client
-uses), and describes the response as plain values for ``codec.build``. ``VERSIONS`` is
-exactly what is advertised by ApiVersions: the versions implemented and tested.
+uses), and describes the response as plain values for ``codec.build``. The admin APIs'
+functions are in ``topic_apis``, ``acl_apis`` and ``txn_apis``. ``APIS`` is exactly what
+is advertised by ApiVersions: the versions implemented and tested.
 
 """
 
@@ -35,6 +36,7 @@ from app.protocol import (
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
+from app.server import acl_apis, topic_apis, txn_apis
 from app.server.answer import NODE_ID, Handler, Node, Pending
 from app.server.groups import (
     describe_groups,
@@ -329,10 +331,21 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     15: (0, 5, describe_groups),
     16: (0, 5, list_groups),
     18: (0, 3, api_versions),
+    19: (2, 7, topic_apis.create_topics),
+    20: (1, 6, topic_apis.delete_topics),
     22: (0, 4, init_producer_id),
     24: (0, 3, add_partitions_to_txn),
     25: (0, 3, add_offsets_to_txn),
     26: (0, 3, end_txn),
     28: (0, 3, txn_offset_commit),
+    29: (1, 3, acl_apis.describe_acls),
+    30: (1, 3, acl_apis.create_acls),
+    31: (1, 3, acl_apis.delete_acls),
+    32: (1, 4, topic_apis.describe_configs),
+    33: (0, 2, topic_apis.alter_configs),
+    44: (0, 1, topic_apis.incremental_alter_configs),
+    61: (0, 0, txn_apis.describe_producers),
+    65: (0, 0, txn_apis.describe_transactions),
+    66: (0, 1, txn_apis.list_transactions),
 }  # fmt: skip
 API_VERSIONS_KEY = 18

@@ -3,7 +3,7 @@ schemas, every version, flexible ones included): a frame is a 4-byte size, then 
 request header and body; a response is the size, the response header and body.
 
 Handlers describe a response as plain values (``dict`` per struct, ``list`` per array,
-``int`` per error code and duration); ``build`` fits them to the response entity of the
+``int`` per error code, duration and timestamp in milliseconds); ``build`` fits them to the response entity of the
 version asked, so one handler serves every version: fields the version does not have are
 dropped, fields it has and the values lack take the schema's default.
 """
@@ -22,7 +22,7 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i32Timedelta, i64Timedelta
+from kio.static.primitive import TZAware, i32Timedelta, i64Timedelta
 
 from app.errors import KafkaError
 
@@ -118,6 +118,8 @@ def _convert(hint: Any, value: Any) -> Any:
         return _error_code(value)
     if hint in (i32Timedelta, i64Timedelta):
         return datetime.timedelta(milliseconds=value)
+    if hint is TZAware:
+        return _timestamp(value)
     if isinstance(value, dict):
         return build(hint, value)
     return value
@@ -132,6 +134,8 @@ def _zero(hint: Any) -> Any:
         return ErrorCode.none
     if hint in (i32Timedelta, i64Timedelta):
         return datetime.timedelta(0)
+    if hint is TZAware:
+        return _timestamp(0)
     if hint is uuid.UUID:
         return uuid.UUID(int=0)
     if isinstance(hint, type) and is_dataclass(hint):
@@ -143,6 +147,11 @@ def _zero(hint: Any) -> Any:
     if hint is bytes:
         return b""
     return 0
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """A timestamp field (milliseconds since the epoch, -1 for none) as kio writes it."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
 def _error_code(code: int) -> ErrorCode:

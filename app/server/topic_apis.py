@@ -1,0 +1,214 @@
+"""The Kafka APIs of topic administration: CreateTopics, DeleteTopics, DescribeConfigs,
+AlterConfigs and IncrementalAlterConfigs, each onto the broker's request of that name.
+
+What the wire allows and the broker's requests do not carry is settled here, as Kafka's
+broker settles it before creating anything: a topic named twice, a partition count given
+both ways, a config named twice or without a value. The replication factor is accepted and
+ignored: there are no replicas, PostgreSQL keeps the data.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from app.broker import Broker
+from app.errors import KafkaError, KafkaException, fail
+from app.protocol import (
+    RESOURCE_TOPIC,
+    AlterableConfig,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+    AlterConfigsResourceResponse,
+    CreatableTopic,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+    DescribeConfigsRequest,
+    DescribeConfigsResource,
+    DescribeConfigsResult,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResource,
+    MetadataRequest,
+)
+
+if TYPE_CHECKING:
+    from app.server.apis import Node
+
+# Kafka's default partition count (num.partitions), for a CreateTopics that leaves it to
+# the broker (-1 without an assignment).
+DEFAULT_PARTITIONS = 1
+
+
+def create_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Each topic created on its own. From v5 the answer carries what was created (the
+    partition count, the configs), from v7 the topic id."""
+    names = Counter(t.name for t in request.topics)
+    refused: dict[str, KafkaException] = {}
+    asked: list[CreatableTopic] = []
+    for t in request.topics:
+        if names[t.name] > 1:
+            refused[t.name] = fail(KafkaError.INVALID_REQUEST, f"topic {t.name!r} named twice")
+            continue
+        try:
+            asked.append(_creatable(t))
+        except KafkaException as exc:
+            refused[t.name] = exc
+    answers = broker.handle(CreateTopicsRequest(asked, request.validate_only)).topics
+    created = [a.name for a in answers if a.error_code == KafkaError.NO_ERROR]
+    ids, configs = {}, {}
+    if created and not request.validate_only and request.__version__ >= 5:
+        ids = {t.topic: t.topic_id for t in broker.handle(MetadataRequest(created)).topics}
+        configs = {r.resource_name: r for r in _described(broker, created)}
+    by_name = {a.name: a for a in answers}
+    results = []
+    for name in dict.fromkeys(t.name for t in request.topics):  # request order, once each
+        refusal = refused.get(name)
+        if refusal is not None:
+            results.append(
+                {"name": name, "error_code": refusal.error.code(),
+                 "error_message": refusal.error.str(), "num_partitions": -1,
+                 "replication_factor": -1}
+            )  # fmt: skip
+            continue
+        a = by_name[name]
+        result: dict[str, Any] = {
+            "name": name, "error_code": a.error_code, "error_message": a.error_message,
+            "num_partitions": a.num_partitions,
+            "replication_factor": 1 if a.error_code == KafkaError.NO_ERROR else -1,
+        }  # fmt: skip
+        if ids.get(name) is not None:
+            result["topic_id"] = uuid.UUID(ids[name])
+        if name in configs:
+            result["configs"] = _config_values(configs[name])
+        results.append(result)
+    return {"topics": results}
+
+
+def _creatable(t: Any) -> CreatableTopic:
+    partitions = t.num_partitions
+    if t.assignments:
+        if partitions != -1:
+            raise fail(
+                KafkaError.INVALID_REQUEST,
+                "give the partition count or the replica assignment, not both",
+            )
+        indexes = sorted(a.partition_index for a in t.assignments)
+        if indexes != list(range(len(indexes))):
+            raise fail(
+                KafkaError.INVALID_REPLICA_ASSIGNMENT,
+                f"the assignment's partitions must be 0 to {len(indexes) - 1}, got {indexes}",
+            )
+        partitions = len(indexes)
+    elif partitions == -1:
+        partitions = DEFAULT_PARTITIONS
+    names = Counter(c.name for c in t.configs)
+    for c in t.configs:
+        if names[c.name] > 1:
+            raise fail(KafkaError.INVALID_CONFIG, f"config {c.name!r} given twice")
+        if c.value is None:
+            raise fail(KafkaError.INVALID_CONFIG, f"config {c.name!r} has no value")
+    configs = {c.name: c.value for c in t.configs}
+    return CreatableTopic(t.name, partitions, configs or None)
+
+
+def _described(broker: Broker, topics: list[str]) -> list[DescribeConfigsResult]:
+    resources = [DescribeConfigsResource(RESOURCE_TOPIC, name) for name in topics]
+    found = broker.handle(DescribeConfigsRequest(resources)).results
+    return [r for r in found if r.error_code == KafkaError.NO_ERROR]
+
+
+def _config_values(result: DescribeConfigsResult) -> list[dict[str, Any]]:
+    return [
+        {"name": c.name, "value": c.value, "read_only": c.read_only,
+         "config_source": c.config_source, "is_sensitive": c.is_sensitive, "synonyms": []}
+        for c in result.configs
+    ]  # fmt: skip
+
+
+def delete_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """By name, or from v6 by topic id (looked up among the topics there are)."""
+    if request.__version__ < 6:
+        asked: list[tuple[str | None, uuid.UUID | None]] = [(n, None) for n in request.topic_names]
+    else:
+        asked = [(t.name, t.topic_id) for t in request.topics]
+    if any(name is None for name, _ in asked):
+        listed = broker.handle(MetadataRequest(None)).topics
+        known = {uuid.UUID(m.topic_id): m.topic for m in listed if m.topic_id}
+        asked = [
+            (name or (known.get(topic_id) if topic_id else None), topic_id)
+            for name, topic_id in asked
+        ]
+    answers = iter(broker.handle(DeleteTopicsRequest([n for n, _ in asked if n])).responses)
+    results = []
+    for name, topic_id in asked:
+        if name:
+            a = next(answers)
+            code, message = a.error_code, a.error_message
+        else:
+            code, message = KafkaError.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}"
+        results.append(
+            {"name": name, "topic_id": topic_id or uuid.UUID(int=0), "error_code": code,
+             "error_message": message}
+        )  # fmt: skip
+    return {"responses": results}
+
+
+def describe_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    resources = [
+        DescribeConfigsResource(
+            r.resource_type, r.resource_name,
+            None if r.configuration_keys is None else list(r.configuration_keys),
+        )
+        for r in request.resources
+    ]  # fmt: skip
+    results = broker.handle(DescribeConfigsRequest(resources)).results
+    return {
+        "results": [
+            {"error_code": r.error_code, "error_message": r.error_message,
+             "resource_type": r.resource_type, "resource_name": r.resource_name,
+             "configs": _config_values(r)}
+            for r in results
+        ]
+    }  # fmt: skip
+
+
+def alter_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """The given set replaces the topic's overrides; a config named twice is a bad request,
+    its resource left as it was."""
+    refused: list[AlterConfigsResourceResponse] = []
+    asked: list[AlterConfigsResource] = []
+    for r in request.resources:
+        names = Counter(c.name for c in r.configs)
+        twice = sorted(n for n, k in names.items() if k > 1)
+        if twice:
+            refused.append(
+                AlterConfigsResourceResponse(
+                    r.resource_type, r.resource_name, KafkaError.INVALID_REQUEST,
+                    f"configs named twice: {twice}",
+                )
+            )  # fmt: skip
+            continue
+        configs = {c.name: c.value for c in r.configs}
+        asked.append(AlterConfigsResource(r.resource_type, r.resource_name, configs))
+    answers = broker.handle(AlterConfigsRequest(asked, request.validate_only)).responses
+    return {"responses": [_altered(a) for a in [*answers, *refused]]}
+
+
+def incremental_alter_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    resources = [
+        IncrementalAlterConfigsResource(
+            r.resource_type, r.resource_name,
+            [AlterableConfig(c.name, c.config_operation, c.value) for c in r.configs],
+        )
+        for r in request.resources
+    ]  # fmt: skip
+    answers = broker.handle(IncrementalAlterConfigsRequest(resources, request.validate_only))
+    return {"responses": [_altered(a) for a in answers.responses]}
+
+
+def _altered(a: AlterConfigsResourceResponse) -> dict[str, Any]:
+    return {
+        "error_code": a.error_code, "error_message": a.error_message,
+        "resource_type": a.resource_type, "resource_name": a.resource_name,
+    }  # fmt: skip

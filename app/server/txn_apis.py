@@ -1,0 +1,100 @@
+"""The Kafka APIs of KIP-664's transaction tooling: ListTransactions, DescribeTransactions,
+DescribeProducers, onto the broker's requests. The wire names a transaction's state as
+Kafka's coordinator does (``Ongoing``, ``PrepareCommit``, ...)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from app.broker import Broker
+from app.protocol import (
+    DescribeProducersRequest,
+    DescribeTransactionsRequest,
+    ListTransactionsRequest,
+)
+
+if TYPE_CHECKING:
+    from app.server.apis import Node
+
+# The coordinator's state names, and Kafka's for the same states.
+KAFKA_STATES = {
+    "EMPTY": "Empty",
+    "BEGIN": "Ongoing",
+    "PREPARE_COMMIT": "PrepareCommit",
+    "PREPARE_ABORT": "PrepareAbort",
+    "COMPLETE_COMMIT": "CompleteCommit",
+    "COMPLETE_ABORT": "CompleteAbort",
+    "DEAD": "Dead",
+}
+_STATES_BY_KAFKA_NAME = {kafka: name for name, kafka in KAFKA_STATES.items()}
+
+
+def _kafka_state(state: str) -> str:
+    return KAFKA_STATES.get(state, state)
+
+
+def list_transactions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """An empty state or producer filter is no filter, as in Kafka."""
+    asked = list(request.state_filters)
+    unknown = [s for s in asked if s not in _STATES_BY_KAFKA_NAME]
+    states = [_STATES_BY_KAFKA_NAME[s] for s in asked if s in _STATES_BY_KAFKA_NAME]
+    if asked and not states:  # only unknown states: none matches
+        return {"error_code": 0, "unknown_state_filters": unknown, "transaction_states": []}
+    a = broker.handle(
+        ListTransactionsRequest(
+            states or None, list(request.producer_id_filters),
+            getattr(request, "duration_filter", -1),
+        )
+    )  # fmt: skip
+    listed = [
+        {"transactional_id": t.transactional_id, "producer_id": t.producer_id,
+         "transaction_state": _kafka_state(t.state)}
+        for t in a.transaction_states
+    ]  # fmt: skip
+    return {"error_code": a.error_code, "unknown_state_filters": unknown,
+            "transaction_states": listed}  # fmt: skip
+
+
+def describe_transactions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    a = broker.handle(DescribeTransactionsRequest(list(request.transactional_ids)))
+    states = []
+    for t in a.transaction_states:
+        d = t.description
+        if d is None:
+            states.append(
+                {"error_code": t.error_code, "transactional_id": t.transactional_id,
+                 "transaction_state": "", "transaction_timeout": 0,
+                 "producer_id": -1, "producer_epoch": -1,
+                 "topics": []}
+            )  # fmt: skip
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in d.partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        states.append(
+            {"error_code": t.error_code, "transactional_id": d.transactional_id,
+             "transaction_state": _kafka_state(d.state), "transaction_timeout": d.timeout_ms,
+             "transaction_start_time": d.txn_start_ms, "producer_id": d.producer_id,
+             "producer_epoch": d.producer_epoch,
+             "topics": [{"topic": topic, "partitions": p} for topic, p in by_topic.items()]}
+        )  # fmt: skip
+    return {"transaction_states": states}
+
+
+def describe_producers(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    asked = [(t.name, p) for t in request.topics for p in t.partition_indexes]
+    a = broker.handle(DescribeProducersRequest(asked))
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in a.partitions:
+        producers = [
+            {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
+             "last_sequence": s.last_sequence, "last_timestamp": s.last_timestamp,
+             "coordinator_epoch": s.coordinator_epoch,
+             "current_txn_start_offset": s.current_transaction_start_offset}
+            for s in p.active_producers
+        ]  # fmt: skip
+        by_topic.setdefault(p.topic, []).append(
+            {"partition_index": p.partition, "error_code": p.error_code,
+             "error_message": p.error_message, "active_producers": producers}
+        )  # fmt: skip
+    return {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}
