@@ -79,6 +79,7 @@ def produce_request(
     return ProduceRequest(
         topic, partition, rows, batch.producer_id, batch.producer_epoch, batch.base_sequence,
         transactional_id if batch.is_transactional else None, batch.is_transactional,
+        size_bytes=len(records),
     )  # fmt: skip
 
 
