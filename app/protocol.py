@@ -161,6 +161,10 @@ class ProduceRequest(Request["ProduceResponse"]):
     base_sequence: int = NO_SEQUENCE
     transactional_id: str | None = None
     is_transactional: bool = False
+    # The batch's size as a Kafka client sent it (its record batch, compressed if it was),
+    # which message.max.bytes limits, as Kafka's brokers count it; None: the size of its
+    # records as the native client counts them (record_size_bytes).
+    size_bytes: int | None = None
 
 
 @dataclass(frozen=True)

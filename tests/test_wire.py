@@ -16,11 +16,11 @@ import pytest
 from app.broker import Broker
 from app.client import Consumer, KafkaError, Producer, TopicPartition
 from app.log.topics import create_topic
+from app.server.process import free_port
 from tests.txn_driver import read_values
 from tests.wire_client import (
     consume_all,
     delivered,
-    free_port,
     read_response,
     request_frame,
     serving,

@@ -4,12 +4,8 @@ librdkafka or with raw kio frames."""
 from __future__ import annotations
 
 import io
-import os
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,25 +13,7 @@ from typing import Any
 
 import confluent_kafka as ck
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"kip98 serve exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError("kip98 serve did not start listening")
+from app.server.process import ServeProcess
 
 
 def delivered(producer: ck.Producer, n: int, **produce: Any) -> list[tuple[Any, int]]:
@@ -91,22 +69,15 @@ def read_response(sock: socket.socket, api_key: int, version: int) -> Any:
 def serving(db_url: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
     """A ``kip98 serve`` process on a free port (``args`` added to its command line,
     ``env`` to its environment); its bootstrap.servers. It must stop cleanly on SIGTERM."""
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app.server", "--listen", address, *args],
-        env={**os.environ, "KIP98_DATABASE_URL": db_url, **(env or {})},
-    )
+    serve = ServeProcess(db_url, args=args, env=env)
+    serve.start()
     try:
-        wait_for_port(port, proc)
-        yield address
+        yield serve.address
     finally:
-        proc.send_signal(signal.SIGTERM)
         try:
-            assert proc.wait(30) == 0, "kip98 serve did not stop cleanly on SIGTERM"
+            assert serve.stop() == 0, "kip98 serve did not stop cleanly on SIGTERM"
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            serve.kill()
 
 
 def exchange(server: str, api_key: int, version: int, body: Any) -> Any:

@@ -61,7 +61,7 @@ def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
             "a transactional batch needs a producer id and a transactional id",
         )
     columns = Columns(req.records)
-    size = columns.size_bytes()
+    size = columns.size_bytes() if req.size_bytes is None else req.size_bytes
     if size > max_bytes:
         raise fail(
             KafkaError.MSG_SIZE_TOO_LARGE,

@@ -19,6 +19,7 @@ from app.errors import KafkaError, KafkaException
 from app.protocol import (
     COORDINATOR_GROUP,
     READ_COMMITTED,
+    AbortedTransaction,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
@@ -130,37 +131,72 @@ def _fetch_pass(
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
-            answer = broker.handle(
-                FetchRequest(
-                    topic.topic, part.partition, part.fetch_offset,
-                    max_bytes=max(1, min(part.partition_max_bytes, left)),
-                    isolation_level=request.isolation_level, min_one_record=total == 0,
-                    batches=True,
-                )
+            answer, records, aborted = _read(
+                broker, topic.topic, part.partition, part.fetch_offset,
+                max(1, min(part.partition_max_bytes, left)), request.isolation_level, total == 0,
             )  # fmt: skip
-            records = encode_batches(answer.log_records)
             total += len(records)
             left = max(0, left - len(records))
-            partitions.append(_fetched(part.partition, answer, records, request.isolation_level))
+            partitions.append(_fetched(part.partition, answer, records, aborted))
         responses.append({"topic": topic.topic, "partitions": partitions})
     if total >= request.min_bytes or time.monotonic() + pause > deadline:
         return {"error_code": 0, "session_id": 0, "responses": responses}
     return Pending(pause, lambda: _fetch_pass(broker, request, deadline, min(pause * 2, 0.1)))
 
 
+def _read(
+    broker: Broker,
+    topic: str,
+    partition: int,
+    offset: int,
+    max_bytes: int,
+    isolation: int,
+    min_one: bool,
+) -> tuple[FetchResponse, bytes, list[AbortedTransaction] | None]:
+    """One partition's part of a fetch: reads of the log until ``max_bytes`` are filled
+    or what may be read is read. A read returns at most ``fetch_max_records`` records, and
+    a Kafka client keeps one fetch in flight per broker, so one read per fetch would hold
+    it to that many records per round trip. The answer is the last read's (its high
+    watermark, LSO and log start); the aborted transactions are every read's."""
+    limit = broker.settings.fetch_max_records
+    out = bytearray()
+    aborted: dict[tuple[int, int], AbortedTransaction] = {}
+    answer = None
+    while True:
+        read = broker.handle(
+            FetchRequest(
+                topic, partition, offset, max_bytes=max(1, max_bytes - len(out)),
+                isolation_level=isolation, min_one_record=min_one and not out, batches=True,
+            )
+        )  # fmt: skip
+        if read.error_code != KafkaError.NO_ERROR and answer is not None:
+            break  # what was read stands; the next fetch meets the error
+        answer = read
+        for a in read.aborted_transactions:
+            aborted[(a.producer_id, a.first_offset)] = a
+        out += encode_batches(read.log_records)
+        readable = read.last_stable_offset if isolation == READ_COMMITTED else read.high_watermark
+        # A whole read ends ``limit`` offsets on; one that ends sooner met the end of what
+        # may be read or was cut by max_bytes.
+        if read.error_code or read.next_offset >= readable or read.next_offset < offset + limit:
+            break
+        offset = read.next_offset
+    return answer, bytes(out), list(aborted.values()) if isolation == READ_COMMITTED else None
+
+
 def _fetched(
-    partition: int, answer: FetchResponse, records: bytes, isolation: int
+    partition: int,
+    answer: FetchResponse,
+    records: bytes,
+    aborted: list[AbortedTransaction] | None,
 ) -> dict[str, Any]:
-    aborted = None
-    if isolation == READ_COMMITTED:
-        aborted = [
-            {"producer_id": a.producer_id, "first_offset": a.first_offset}
-            for a in answer.aborted_transactions
-        ]
+    listed = None
+    if aborted is not None:
+        listed = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
     return {
         "partition_index": partition, "error_code": answer.error_code,
         "high_watermark": answer.high_watermark, "last_stable_offset": answer.last_stable_offset,
-        "log_start_offset": answer.log_start_offset, "aborted_transactions": aborted,
+        "log_start_offset": answer.log_start_offset, "aborted_transactions": listed,
         "preferred_read_replica": -1, "records": records,
     }  # fmt: skip
 

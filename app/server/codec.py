@@ -52,15 +52,16 @@ def request_schema(api_key: int, api_version: int) -> type[Any] | None:
 
 
 def parse_request(frame: bytes, schema: type[Any]) -> tuple[Any, Any]:
-    """The request header and body of ``frame``, read with ``schema``'s header version."""
+    """The request header and body of ``frame``, read with ``schema``'s header version.
+
+    Bytes after the body are ignored, as Kafka's brokers ignore them: librdkafka's
+    Metadata request for all topics (v9 and later) keeps the 4 bytes it set aside for the
+    topic count where the compact null takes 1, so 3 zero bytes follow its body."""
     try:
         header, offset = _reader(schema.__header_schema__)(frame, 0)
-        body, size = _reader(schema)(frame, offset)  # kio answers with the bytes it read
-        end = offset + size
+        body, _ = _reader(schema)(frame, offset)
     except Exception as exc:  # kio raises several kinds on truncated or garbled input
         raise MalformedRequest(f"cannot read {schema.__name__}: {exc}") from exc
-    if end != len(frame):
-        raise MalformedRequest(f"{len(frame) - end} bytes after {schema.__name__}")
     return header, body
 
 

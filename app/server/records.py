@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import struct
 from itertools import groupby
+from operator import itemgetter
+from typing import Any
 
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.default_records import (
@@ -46,6 +48,10 @@ CONTROL_MASK = DefaultRecordBase.CONTROL_MASK
 _CONTROL_KEY = struct.Struct(">hh")
 _CONTROL_VALUE = struct.Struct(">hi")
 _UNBOUNDED = 2**31 - 1
+# A stored record's offset, timestamp, key, value and headers (LogRecord's first fields).
+_DATA_FIELDS = itemgetter(0, 1, 2, 3, 4)
+# A RecordIn from a ready tuple, without the Python-level __new__ of a NamedTuple.
+_new = tuple.__new__
 
 
 def produce_request(
@@ -69,9 +75,7 @@ def produce_request(
             raise fail(KafkaError.CORRUPT_MESSAGE, "record batch CRC mismatch")
         if batch.is_control_batch:
             raise fail(KafkaError.INVALID_RECORD, "clients may not write control batches")
-        rows = [
-            RecordIn(r.key, r.value, r.timestamp, stored_headers(r.headers) or None) for r in batch
-        ]
+        rows = _rows(batch)
     except UnsupportedCodecError as exc:
         raise fail(KafkaError.UNSUPPORTED_COMPRESSION_TYPE, str(exc)) from exc
     except CorruptRecordException as exc:
@@ -79,7 +83,19 @@ def produce_request(
     return ProduceRequest(
         topic, partition, rows, batch.producer_id, batch.producer_epoch, batch.base_sequence,
         transactional_id if batch.is_transactional else None, batch.is_transactional,
+        size_bytes=len(records),
     )  # fmt: skip
+
+
+def _rows(batch: Any) -> list[RecordIn]:
+    """The batch's records, built in C where it can be: this runs once per record of every
+    batch produced, and headers are usually absent."""
+    return [
+        _new(
+            RecordIn, (r.key, r.value, r.timestamp, stored_headers(h) if (h := r.headers) else None)
+        )
+        for r in batch
+    ]
 
 
 def encode_batches(records: list[LogRecord]) -> bytes:
@@ -96,11 +112,16 @@ def _batch(run: list[LogRecord]) -> bytearray:
     builder = DefaultRecordBatchBuilder(
         MAGIC, 0, int(is_transactional), producer_id, producer_epoch, sequence, _UNBOUNDED
     )
-    for offset, timestamp, key, value, headers, *_, control_type, coordinator_epoch in run:
-        if is_control:
+    append = builder.append
+    if is_control:
+        for offset, timestamp, *_, control_type, coordinator_epoch in run:
             key = _CONTROL_KEY.pack(0, control_type)
             value = _CONTROL_VALUE.pack(0, coordinator_epoch or 0)
-        builder.append(offset - first_offset, timestamp, key, value, headers_of_stored(headers))
+            append(offset - first_offset, timestamp, key, value, [])
+    else:  # once per record of every fetch: no per-record list, no call for absent headers
+        for offset, timestamp, key, value, headers in map(_DATA_FIELDS, run):
+            headers = headers_of_stored(headers) if headers else []
+            append(offset - first_offset, timestamp, key, value, headers)
     batch = builder.build()
     _BASE_OFFSET.pack_into(batch, 0, first_offset)
     if is_control:

@@ -1,0 +1,125 @@
+"""``kcat`` (librdkafka's command-line client, as Debian packages it) against ``kip98
+serve``: listing metadata, producing keyed records with headers, consuming in both
+isolation levels; its records read by the native Consumer and the native Producer's by
+it. ``scripts/setup`` installs kcat where it can."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from app.broker import Broker
+from app.client import Consumer, Message, Producer, TopicPartition
+from app.log.topics import create_topic
+
+
+@pytest.fixture
+def kcat() -> str:
+    path = shutil.which("kcat")
+    if path is None:
+        pytest.fail(
+            "kcat is not installed: run scripts/setup as root or with sudo "
+            "(it runs apt-get install kcat), or install Debian's kcat package"
+        )
+    return path
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    broker = Broker.connect(db_url)
+    create_topic(broker, "t", 2)
+    create_topic(broker, "other", 3)
+    return broker
+
+
+def run(kcat: str, server: str, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        [kcat, "-b", server, *args], input=stdin, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def consumed(kcat: str, server: str, partition: int, *args: str) -> list[dict[str, Any]]:
+    """Every record of ``t`` [partition] from the beginning to the end, as kcat's JSON."""
+    out = run(kcat, server, "-C", "-t", "t", "-p", str(partition), "-o", "beginning", "-e",
+              "-J", *args)  # fmt: skip
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_metadata_lists_the_topics_and_their_partitions(
+    kcat: str, server: str, broker: Broker
+) -> None:
+    listed = json.loads(run(kcat, server, "-L", "-J"))
+    host, port = server.split(":")
+    assert listed["brokers"] == [{"id": 0, "name": f"{host}:{port}"}]
+    topics = {t["topic"]: t["partitions"] for t in listed["topics"]}
+    assert {name: [p["partition"] for p in parts] for name, parts in topics.items()} == {
+        "t": [0, 1],
+        "other": [0, 1, 2],
+    }
+    assert all(p["leader"] == 0 for parts in topics.values() for p in parts)
+
+
+def test_kcats_records_are_read_by_the_native_consumer(
+    kcat: str, server: str, broker: Broker, db_url: str
+) -> None:
+    lines = "".join(f"key-{i}:value-{i}\n" for i in range(5))
+    run(kcat, server, "-P", "-t", "t", "-p", "0", "-K", ":", "-H", "source=kcat", "-H",
+        "n=1", "-X", "enable.idempotence=true", stdin=lines)  # fmt: skip
+    native = Consumer({"database.url": db_url, "group.id": "native",
+                       "auto.offset.reset": "earliest"})  # fmt: skip
+    try:
+        native.assign([TopicPartition("t", 0, 0)])
+        got: list[Message] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [m for m in native.consume(10, 0.5) if m.error() is None]
+    finally:
+        native.close()
+    assert [(m.key(), m.value()) for m in got] == [
+        (f"key-{i}".encode(), f"value-{i}".encode()) for i in range(5)
+    ]
+    assert all(m.headers() == [("source", b"kcat"), ("n", b"1")] for m in got)
+    # And kcat reads back what it wrote.
+    assert [(r["key"], r["payload"], r["headers"]) for r in consumed(kcat, server, 0)] == [
+        (f"key-{i}", f"value-{i}", ["source", "kcat", "n", "1"]) for i in range(5)
+    ]
+
+
+def test_the_native_producers_transactions_are_read_by_kcat_in_both_isolation_levels(
+    kcat: str, server: str, broker: Broker, db_url: str
+) -> None:
+    native = Producer({"database.url": db_url, "transactional.id": "native"})
+    try:
+        native.init_transactions()
+        native.begin_transaction()
+        native.produce("t", "kept", "k", partition=1, headers={"h": b"1"})
+        native.commit_transaction()
+        native.begin_transaction()
+        native.produce("t", "aborted", partition=1)
+        native.flush()
+        native.abort_transaction()
+        native.begin_transaction()
+        native.produce("t", "open", partition=1)
+        native.flush()
+
+        committed = consumed(kcat, server, 1, "-X", "isolation.level=read_committed")
+        assert [(r["offset"], r["key"], r["payload"], r["headers"]) for r in committed] == [
+            (0, "k", "kept", ["h", "1"])
+        ]
+        everything = consumed(kcat, server, 1, "-X", "isolation.level=read_uncommitted")
+        # Offsets 1 and 3 are the COMMIT and ABORT markers.
+        assert [(r["offset"], r["payload"]) for r in everything] == [
+            (0, "kept"), (2, "aborted"), (4, "open"),
+        ]  # fmt: skip
+        native.commit_transaction()
+    finally:
+        native.close()
+    after = consumed(kcat, server, 1, "-X", "isolation.level=read_committed")
+    assert [r["payload"] for r in after] == ["kept", "open"]
