@@ -3,9 +3,10 @@ schemas, every version, flexible ones included): a frame is a 4-byte size, then 
 request header and body; a response is the size, the response header and body.
 
 Handlers describe a response as plain values (``dict`` per struct, ``list`` per array,
-``int`` per error code, duration and timestamp in milliseconds); ``build`` fits them to the response entity of the
-version asked, so one handler serves every version: fields the version does not have are
-dropped, fields it has and the values lack take the schema's default.
+``int`` per error code, and per duration and timestamp in milliseconds); ``build`` fits
+them to the response entity of the version asked, so one handler serves every version:
+fields the version does not have are dropped, fields it has and the values lack take the
+schema's default.
 """
 
 from __future__ import annotations
