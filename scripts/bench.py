@@ -864,12 +864,12 @@ How to read these figures:
   COPY and commit as the native Producer. While it waits for an answer, librdkafka's
   broker thread polls its socket without a timeout, a core of this 2-CPU machine that the
   server and PostgreSQL would otherwise have. Across runs of 100,000 records the producer
-  ratio lands at 1.23-1.25 (median of rounds; rounds 0.93-1.43). A fetch reads the log
+  ratio lands at 1.23-1.26 (median of rounds; rounds 0.93-1.49). A fetch reads the log
   with the batch fields a Kafka client needs (producer epoch, sequence, markers), about a
   third dearer in PostgreSQL than the native fetch's columns, and encodes each record into
   a batch again; librdkafka keeps one fetch in flight, so the server's reading and the
-  client's work do not overlap. The consumer ratio lands at 0.70-0.81 (median of rounds;
-  rounds 0.57-1.11). A record goes from `produce()` to a consumer's poll in 8-9 ms at the
+  client's work do not overlap. The consumer ratio lands at 0.70-0.82 (median of rounds;
+  rounds 0.57-1.13). A record goes from `produce()` to a consumer's poll in 8-9 ms at the
   median and 12-14 ms at p99: a produce through the server ends the long poll of a fetch
   waiting there at once.
 - **Spark (target 0.5).** Read the floor line: PostgreSQL alone inserting the same rows
