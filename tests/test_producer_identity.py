@@ -1,5 +1,6 @@
 """A partition accepts an idempotent batch only under an identity the coordinator handed
-out: an allocated producer id, at an epoch no higher than the one it was given.
+out: an allocated producer id and, for a transactional id's producer id, an epoch no higher
+than the one it was given (an idempotent producer's id may raise its own epoch).
 
 Without this, a client with Write on a topic could stamp its batches with someone else's
 producer id and a higher epoch, and every marker of that producer's transaction on the
@@ -87,12 +88,19 @@ def test_a_producer_id_never_allocated_is_refused(broker: Broker) -> None:
     assert partition_offsets(broker, "p", 0) == (0, 0)
 
 
-def test_an_idempotent_producer_has_only_epoch_zero(broker: Broker) -> None:
+def test_an_idempotent_producer_may_raise_its_own_epoch(broker: Broker) -> None:
+    """librdkafka's idempotent producer bumps its epoch itself after a batch whose outcome
+    it cannot know, and starts its sequences again at 0; Kafka takes it, and so must we.
+    Its id is its alone, so no one else's state is at stake; an older epoch stays fenced."""
     pid = idempotent_producer_id(broker)
-    assert produce(broker, forged(pid, 1)).error_code == KafkaError.UNKNOWN_PRODUCER_ID
     assert produce(broker, forged(pid, 0)).error_code == 0
-    assert produce(broker, forged(pid, 1)).error_code == KafkaError.UNKNOWN_PRODUCER_ID
-    assert partition_offsets(broker, "p", 0) == (1, 1)
+    assert produce(broker, forged(pid, 0, seq=1)).error_code == 0
+    bumped = produce(broker, forged(pid, 1, seq=5))
+    assert bumped.error_code == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER  # a new epoch starts at 0
+    assert produce(broker, forged(pid, 1)).error_code == 0
+    assert produce(broker, forged(pid, 0, seq=2)).error_code == KafkaError.INVALID_PRODUCER_EPOCH
+    assert produce(broker, forged(pid, 3, partition=1)).error_code == 0  # first seen bumped
+    assert partition_offsets(broker, "p", 0) == (3, 3)
 
 
 def test_an_identity_the_partition_knows_is_not_looked_up_again(broker: Broker) -> None:
@@ -115,9 +123,15 @@ def test_a_transactional_producer_id_is_bounded_by_its_current_epoch(broker: Bro
 
 def test_one_request_checks_each_batch(broker: Broker) -> None:
     pid = idempotent_producer_id(broker)
+    d = TxnDriver(broker, "tx")
+    assert d.init() == 0
     responses = produce_many(
         broker,
-        [forged(pid, 0, partition=0), forged(pid + 1000, 0, partition=1), forged(pid, 3, 2)],
+        [
+            forged(pid, 0, partition=0),
+            forged(pid + 1000, 0, partition=1),
+            forged(d.producer_id, 3, partition=2),
+        ],
     )
     assert [r.error_code for r in responses] == [
         0,

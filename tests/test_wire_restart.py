@@ -11,6 +11,7 @@ keeps its order across two kills.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -200,3 +201,51 @@ def test_an_idempotent_producer_keeps_its_order_across_kills(
     assert outage.killed == 2
     assert sorted(delivered) == list(range(records))
     assert read_values(Broker.connect(db_url), "t", 0) == [f"{i}" for i in range(records)]
+
+
+def test_an_idempotent_producer_raises_its_own_epoch_after_records_time_out(
+    serve: ServeProcess, db_url: str
+) -> None:
+    """Records whose request timed out may or may not be in the log, so librdkafka drains
+    and raises its producer's epoch itself, starting its sequences again at 0 (docs/design.md
+    rule 19). The server is stopped (SIGSTOP), not killed, so the timed-out request may yet
+    be written when it resumes; either way the later records are taken in the new epoch."""
+    assert serve.proc is not None
+    errors: list[ck.KafkaError] = []
+    delivered: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            delivered.append(msg.value().decode())
+
+    producer = ck.Producer({"bootstrap.servers": serve.address, "enable.idempotence": True,
+                            "linger.ms": 5, "request.timeout.ms": 1500,
+                            "message.timeout.ms": 2500})  # fmt: skip
+    for i in range(10):
+        producer.produce("t", f"before-{i}", partition=0, on_delivery=report)
+    assert producer.flush(30) == 0
+    serve.proc.send_signal(signal.SIGSTOP)
+    try:
+        for i in range(5):
+            producer.produce("t", f"lost-{i}", partition=0, on_delivery=report)
+        wait_until(lambda: producer.poll(0.05) is not None and len(errors) == 5, "no timeouts", 30)
+    finally:
+        serve.proc.send_signal(signal.SIGCONT)
+    assert {e.code() for e in errors} == {ck.KafkaError._MSG_TIMED_OUT}
+    for i in range(10):
+        producer.produce("t", f"after-{i}", partition=0, on_delivery=report)
+    assert producer.flush(60) == 0
+    assert len(errors) == 5, errors[5:]  # nothing after the outage failed
+
+    before = [f"before-{i}" for i in range(10)]
+    lost = [f"lost-{i}" for i in range(5)]
+    after = [f"after-{i}" for i in range(10)]
+    assert delivered == before + after
+    assert read_values(Broker.connect(db_url), "t", 0) in (before + after, before + lost + after)
+    with Broker.connect(db_url).engine.connect() as conn:
+        epochs = conn.exec_driver_sql(
+            "SELECT producer_epoch FROM producer_states WHERE topic = 't'"
+        ).scalars()
+        assert max(epochs) >= 1  # the batches after the outage came in a raised epoch

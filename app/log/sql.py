@@ -395,15 +395,17 @@ ALLOCATE_PRODUCER_ID = text(
     """
 )
 
-# The highest epoch handed out for each allocated producer id among :producer_ids (an id
-# not returned was never allocated). An idempotent producer's id only ever has epoch 0
-# (InitProducerId without a transactional id allocates a new id instead of bumping); a
-# transactional id's current and previous identities are in its ``transactions`` row; -1
-# for an id its transactional id holds no more (rotated away, or the id expired).
+# The highest epoch allowed for each allocated producer id among :producer_ids (an id
+# not returned was never allocated). An idempotent producer's id is its holder's alone and
+# the holder may raise its epoch itself, restarting its sequences at 0 after a failure whose
+# outcome it cannot know (librdkafka does; Kafka allows it), so any epoch up to the int16
+# maximum; a transactional id's current and previous identities are in its
+# ``transactions`` row, and only the coordinator bumps them; -1 for an id its
+# transactional id holds no more (rotated away, or the id expired).
 ISSUED_PRODUCER_EPOCHS = text(
     """
     SELECT a.producer_id,
-           CASE WHEN a.transactional_id IS NULL THEN 0
+           CASE WHEN a.transactional_id IS NULL THEN 32767
                 WHEN t.producer_id = a.producer_id THEN t.producer_epoch
                 WHEN t.last_producer_id = a.producer_id THEN t.last_producer_epoch
                 ELSE -1 END AS issued_epoch
