@@ -1,9 +1,8 @@
-"""How a client reaches the broker library, and which database failures it may retry.
+"""How a client retries a request whose outcome a lost connection left unknown.
 
-Each client owns its engine, tagged with ``client.id`` as PostgreSQL's
-``application_name``: an admin can then tell clients apart in ``pg_stat_activity`` (and
-fault-injection tests can terminate exactly one client's backends), and closing a client
-releases its connections without touching anyone else's pool.
+The transport itself (the client's engine and broker, what a failure means) is the
+broker's in-process endpoint, ``app.broker.endpoint``; it is passed on here so the client
+modules have one place to import it from.
 """
 
 from __future__ import annotations
@@ -12,74 +11,26 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from sqlalchemy import Engine, create_engine
-
-from app.broker import Broker, principal_from_env
+from app.broker.endpoint import (
+    client_broker,
+    is_connection_error,
+    kafka_error,
+    kafka_errors,
+    raise_as_kafka,
+    request_deadline,
+)
 from app.errors import KafkaError, fail
-from app.settings import BrokerSettings
-from app.storage.engine import resolve_url
-from app.storage.errors import is_retriable, kafka_error, kafka_errors, raise_as_kafka
-from app.storage.limits import bound_requests, connect_args, request_deadline
 
-# What the client modules need of storage comes through here.
 __all__ = [
     "client_broker",
-    "client_engine",
     "is_connection_error",
     "kafka_error",
     "kafka_errors",
     "raise_as_kafka",
-    "request_deadline",
     "retry_connection_loss",
 ]
 
 R = TypeVar("R")
-
-# PostgreSQL truncates application_name to NAMEDATALEN - 1 bytes.
-_APPLICATION_NAME_MAX = 63
-
-
-def client_engine(url: str | None, client_id: str | None, settings: BrokerSettings) -> Engine:
-    """A small pool: a producer needs one connection for its sender, a consumer one per
-    fetch, plus the occasional control request from the caller's thread. Its sessions are
-    bounded (``app.storage.limits``), so a paused client cannot hold a partition for long."""
-    args = connect_args(settings)
-    if client_id:
-        args["application_name"] = client_id.encode()[:_APPLICATION_NAME_MAX].decode(
-            errors="ignore"
-        )
-    engine = create_engine(
-        resolve_url(url),
-        pool_size=2,
-        max_overflow=8,
-        # A backend may be gone (terminated, server restarted) while pooled; ping first so a
-        # stale connection costs a reconnect rather than a failed request.
-        pool_pre_ping=True,
-        pool_recycle=3600,
-        connect_args=args,
-    )
-    return bound_requests(engine, settings)
-
-
-def client_broker(url: str | None, client_id: str | None, principal: str | None = None) -> Broker:
-    """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL."""
-    settings = BrokerSettings.from_env()
-    return Broker(
-        engine=client_engine(url, client_id, settings),
-        settings=settings,
-        principal=principal or principal_from_env(),
-    )
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """Whether a failed request may simply be sent again: the connection lost, the server
-    restarting, a bound reached, a conflict that outlasted its retries.
-
-    A lost connection leaves the outcome unknown (the COMMIT may or may not have happened),
-    which is safe to retry only because requests are idempotent: an idempotent produce is
-    deduplicated by sequence number, and reads change nothing.
-    """
-    return is_retriable(exc)
 
 
 def retry_connection_loss(
