@@ -152,10 +152,12 @@ def records_copy(url: str, data: list[tuple[bytes, bytes]], batch: int) -> float
     now = int(time.time() * 1000)
     parts = []
     for start in range(0, len(data), batch):
-        columns = Columns([RecordIn(k, v, now) for k, v in data[start : start + batch]])
-        parts.append(
-            encode_rows("floor", 0, start, columns, columns.timestamps, 1, 0, start, False)
+        records = [RecordIn(k, v, now) for k, v in data[start : start + batch]]
+        columns = Columns(records)
+        req = ProduceRequest(
+            "floor", 0, records, producer_id=1, producer_epoch=0, base_sequence=start
         )
+        parts.append(encode_rows(req, start, columns, columns.timestamps))
     payload = copy_payload_of(parts)
     with psycopg.connect(conninfo(url)) as conn:
 

@@ -461,3 +461,19 @@ def test_finite_retries_leave_the_unresolved_commit_to_the_commit(
         producer.close()
     assert read_values(broker, "t", 0) == ["v"]
     assert state_of(broker, "few-retries") == m.COMPLETE_COMMIT
+
+
+def test_a_partition_twice_in_a_commit_keeps_its_batches_in_order(broker: Broker) -> None:
+    """Two batches for one partition in the commit request: the second is decided on the
+    offsets and producer state the first left, and the markers close what both opened."""
+    driver = TxnDriver(broker, "twice")
+    assert driver.init() == 0
+    first, other = driver.requests(("t", 0, "a"), ("t", 1, "b"))
+    second = replace(first, records=[RecordIn(None, b"a2", 0)], base_sequence=1)
+    r = driver.commit_with([first, other, second], register=PARTITIONS)
+    assert [(b.error_code, b.base_offset) for b in r.batches] == [(0, 0), (0, 0), (0, 1)]
+    assert r.end is not None and r.end.error_code == 0
+    assert read_values(broker, "t", 0) == ["a", "a2"]
+    assert partition_offsets(broker, "t", 0) == (3, 3)  # two records and the marker
+    assert settled(broker)
+    assert_partition_log_rebuilds(broker, broker.clock.now_ms())

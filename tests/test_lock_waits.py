@@ -23,7 +23,7 @@ from app.broker.work import Work
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException
 from app.log.inspect import abort_hanging
-from app.log.markers import write_txn_marker
+from app.log.markers import Marker, write_txn_markers
 from app.log.topics import create_topic
 from app.protocol import CONTROL_COMMIT, InitProducerIdRequest, ProduceRequest, RecordIn
 from tests.test_markers import wait_for_lock_wait
@@ -142,10 +142,11 @@ def test_abort_hanging_racing_the_commit_writes_no_abort(broker: Broker, then: s
         ).scalar_one()
 
     def commit(conn: object) -> None:
-        assert write_txn_marker(
-            conn, "t", 0, d.producer_id, d.producer_epoch, max(coordinator_epoch, 0),  # type: ignore[arg-type]
-            CONTROL_COMMIT, broker.clock.now_ms(),
+        marker = Marker(
+            d.producer_id, d.producer_epoch, max(coordinator_epoch, 0), CONTROL_COMMIT,
+            broker.clock.now_ms(),
         )  # fmt: skip
+        assert write_txn_markers(conn, [("t", 0)], marker)  # type: ignore[arg-type]
         if then == "committed and reopened":
             _, [opened] = append_batches(Work(broker, conn), d.requests(("t", 0, "n")), None)  # type: ignore[arg-type]
             assert (opened.error_code, opened.base_offset) == (0, 2)

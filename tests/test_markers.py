@@ -17,7 +17,7 @@ from app.broker.work import Work
 from app.coordinator import machines as m
 from app.coordinator.handlers import prepare_end_txn, roll_forward
 from app.errors import KafkaError, KafkaException
-from app.log.markers import write_txn_marker, write_txn_markers
+from app.log.markers import Marker, write_txn_markers
 from app.log.topics import create_topic, delete_topic
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
@@ -105,17 +105,11 @@ def test_set_based_markers_match_one_at_a_time(broker: Broker, control: int) -> 
         partitions = [(topic, 2), (topic, 0), (topic, 1)]
         with broker.engine.begin() as conn:
             if together:
-                written = write_txn_markers(
-                    conn, partitions, mine.producer_id, mine.producer_epoch, 3, control, 1_000
-                )
+                marker = Marker(mine.producer_id, mine.producer_epoch, 3, control, 1_000)
+                written = write_txn_markers(conn, partitions, marker)
             else:
-                written = [
-                    tp
-                    for tp in sorted(partitions)
-                    if write_txn_marker(
-                        conn, *tp, mine.producer_id, mine.producer_epoch, 3, control, 1_000
-                    )
-                ]
+                marker = Marker(mine.producer_id, mine.producer_epoch, 3, control, 1_000)
+                written = [tp for tp in sorted(partitions) if write_txn_markers(conn, [tp], marker)]
         assert written == [(topic, 0), (topic, 1), (topic, 2)]
         snapshots.append(
             snapshot(broker, topic, {other.producer_id: "other", mine.producer_id: "mine"})
@@ -142,10 +136,10 @@ def test_set_based_markers_match_one_at_a_time(broker: Broker, control: int) -> 
 def test_markers_with_nothing_open_write_nothing(broker: Broker) -> None:
     _, mine = open_transactions(broker, "x")
     with broker.engine.begin() as conn:
-        args = (mine.producer_id, mine.producer_epoch, 0, CONTROL_COMMIT, 1_000)
-        assert write_txn_markers(conn, [("x", 0), ("x", 1), ("x", 2)], *args) != []
-        assert write_txn_markers(conn, [("x", 0), ("x", 1), ("x", 2)], *args) == []
-        assert write_txn_markers(conn, [], *args) == []
+        marker = Marker(mine.producer_id, mine.producer_epoch, 0, CONTROL_COMMIT, 1_000)
+        assert write_txn_markers(conn, [("x", 0), ("x", 1), ("x", 2)], marker) != []
+        assert write_txn_markers(conn, [("x", 0), ("x", 1), ("x", 2)], marker) == []
+        assert write_txn_markers(conn, [], marker) == []
     assert partition_offsets(broker, "x", 0) == (3, 3), "the retry wrote nothing"
 
 
@@ -181,10 +175,8 @@ def test_one_fenced_partition_stops_every_marker(broker: Broker) -> None:
     before = [partition_offsets(broker, "m", p) for p in range(3)]
     with broker.engine.begin() as conn:
         with pytest.raises(KafkaException) as refused:
-            write_txn_markers(
-                conn, [("m", 0), ("m", 1), ("m", 2)], mine.producer_id, mine.producer_epoch,
-                5, CONTROL_COMMIT, 1_000,
-            )  # fmt: skip
+            marker = Marker(mine.producer_id, mine.producer_epoch, 5, CONTROL_COMMIT, 1_000)
+            write_txn_markers(conn, [("m", 0), ("m", 1), ("m", 2)], marker)
         # The first refusal in partition order, as one-at-a-time marking would give.
         assert refused.value.error.code() == KafkaError.TRANSACTION_COORDINATOR_FENCED
         written = conn.execute(text("SELECT count(*) FROM records WHERE is_control")).scalar()
@@ -192,22 +184,21 @@ def test_one_fenced_partition_stops_every_marker(broker: Broker) -> None:
     assert [partition_offsets(broker, "m", p) for p in range(3)] == before
     with broker.engine.begin() as conn:
         with pytest.raises(KafkaException) as single:
-            write_txn_marker(
-                conn, "m", 2, mine.producer_id, mine.producer_epoch, 9, CONTROL_COMMIT, 1_000
-            )
+            marker = Marker(mine.producer_id, mine.producer_epoch, 9, CONTROL_COMMIT, 1_000)
+            write_txn_markers(conn, [("m", 2)], marker)
         assert single.value.error.code() == KafkaError.INVALID_PRODUCER_EPOCH
 
 
 def test_missing_partitions_are_refused_or_skipped(broker: Broker) -> None:
     _, mine = open_transactions(broker, "m")
-    args = (mine.producer_id, mine.producer_epoch, 0, CONTROL_COMMIT, 1_000)
+    marker = Marker(mine.producer_id, mine.producer_epoch, 0, CONTROL_COMMIT, 1_000)
     with broker.engine.begin() as conn:
         with pytest.raises(KafkaException) as refused:
-            write_txn_markers(conn, [("m", 0), ("m", 7)], *args)
+            write_txn_markers(conn, [("m", 0), ("m", 7)], marker)
         assert refused.value.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     with broker.engine.begin() as conn:
         written = write_txn_markers(
-            conn, [("m", 0), ("m", 7), ("gone", 0)], *args, skip_missing=True
+            conn, [("m", 0), ("m", 7), ("gone", 0)], marker, skip_missing=True
         )
     assert written == [("m", 0)]
 

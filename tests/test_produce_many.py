@@ -22,6 +22,7 @@ from app.log import append
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.identities import hand_out
+from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, produce_many, produce_registering, read_values, state_of
 
 
@@ -371,3 +372,31 @@ def test_only_partitions_whose_batch_is_refused_stay_unregistered(broker: Broker
     assert [read_values(broker, "t", p) for p in range(3)] == [["first"], ["accepted"], []]
     with broker.engine.connect() as conn:
         assert compute_transactions(conn, broker.settings) == live_transactions(conn)
+
+
+def test_a_partition_twice_in_one_request_is_appended_in_rounds(broker: Broker) -> None:
+    """Batches for one partition in one request are decided one after the other, each on
+    the offsets and producer state the one before left: a gap after a refused batch is
+    refused, a retry of an earlier batch in the same request is a duplicate."""
+    responses = produce_many(
+        broker,
+        [
+            batch(0, 0, "a", "b"),
+            batch(1, 0, "x"),
+            batch(0, 2, "c"),  # follows the first batch of partition 0
+            batch(0, 0, "a", "b"),  # the first batch again: a duplicate, with its offsets
+            batch(0, 9, "gap"),  # out of order after "c"
+            batch(0, 3, "d"),
+        ],
+    )
+    answers = [(r.error_code, r.base_offset, r.duplicate) for r in responses]
+    assert answers == [
+        (0, 0, False),
+        (0, 0, False),
+        (0, 2, False),
+        (0, 0, True),
+        (KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, False),
+        (0, 3, False),
+    ]
+    assert stored(broker) == [(0, 0, b"a"), (0, 1, b"b"), (0, 2, b"c"), (0, 3, b"d"), (1, 0, b"x")]
+    assert_partition_log_rebuilds(broker, broker.clock.now_ms())

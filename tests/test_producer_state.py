@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 from app.errors import KafkaError
 from app.log.lso import lso_after_append, lso_after_marker
 from app.log.producer_state import (
+    AppendedBatch,
     BatchMeta,
+    Marker,
     apply_append,
     apply_marker,
     in_sequence,
@@ -16,11 +18,13 @@ from app.log.producer_state import (
     validate_append,
     validate_marker,
 )
-from app.protocol import INT32_MAX, increment_sequence
+from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, INT32_MAX, increment_sequence
 
 
 def _entry(epoch: int = 0, last_seq: int = 9, txn: int | None = None):  # type: ignore[no-untyped-def]
-    e = apply_append(None, 7, epoch, BatchMeta(0, last_seq, 0, last_seq), 1000, txn is not None)
+    e = apply_append(
+        None, AppendedBatch(7, epoch, BatchMeta(0, last_seq, 0, last_seq), 1000, txn is not None)
+    )
     return e
 
 
@@ -38,7 +42,7 @@ def test_next_sequence_accepted_gap_rejected() -> None:
 
 def test_duplicate_of_kept_batch_returns_original() -> None:
     e = _entry()
-    e = apply_append(e, 7, 0, BatchMeta(10, 19, 10, 19), 1000, False)
+    e = apply_append(e, AppendedBatch(7, 0, BatchMeta(10, 19, 10, 19), 1000, False))
     v = validate_append(e, 0, 0, 9, False)
     assert v.duplicate_of == BatchMeta(0, 9, 0, 9)
 
@@ -46,7 +50,9 @@ def test_duplicate_of_kept_batch_returns_original() -> None:
 def test_only_five_batches_are_remembered() -> None:
     e = _entry()
     for i in range(1, 6):
-        e = apply_append(e, 7, 0, BatchMeta(i * 10, i * 10 + 9, i * 10, i * 10 + 9), 1000, False)
+        e = apply_append(
+            e, AppendedBatch(7, 0, BatchMeta(i * 10, i * 10 + 9, i * 10, i * 10 + 9), 1000, False)
+        )
     assert len(e.batches) == 5
     assert validate_append(e, 0, 10, 19, False).duplicate_of is not None
     # The oldest one fell out: a re-send of it is now out of order, not silently re-appended.
@@ -67,13 +73,13 @@ def test_new_epoch_must_start_at_zero() -> None:
 
 
 def test_new_epoch_resets_remembered_batches() -> None:
-    e = apply_append(_entry(), 7, 1, BatchMeta(0, 4, 10, 14), 1000, False)
+    e = apply_append(_entry(), AppendedBatch(7, 1, BatchMeta(0, 4, 10, 14), 1000, False))
     assert e.batches == (BatchMeta(0, 4, 10, 14),)
     assert e.producer_epoch == 1
 
 
 def test_non_transactional_write_with_open_transaction_rejected() -> None:
-    e = apply_append(None, 7, 0, BatchMeta(0, 0, 5, 5), 1000, True)
+    e = apply_append(None, AppendedBatch(7, 0, BatchMeta(0, 0, 5, 5), 1000, True))
     assert e.txn_first_offset == 5
     assert validate_append(e, 0, 1, 1, False).error_code == KafkaError.INVALID_TXN_STATE
     assert validate_append(e, 0, 1, 1, True).ok
@@ -83,7 +89,9 @@ def test_sequence_wraps_at_int32_max() -> None:
     assert increment_sequence(INT32_MAX, 1) == 0
     assert increment_sequence(INT32_MAX - 1, 3) == 1
     assert in_sequence(INT32_MAX, 0)
-    e = apply_append(None, 7, 0, BatchMeta(INT32_MAX - 4, INT32_MAX, 0, 4), 1000, False)
+    e = apply_append(
+        None, AppendedBatch(7, 0, BatchMeta(INT32_MAX - 4, INT32_MAX, 0, 4), 1000, False)
+    )
     last = increment_sequence(0, 9)
     assert validate_append(e, 0, 0, last, False).ok
     assert validate_append(e, 0, 1, 10, False).error_code == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
@@ -100,18 +108,18 @@ def test_expiry_never_while_transaction_open() -> None:
     idle = _entry()
     assert is_expired(idle, 1000 + 100, 100)
     assert not is_expired(idle, 1000 + 99, 100)
-    open_txn = apply_append(None, 7, 0, BatchMeta(0, 0, 0, 0), 1000, True)
+    open_txn = apply_append(None, AppendedBatch(7, 0, BatchMeta(0, 0, 0, 0), 1000, True))
     assert not is_expired(open_txn, 10**12, 100)
 
 
 def test_marker_closes_transaction_and_checks_epochs() -> None:
-    e = apply_append(None, 7, 3, BatchMeta(0, 0, 5, 5), 1000, True)
-    e = apply_marker(e, 7, 3, 2, 6, 1001)
+    e = apply_append(None, AppendedBatch(7, 3, BatchMeta(0, 0, 5, 5), 1000, True))
+    e = apply_marker(e, Marker(7, 3, 2, CONTROL_COMMIT, 1001), 6)
     assert e.txn_first_offset is None and e.coordinator_epoch == 2
     assert validate_marker(e, 2, 2).error_code == KafkaError.INVALID_PRODUCER_EPOCH
     assert validate_marker(e, 3, 1).error_code == KafkaError.TRANSACTION_COORDINATOR_FENCED
     assert validate_marker(e, 4, 2).ok
-    bumped = apply_marker(e, 7, 4, 2, 7, 1002)
+    bumped = apply_marker(e, Marker(7, 4, 2, CONTROL_ABORT, 1002), 7)
     assert bumped.producer_epoch == 4 and bumped.last_sequence == -1
     assert validate_append(bumped, 4, 0, 0, True).ok
     assert (

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from app.broker.work import Work
 from app.coordinator.guard import check_produce, load_for_produce
-from app.coordinator.handlers import check_registration, record_registration
-from app.coordinator.metadata import TxnMetadata, plan_register
+from app.coordinator.handlers import Registration, check_registration, record_registration
 from app.errors import KafkaError, KafkaException
 from app.log.append import append, check_request, refusal
 from app.log.copy_records import Columns
@@ -36,10 +35,10 @@ def append_batches(
             columns[i] = check_request(batch, context.settings.message_max_bytes)
         except KafkaException as exc:
             responses[i] = refusal(exc)
-    registered, before = None, None
+    registered, registration = None, None
     if add is not None:
-        registered, before = _check_registration(work, add)
-        if before is None and registered.error_code != KafkaError.NO_ERROR:
+        registered, registration = _check_registration(work, add)
+        if registration is None and registered.error_code != KafkaError.NO_ERROR:
             for i in columns:
                 code = registered.results.get((requests[i].topic, requests[i].partition))
                 if code is not None:
@@ -53,29 +52,27 @@ def append_batches(
             except KafkaException as exc:
                 responses[i] = refusal(exc)
     responses.update(append(work.conn, context, admitted, work.locked, work.writes))
-    if add is not None and before is not None:
+    if add is not None and registration is not None:
         refused = _refused_partitions(requests, responses, add.transactional_id)
         registered, work.loaded[add.transactional_id] = record_registration(
-            work.conn, context, before, add, refused, work.record
+            work.conn, registration, refused, work.record
         )
     return registered, [responses[i] for i in range(len(requests))]
 
 
 def _check_registration(
     work: Work, add: AddPartitionsToTxnRequest
-) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
+) -> tuple[AddPartitionsToTxnResponse, Registration | None]:
     """The coordinator's answer to the registration, as a partition leader asks it in
     KIP-890. Unless refused, ``work`` then holds the transaction as registered, which its
     batches are checked against; the registration is recorded once they are decided."""
     existing = None if work.locked is None else set(work.locked)
-    answer, before = check_registration(
+    answer, registration = check_registration(
         work.conn, work.context, add, work.loaded.get(add.transactional_id), existing
     )
-    if before is not None:
-        wanted = sorted(set(add.partitions))
-        now = work.context.clock.now_ms()
-        work.loaded[add.transactional_id] = plan_register(before, wanted, now) or before
-    return answer, before
+    if registration is not None:
+        work.loaded[add.transactional_id] = registration.planned
+    return answer, registration
 
 
 def admit(work: Work, req: ProduceRequest) -> None:

@@ -24,13 +24,15 @@ markers will mark); the registration, the appends and the markers work on those 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.broker.batches import append_batches
 from app.broker.work import Work
 from app.coordinator import machines as m
 from app.coordinator.completion import complete_transaction
 from app.coordinator.handlers import prepare_in
 from app.coordinator.metadata import TxnMetadata, end_retry_outcome
-from app.coordinator.txn_log import TransitionBatch, load_with_lease
+from app.coordinator.txn_log import Leased, TransitionBatch, load_with_lease
 from app.errors import KafkaError, KafkaException
 from app.faults import crash_point
 from app.log.append import recorded_batch
@@ -98,11 +100,13 @@ def _commit(work: Work, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
         not_attempted = EndTxnResponse(KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED)
         return ProduceBatchesResponse(responses, registered, not_attempted)
     try:
-        meta = prepare_in(conn, context, end, work.loaded[end.transactional_id], epoch, work.record)
+        leased = Leased(work.loaded[end.transactional_id], epoch)
+        meta = prepare_in(conn, context, end, leased, work.record)
         crash_point("end_txn.after_prepare")
         if meta.state in m.PREPARE:
             now = context.clock.now_ms()
-            meta = complete_transaction(conn, meta, epoch, now, locked, work.record, work.writes)
+            stamped = replace(meta, coordinator_epoch=epoch)
+            meta = complete_transaction(conn, stamped, now, locked=locked, record=work.record)
         ended = _ok(meta)
     except KafkaException as exc:
         # A refused marker (a fenced coordinator) leaves PREPARE to commit alone, to be
@@ -133,4 +137,4 @@ def _lock_partitions(work: Work, meta: TxnMetadata, req: ProduceBatchesRequest) 
     touched = set(meta.partitions) | {(b.topic, b.partition) for b in req.batches}
     if req.add is not None:
         touched |= set(req.add.partitions)
-    return lock_for_markers(work.conn, touched, meta.producer_id)
+    return lock_for_markers(work.conn, touched, meta.producer_id, work.writes)

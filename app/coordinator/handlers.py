@@ -9,7 +9,7 @@ Refusals come back as Kafka error codes in the response, never as exceptions.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
@@ -30,10 +30,18 @@ from app.coordinator.metadata import (
     txn_partition_for,
     validate_timeout,
 )
-from app.coordinator.txn_log import Persist, claim, load_for_update, load_with_lease, persist
+from app.coordinator.txn_log import (
+    Leased,
+    Persist,
+    claim,
+    load_for_update,
+    load_with_lease,
+    persist,
+)
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
-from app.log.markers import write_txn_marker
+from app.log.markers import Marker
+from app.log.markers import write_txn_markers as write_markers
 from app.log.producer_ids import allocate_producer_id
 from app.protocol import (
     CONTROL_ABORT,
@@ -84,7 +92,7 @@ def fence_and_abort(
     prepared = plan_fence_abort(meta, producer_id, producer_epoch, now_ms)
     prepared = persist(conn, replace(prepared, coordinator_epoch=epoch), reason)
     crash_point("fence.after_prepare")
-    return complete_transaction(conn, prepared, epoch, now_ms)
+    return complete_transaction(conn, prepared, now_ms)
 
 
 # ---------------------------------------------------------------- InitProducerId
@@ -142,7 +150,7 @@ def _init(broker: BrokerContext, req: InitProducerIdRequest) -> InitProducerIdRe
                 )
 
         if meta.state in m.PREPARE:
-            meta = complete_transaction(conn, meta, epoch, now)
+            meta = complete_transaction(conn, replace(meta, coordinator_epoch=epoch), now)
         elif meta.state == m.BEGIN:
             meta = fence_and_abort(
                 conn, meta, epoch, now, "InitProducerId: fenced the previous instance"
@@ -181,20 +189,36 @@ def add_partitions_to_txn(
 
 
 def register_partitions(
-    conn: Connection,
-    broker: BrokerContext,
-    req: AddPartitionsToTxnRequest,
-    read_for_update: TxnMetadata | None = None,
-    existing: set[tuple[str, int]] | None = None,
-    record: Persist = persist,
+    conn: Connection, broker: BrokerContext, req: AddPartitionsToTxnRequest
 ) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
     """AddPartitionsToTxn in the caller's DB transaction (``check_registration``, then
     ``record_registration``). Also returns the transaction as registered (None on a
     refusal), its row locked FOR UPDATE until the caller commits."""
-    response, before = check_registration(conn, broker, req, read_for_update, existing)
-    if before is None:
+    response, registration = check_registration(conn, broker, req)
+    if registration is None:
         return response, None
-    return record_registration(conn, broker, before, req, {}, record)
+    return record_registration(conn, registration)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """An AddPartitionsToTxn ``check_registration`` allowed, not yet recorded: the
+    transaction before it (its row locked FOR UPDATE until the caller commits) and the
+    moment it was decided."""
+
+    request: AddPartitionsToTxnRequest
+    before: TxnMetadata
+    now_ms: int
+
+    @property
+    def wanted(self) -> list[tuple[str, int]]:
+        return sorted(set(self.request.partitions))
+
+    @property
+    def planned(self) -> TxnMetadata:
+        """The transaction as it will be registered, for a produce request's batches to be
+        checked against before it is recorded."""
+        return plan_register(self.before, self.wanted, self.now_ms) or self.before
 
 
 def check_registration(
@@ -203,16 +227,15 @@ def check_registration(
     req: AddPartitionsToTxnRequest,
     read_for_update: TxnMetadata | None = None,
     existing: set[tuple[str, int]] | None = None,
-) -> tuple[AddPartitionsToTxnResponse, TxnMetadata | None]:
+) -> tuple[AddPartitionsToTxnResponse, Registration | None]:
     """Every refusal of an AddPartitionsToTxn, answered before anything is written; writes
     nothing. The caller's DB transaction is the handler's own, or a produce request's that
     registers its partitions along with its batches (KIP-890's implicit add, where the
     partition leader adds on the producer's behalf).
 
-    Returns the answer and, unless it is a refusal, the transaction before the
-    registration, its row locked FOR UPDATE until the caller commits: a produce request
-    checks its batches against it (as registered) instead of reading the row again, then
-    records the registration. ``read_for_update``: the metadata, if the caller already read
+    Returns the answer and, unless it is a refusal, the registration to record: a produce
+    request checks its batches against the transaction as registered (``planned``) instead
+    of reading the row again, then records it. ``read_for_update``: the metadata, if the caller already read
     it FOR UPDATE in this DB transaction; ``existing``: the partitions known to exist among
     those wanted, if the caller already locked them."""
     wanted = sorted(set(req.partitions))
@@ -261,8 +284,10 @@ def check_registration(
         if read_for_update is None:
             read_for_update = load_for_update(conn, req.transactional_id)
         meta = check_producer(read_for_update, req.producer_id, req.producer_epoch)
-        plan_register(meta, wanted, broker.clock.now_ms())  # the state's refusals, too
-        return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0)), meta
+        now = broker.clock.now_ms()
+        plan_register(meta, wanted, now)  # the state's refusals, too
+        answer = AddPartitionsToTxnResponse(KafkaError.NO_ERROR, dict.fromkeys(wanted, 0))
+        return answer, Registration(req, meta, now)
     except KafkaException as exc:
         code = exc.error.code()
         response = AddPartitionsToTxnResponse(code, dict.fromkeys(wanted, code), exc.error.str())
@@ -271,23 +296,20 @@ def check_registration(
 
 def record_registration(
     conn: Connection,
-    broker: BrokerContext,
-    before: TxnMetadata,
-    req: AddPartitionsToTxnRequest,
-    refused: dict[tuple[str, int], int],
+    registration: Registration,
+    refused: dict[tuple[str, int], int] | None = None,
     record: Persist = persist,
 ) -> tuple[AddPartitionsToTxnResponse, TxnMetadata]:
-    """Persist the registration ``check_registration`` allowed on ``before``, less the
-    partitions in ``refused`` (with the error of their refused batches) that were not in the
-    transaction already: a produce request registers a partition only along with a batch
-    for it, never a partition its batches did not reach (its abort marker could be refused,
-    and the transaction never end). ``record``: how the transition is persisted
-    (``txn_log.TransitionBatch`` to write it with later ones). Returns the answer and the
-    transaction as registered."""
-    wanted = sorted(set(req.partitions))
+    """Persist ``registration``, less the partitions in ``refused`` (with the error of
+    their refused batches) that were not in the transaction already: a produce request
+    registers a partition only along with a batch for it, never a partition its batches
+    did not reach (its abort marker could be refused, and the transaction never end).
+    ``record``: how the transition is persisted (``txn_log.TransitionBatch`` to write it
+    with later ones). Returns the answer and the transaction as registered."""
+    before, wanted = registration.before, registration.wanted
     kept = set(before.partitions) if before.state == m.BEGIN else set()
-    dropped = {tp: code for tp, code in refused.items() if tp in wanted and tp not in kept}
-    after = plan_register(before, [tp for tp in wanted if tp not in dropped], broker.clock.now_ms())
+    dropped = {tp: code for tp, code in (refused or {}).items() if tp in wanted and tp not in kept}
+    after = plan_register(before, [tp for tp in wanted if tp not in dropped], registration.now_ms)
     meta = before if after is None else record(conn, after, "AddPartitionsToTxn")
     results = {tp: dropped.get(tp, KafkaError.NO_ERROR) for tp in wanted}
     return AddPartitionsToTxnResponse(KafkaError.NO_ERROR, results), meta
@@ -337,21 +359,21 @@ def end_txn(broker: BrokerContext, req: EndTxnRequest) -> EndTxnResponse:
 def prepare_end_txn(broker: BrokerContext, req: EndTxnRequest) -> TxnMetadata:
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.end_txn(req.transactional_id))
-        meta, epoch = load_with_lease(conn, req.transactional_id)
-        return prepare_in(conn, broker, req, meta, epoch)
+        return prepare_in(conn, broker, req, load_with_lease(conn, req.transactional_id))
 
 
 def prepare_in(
     conn: Connection,
     broker: BrokerContext,
     req: EndTxnRequest,
-    meta: TxnMetadata | None,
-    epoch: int,
+    leased: Leased,
     record: Persist = persist,
 ) -> TxnMetadata:
-    """EndTxn's step (1) in the caller's DB transaction, on the metadata ``load_with_lease``
-    read (row locked): PREPARE_* with the next identity, or the current metadata for a retry
-    of an EndTxn that already ended the transaction. Refusals raise before any write."""
+    """EndTxn's step (1) in the caller's DB transaction, on what ``load_with_lease`` read
+    (rows locked): PREPARE_* with the next identity, stamped with the lease's coordinator
+    epoch, or the current metadata for a retry of an EndTxn that already ended the
+    transaction. Refusals raise before any write."""
+    meta, epoch = leased
     if meta is not None and end_retry_outcome(
         meta, req.producer_id, req.producer_epoch, req.committed
     ):
@@ -389,12 +411,8 @@ def roll_forward(
                 KafkaError.TRANSACTION_COORDINATOR_FENCED,
                 f"lease epoch is {epoch}, not {expected_epoch}",
             )
-        return complete_transaction(
-            conn,
-            meta,
-            expected_epoch if expected_epoch is not None else epoch,
-            broker.clock.now_ms(),
-        )
+        stamped = replace(meta, coordinator_epoch=epoch)
+        return complete_transaction(conn, stamped, broker.clock.now_ms())
 
 
 # ---------------------------------------------------------------- FindCoordinator, WriteTxnMarkers
@@ -427,10 +445,11 @@ def write_txn_markers(
         try:
             with broker.engine.begin() as conn:
                 authorize_all(conn, broker, needs.write_txn_markers())
-                write_txn_marker(
-                    conn, topic, partition, req.producer_id, req.producer_epoch,
-                    req.coordinator_epoch, control, broker.clock.now_ms(),
+                marker = Marker(
+                    req.producer_id, req.producer_epoch, req.coordinator_epoch, control,
+                    broker.clock.now_ms(),
                 )  # fmt: skip
+                write_markers(conn, [(topic, partition)], marker)
             results[(topic, partition)] = KafkaError.NO_ERROR
         except KafkaException as exc:
             results[(topic, partition)] = exc.error.code()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection
@@ -42,14 +42,25 @@ def load_for_update(conn: Connection, transactional_id: str) -> TxnMetadata | No
     return None if row is None else metadata_from_row(row)
 
 
-def load_with_lease(conn: Connection, transactional_id: str) -> tuple[TxnMetadata | None, int]:
+class Leased(NamedTuple):
+    """A transaction's metadata (None if unknown) and the lease epoch of its coordinator,
+    read together with both rows locked: what an EndTxn is decided on and its markers are
+    stamped with."""
+
+    meta: TxnMetadata | None
+    coordinator_epoch: int
+
+
+def load_with_lease(conn: Connection, transactional_id: str) -> Leased:
     """``load_for_update`` and ``handlers.coordinator_epoch`` of its partition, in one round
     trip: the metadata (None if unknown) and the lease epoch, both rows locked. On the
     driver connection: every EndTxn and combined commit starts here."""
     statement = driver_sql(sql.LOAD_FOR_UPDATE_WITH_LEASE)
     with driver_connection(conn).cursor(row_factory=namedtuple_row) as cur:
         row = cur.execute(statement, {"tid": transactional_id}).fetchone()
-    return (None, 0) if row is None else (metadata_from_row(row), int(row.lease_epoch))  # type: ignore[attr-defined]
+    if row is None:
+        return Leased(None, 0)
+    return Leased(metadata_from_row(row), int(row.lease_epoch))  # type: ignore[attr-defined]
 
 
 def _params(meta: TxnMetadata) -> dict[str, Any]:

@@ -25,13 +25,12 @@ from app.log.lso import lso_after_append
 from app.log.partition_lock import (
     PartitionRow,
     TopicPartition,
-    advance_partition,
     advance_partitions,
-    lock_partition,
     lock_partitions,
 )
 from app.log.producer_ids import check_issued, issued_epochs
 from app.log.producer_state import (
+    AppendedBatch,
     BatchMeta,
     ProducerEntry,
     apply_append,
@@ -83,19 +82,51 @@ def append(
     locked: dict[TopicPartition, PartitionRow] | None,
     writes: WriteBehind | None,
 ) -> dict[int, ProduceResponse]:
-    """Append the batches the broker admitted (by request index; in partition order, one
-    per partition expected) in its DB transaction: one lock statement (none if ``locked``,
-    the rows the caller already holds, which are kept as the appends leave them), one COPY,
-    one advance (queued on ``writes`` if given). Batches for the same partition twice in
-    one request are appended one after the other instead, each seeing the previous one's
-    offsets and producer state."""
-    partitions = [(req.topic, req.partition) for req, _ in admitted.values()]
-    if len(set(partitions)) < len(partitions):
-        answers = {i: _append_one(broker, conn, req, cols) for i, (req, cols) in admitted.items()}
-        if locked is not None:
-            wanted = [(req.topic, req.partition, req.producer_id) for req, _ in admitted.values()]
-            locked.update(lock_partitions(conn, wanted))  # as those appends left them
-        return answers
+    """Append the batches the broker admitted (by request index, in partition order) in its
+    DB transaction: one lock statement (none if ``locked``, the rows the caller already
+    holds, which are kept as the appends leave them), one COPY, one advance (queued on
+    ``writes`` if given).
+
+    A partition with several batches in one request takes them in rounds, a round holding
+    at most one batch per partition and written at once, so that each round is decided on
+    the offsets and producer state the previous one left."""
+    rounds = _rounds(admitted)
+    if len(rounds) == 1:
+        return _append_round(conn, broker, admitted, locked, writes)
+    responses: dict[int, ProduceResponse] = {}
+    for batches in rounds:
+        responses.update(_append_round(conn, broker, batches, None, None))
+    if locked is not None:
+        wanted = [(req.topic, req.partition, req.producer_id) for req, _ in admitted.values()]
+        locked.update(lock_partitions(conn, wanted))  # as those rounds left them
+    return responses
+
+
+def _rounds(
+    admitted: dict[int, tuple[ProduceRequest, Columns]],
+) -> list[dict[int, tuple[ProduceRequest, Columns]]]:
+    """``admitted`` split so that no round holds a partition twice, in request order."""
+    rounds: list[dict[int, tuple[ProduceRequest, Columns]]] = []
+    seen: dict[TopicPartition, int] = {}
+    for i, (req, cols) in admitted.items():
+        tp = (req.topic, req.partition)
+        k = seen[tp] = seen.get(tp, -1) + 1
+        if k == len(rounds):
+            rounds.append({})
+        rounds[k][i] = (req, cols)
+    return rounds or [{}]
+
+
+def _append_round(
+    conn: Connection,
+    broker: BrokerContext,
+    admitted: dict[int, tuple[ProduceRequest, Columns]],
+    locked: dict[TopicPartition, PartitionRow] | None,
+    writes: WriteBehind | None,
+) -> dict[int, ProduceResponse]:
+    """``append`` for batches of distinct partitions."""
+    if not admitted:
+        return {}
     if locked is not None:
         rows = locked
     else:
@@ -135,25 +166,6 @@ def append(
                 tp = (req.topic, req.partition)
                 locked[tp] = locked[tp].advanced(plan.next_offset, plan.lso, plan.entry)
     return responses
-
-
-def _append_one(
-    broker: BrokerContext, conn: Connection, req: ProduceRequest, columns: Columns
-) -> ProduceResponse:
-    """One batch: the lock, its COPY and the advance, each a statement of its own."""
-    try:
-        row = lock_partition(conn, req.topic, req.partition, req.producer_id)
-        if needs_identity_check(req, row):
-            issued = issued_epochs(conn, (req.producer_id,))
-            check_issued(req.producer_id, req.producer_epoch, issued)
-        plan = plan_append(broker, req, columns, row)
-    except KafkaException as exc:
-        return refusal(exc)
-    if plan.rows:
-        copy_payload(conn, copy_payload_of((plan.rows,)))
-        crash_point("append.after_copy")
-        advance_partition(conn, req.topic, req.partition, plan.next_offset, plan.lso, plan.entry)
-    return plan.response
 
 
 def recorded_batch(conn: Connection, req: ProduceRequest) -> ProduceResponse:
@@ -231,11 +243,9 @@ def plan_append(
 
     if req.producer_id == NO_PRODUCER_ID:
         lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn=False)
-        rows = encode_rows(
-            req.topic, req.partition, base_offset, columns, timestamps,
-            NO_PRODUCER_ID, req.producer_epoch, -1, req.is_transactional,
-        )  # fmt: skip
-        return AppendPlan(accepted, rows, next_offset, lso)
+        return AppendPlan(
+            accepted, encode_rows(req, base_offset, columns, timestamps), next_offset, lso
+        )
 
     max_ts = max(timestamps)
     entry = row.producer_entry()
@@ -259,12 +269,10 @@ def plan_append(
 
     opens_txn = req.is_transactional and (entry is None or entry.txn_first_offset is None)
     batch = BatchMeta(req.base_sequence, last_seq, base_offset, next_offset - 1)
-    new_entry = apply_append(
-        entry, req.producer_id, req.producer_epoch, batch, max_ts, req.is_transactional
+    appended = AppendedBatch(
+        req.producer_id, req.producer_epoch, batch, max_ts, req.is_transactional
     )
+    new_entry = apply_append(entry, appended)
     lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn)
-    rows = encode_rows(
-        req.topic, req.partition, base_offset, columns, timestamps,
-        req.producer_id, req.producer_epoch, req.base_sequence, req.is_transactional,
-    )  # fmt: skip
+    rows = encode_rows(req, base_offset, columns, timestamps)
     return AppendPlan(accepted, rows, next_offset, lso, new_entry)

@@ -20,7 +20,14 @@ from itertools import chain, repeat
 from typing import Any
 
 from app.log import sql
-from app.protocol import INT32_MAX, RECORD_OVERHEAD_BYTES, RecordIn, increment_sequence
+from app.protocol import (
+    INT32_MAX,
+    NO_PRODUCER_ID,
+    RECORD_OVERHEAD_BYTES,
+    ProduceRequest,
+    RecordIn,
+    increment_sequence,
+)
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 TRAILER = struct.pack(">h", -1)
@@ -101,20 +108,13 @@ def copy_payload_of(batches: Iterable[bytes]) -> bytes:
 
 
 def encode_rows(
-    topic: str,
-    partition: int,
-    base_offset: int,
-    columns: Columns,
-    timestamps: tuple[int, ...],
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    is_transactional: bool,
+    req: ProduceRequest, base_offset: int, columns: Columns, timestamps: tuple[int, ...]
 ) -> bytes:
-    """The rows of one data batch in binary COPY format, without signature and trailer.
-
-    ``base_sequence`` is -1 for a non-idempotent batch (every record's sequence is -1).
-    """
+    """The rows of ``req``'s batch at ``base_offset`` in binary COPY format, without
+    signature and trailer. A batch without producer id has sequence -1 on every record."""
+    topic, partition, producer_id = req.topic, req.partition, req.producer_id
+    producer_epoch, is_transactional = req.producer_epoch, req.is_transactional
+    base_sequence = -1 if producer_id == NO_PRODUCER_ID else req.base_sequence
     n = len(columns)
     name = topic.encode()
     # topic, partition, producer_id, producer_epoch, batch_base_offset, is_transactional,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from app.errors import KafkaError, fail
 from app.log import sql
-from app.log.markers import lock_for_markers, write_txn_markers
+from app.log.markers import Marker, lock_for_markers, write_txn_markers
 from app.protocol import CONTROL_ABORT, HangingTransaction, ProducerDescription
 from app.security import needs
 from app.security.authorizer import authorize_all
@@ -88,8 +88,9 @@ def abort_hanging(broker: BrokerContext, topic: str, partition: int, start_offse
                 KafkaError.INVALID_TXN_STATE,
                 f"no open transaction starts at offset {start_offset} of {topic} [{partition}]",
             )
-        written = write_txn_markers(
-            conn, [tp], entry.producer_id, entry.producer_epoch, max(entry.coordinator_epoch, 0),
-            CONTROL_ABORT, broker.clock.now_ms(), locked=locked,
+        marker = Marker(
+            entry.producer_id, entry.producer_epoch, max(entry.coordinator_epoch, 0),
+            CONTROL_ABORT, broker.clock.now_ms(),
         )  # fmt: skip
+        written = write_txn_markers(conn, [tp], marker, locked=locked)
         return bool(written)

@@ -33,9 +33,11 @@ from app.log.partition_lock import (
     partition_rows,
     producer_key,
 )
-from app.log.producer_state import ProducerEntry, apply_marker, validate_marker
+from app.log.producer_state import Marker, ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
+
+__all__ = ["Marker", "MarkerLocks", "lock_for_markers", "write_txn_markers"]
 
 
 @dataclass(frozen=True)
@@ -44,15 +46,21 @@ class MarkerLocks:
     locks: each row with the producer's state (``rows``, kept up to date by later steps of
     the same DB transaction, e.g. appends) and, per partition, the first offset of the
     earliest transaction of another producer still open there (``others_first_open``;
-    absent if none), which no one else can change while the locks are held."""
+    absent if none), which no one else can change while the locks are held. ``writes``:
+    where the DB transaction holding the locks queues its last writes, the markers' too
+    (``None``: they run at once)."""
 
     producer_id: int
     rows: dict[TopicPartition, PartitionRow]
     others_first_open: dict[TopicPartition, int]
+    writes: WriteBehind | None = None
 
 
 def lock_for_markers(
-    conn: Connection, partitions: Iterable[TopicPartition], producer_id: int
+    conn: Connection,
+    partitions: Iterable[TopicPartition],
+    producer_id: int,
+    writes: WriteBehind | None = None,
 ) -> MarkerLocks:
     """Lock ``partitions`` in sorted order (missing ones are left out) and read what their
     markers need, in one round trip: the second statement waits in the pipeline until the
@@ -75,6 +83,7 @@ def lock_for_markers(
         producer_id,
         partition_rows(conn, wanted, rows),
         {(t, p): first for t, p, first in first_open},
+        writes,
     )
 
 
@@ -88,48 +97,27 @@ class _Open:
     entry: ProducerEntry
 
 
-def write_txn_marker(
-    conn: Connection,
-    topic: str,
-    partition: int,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    control_type: int,
-    now_ms: int,
-) -> bool:
-    """Write one marker; returns whether a record was written. Raises KafkaException when
-    the marker is fenced (stale producer or coordinator epoch) or the partition is gone."""
-    written = write_txn_markers(
-        conn, [(topic, partition)], producer_id, producer_epoch, coordinator_epoch,
-        control_type, now_ms,
-    )  # fmt: skip
-    return bool(written)
-
-
 def write_txn_markers(
     conn: Connection,
     partitions: Iterable[TopicPartition],
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    control_type: int,
-    now_ms: int,
+    marker: Marker,
     *,
     skip_missing: bool = False,
     locked: MarkerLocks | None = None,
-    writes: WriteBehind | None = None,
 ) -> list[TopicPartition]:
-    """Write the markers of one producer's transaction on every partition; returns those
-    where a record was written, in sorted order.
+    """Write ``marker`` on every partition of its producer's transaction; returns those
+    where a record was written, in sorted order (a partition where the producer has no open
+    transaction gets none, so a retry writes nothing twice).
 
     Raises the first refusal in sorted (topic, partition) order, as marking them one by one
     would, before anything is written: a fenced marker (stale producer or coordinator epoch)
     or, unless ``skip_missing`` (a deleted topic has nothing left to mark), a partition that
     does not exist. ``locked``: what ``lock_for_markers`` read, if this DB transaction
-    already locked them all; else they are locked here. ``writes``: where to queue the
-    write (by default it runs at once).
+    already locked them all (its ``writes`` then take the markers'); else they are locked
+    here and written at once.
     """
+    producer_id, producer_epoch = marker.producer_id, marker.producer_epoch
+    control_type = marker.control_type
     if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown control type {control_type}")
     wanted = sorted(set(partitions))
@@ -150,7 +138,7 @@ def write_txn_markers(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist"
             )
         entry = row.producer_entry()
-        verdict = validate_marker(entry, producer_epoch, coordinator_epoch)
+        verdict = validate_marker(entry, producer_epoch, marker.coordinator_epoch)
         if not verdict.ok:
             raise fail(verdict.error_code, verdict.message)
         if entry is not None and entry.txn_first_offset is not None:
@@ -158,11 +146,8 @@ def write_txn_markers(
     if not marked:
         return []
     first_others = locked.others_first_open
-    values = [
-        _marker_values(o, first_others.get((o.topic, o.partition)), producer_id, producer_epoch,
-                       coordinator_epoch, now_ms)
-        for o in marked
-    ]  # fmt: skip
+    values = [_marker_values(o, first_others.get((o.topic, o.partition)), marker) for o in marked]
+    writes = locked.writes
     if writes is not None:
         # The markers' write sets these partitions' rows and this producer's state on each
         # in full: an advance of them queued earlier in this request has nothing to add.
@@ -180,31 +165,22 @@ def write_txn_markers(
         sql.WRITE_MARKERS,
         {
             **{column: [v[column] for v in values] for column in values[0]},
-            "timestamp": now_ms,
+            "timestamp": marker.timestamp_ms,
             "producer_id": producer_id,
             "producer_epoch": producer_epoch,
             "control_type": control_type,
-            "coordinator_epoch": coordinator_epoch,
+            "coordinator_epoch": marker.coordinator_epoch,
             "is_abort": control_type == CONTROL_ABORT,
         },
     )
     return [(o.topic, o.partition) for o in marked]
 
 
-def _marker_values(
-    opened: _Open,
-    first_other: int | None,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    now_ms: int,
-) -> dict[str, Any]:
+def _marker_values(opened: _Open, first_other: int | None, marker: Marker) -> dict[str, Any]:
     """One partition's share of WRITE_MARKERS: the marker offset, the LSO after it, the first
     offset of the transaction it closes, and the producer's state after it."""
     offset = opened.offset
-    after = apply_marker(
-        opened.entry, producer_id, producer_epoch, coordinator_epoch, offset, now_ms
-    )
+    after = apply_marker(opened.entry, marker, offset)
     return {
         "topics": opened.topic,
         "partitions": opened.partition,

@@ -1,15 +1,15 @@
 """The partition row lock with the producer's state, and the write that advances both.
 
 The Produce handler's statements around its COPY (docs/design.md §3.1: the lock is taken first
-and held to COMMIT by the caller's DB transaction), for one partition or, set-based, for all
-partitions of a request (markers lock theirs the same way). They run on the psycopg
+and held to COMMIT by the caller's DB transaction), set-based: all partitions of a request in
+one statement (markers lock theirs the same way). They run on the psycopg
 connection under the caller's SQLAlchemy transaction: once per produced batch,
 SQLAlchemy's statement handling would cost more than the statements' own planning (psycopg
 prepares them after a few executions).
 
 The producer's state is read with the lock, and read again, by a statement of its own,
 when the lock was waited for and its holder wrote (``unmoved`` false: see
-sql.LOCK_PARTITION): one that waited sees the partition row as the holder left it but every
+sql.LOCK_PARTITIONS): one that waited sees the partition row as the holder left it but every
 other row as it was before the wait (READ COMMITTED re-checks only the locked row), and
 would take a batch whose first attempt committed meanwhile for a new one. (Reading it
 always in a second statement, pipelined, was measured ~15% slower a batch: psycopg's
@@ -27,7 +27,6 @@ from sqlalchemy import Connection
 
 from app.log import sql
 from app.log.producer_state import ProducerEntry
-from app.protocol import NO_PRODUCER_ID
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
 
 
@@ -49,17 +48,7 @@ class PartitionRow(NamedTuple):
     def producer_entry(self) -> ProducerEntry | None:
         if self.s_producer_id is None:
             return None
-        assert self.s_batches is not None
-        return ProducerEntry.from_columns(
-            self.s_producer_id,
-            self.s_producer_epoch,  # type: ignore[arg-type]
-            self.s_last_sequence,  # type: ignore[arg-type]
-            self.s_last_offset,  # type: ignore[arg-type]
-            self.s_last_timestamp,  # type: ignore[arg-type]
-            self.s_batches,
-            self.s_coordinator_epoch,  # type: ignore[arg-type]
-            self.s_txn_first_offset,
-        )
+        return ProducerEntry.from_row(self[3:])
 
     def advanced(
         self, next_offset: int, last_stable_offset: int, entry: ProducerEntry | None
@@ -83,55 +72,6 @@ class PartitionRow(NamedTuple):
 
 # The state columns of a PartitionRow for a producer without state on the partition.
 NO_STATE = (None,) * 8
-
-
-def lock_partition(
-    conn: Connection, topic: str, partition: int, producer_id: int
-) -> PartitionRow | None:
-    """Lock the partition row ``FOR UPDATE`` and read ``producer_id``'s state on it as it
-    is once the lock is held; None if the partition does not exist."""
-    params = {"topic": topic, "partition": partition, "producer_id": producer_id}
-    with driver_connection(conn).cursor() as cur:
-        row = cur.execute(sql.LOCK_PARTITION, params).fetchone()
-        if row is None:
-            return None
-        if row[-1] or producer_id == NO_PRODUCER_ID:
-            return PartitionRow._make(row[:-1])
-        state = cur.execute(sql.PRODUCER_STATE, params).fetchone()
-    return PartitionRow._make((*row[:3], *(state or NO_STATE)))
-
-
-def advance_partition(
-    conn: Connection,
-    topic: str,
-    partition: int,
-    next_offset: int,
-    last_stable_offset: int,
-    entry: ProducerEntry | None = None,
-) -> None:
-    """Move the partition's next offset and LSO and, given an entry, write the producer's
-    state, in one statement."""
-    params: dict[str, Any] = {
-        "topic": topic,
-        "partition": partition,
-        "next_offset": next_offset,
-        "last_stable_offset": last_stable_offset,
-    }
-    statement = sql.ADVANCE_PARTITION
-    if entry is not None:
-        statement = sql.ADVANCE_PARTITION_AND_UPSERT_PRODUCER
-        params.update(
-            producer_id=entry.producer_id,
-            producer_epoch=entry.producer_epoch,
-            last_sequence=entry.last_sequence,
-            last_offset=entry.last_offset,
-            last_timestamp=entry.last_timestamp,
-            batches=entry.batches_json(),
-            coordinator_epoch=entry.coordinator_epoch,
-            txn_first_offset=entry.txn_first_offset,
-        )
-    with driver_connection(conn).cursor() as cur:
-        cur.execute(statement, params)
 
 
 TopicPartition = tuple[str, int]
@@ -182,7 +122,7 @@ def advance_partitions(
     entries: Sequence[tuple[str, int, ProducerEntry]],
     writes: WriteBehind | None = None,
 ) -> None:
-    """``advance_partition`` for several partitions in one statement: ``advances`` are
+    """Advance several partitions in one statement: ``advances`` are
     (topic, partition, next_offset, last_stable_offset); ``entries`` the producer states
     to write, by partition. Given ``writes``, the statement is queued there."""
     params: dict[str, Any] = {

@@ -11,7 +11,9 @@ producer with no state (new, or expired) may start at any sequence.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from app.errors import KafkaError
 from app.protocol import INT32_MAX, increment_sequence
@@ -35,6 +37,29 @@ class BatchMeta:
 
 
 @dataclass(frozen=True)
+class AppendedBatch:
+    """A data batch the partition accepted, as its producer's state takes it."""
+
+    producer_id: int
+    producer_epoch: int
+    meta: BatchMeta
+    max_timestamp: int
+    is_transactional: bool
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One transaction's control record, the same on each of its partitions: whose
+    transaction it closes, which coordinator epoch wrote it (rule 7), COMMIT or ABORT."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    control_type: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
 class ProducerEntry:
     producer_id: int
     producer_epoch: int
@@ -46,27 +71,20 @@ class ProducerEntry:
     txn_first_offset: int | None = None
 
     @classmethod
-    def from_columns(
-        cls,
-        producer_id: int,
-        producer_epoch: int,
-        last_sequence: int,
-        last_offset: int,
-        last_timestamp: int,
-        batches: list[list[int]],
-        coordinator_epoch: int,
-        txn_first_offset: int | None,
-    ) -> ProducerEntry:
-        """From the columns of producer_states / producer_snapshots, in their order."""
+    def from_row(cls, row: Sequence[Any]) -> ProducerEntry:
+        """From the columns of producer_states / producer_snapshots, in their order
+        (producer_id, producer_epoch, last_sequence, last_offset, last_timestamp, batches,
+        coordinator_epoch, txn_first_offset)."""
+        pid, epoch, last_sequence, last_offset, last_timestamp, batches, coord, first = row
         return cls(
-            producer_id,
-            producer_epoch,
+            pid,
+            epoch,
             last_sequence,
             last_offset,
             last_timestamp,
             tuple(BatchMeta.from_json(b) for b in batches),
-            coordinator_epoch,
-            txn_first_offset,
+            coord,
+            first,
         )
 
     def batches_json(self) -> str:
@@ -137,25 +155,20 @@ def validate_append(
     return ACCEPT
 
 
-def apply_append(
-    entry: ProducerEntry | None,
-    producer_id: int,
-    producer_epoch: int,
-    batch: BatchMeta,
-    max_timestamp: int,
-    is_transactional: bool,
-) -> ProducerEntry:
+def apply_append(entry: ProducerEntry | None, appended: AppendedBatch) -> ProducerEntry:
     """The state after an accepted data batch."""
-    if entry is None or producer_epoch != entry.producer_epoch:
+    batch = appended.meta
+    if entry is None or appended.producer_epoch != entry.producer_epoch:
         kept: tuple[BatchMeta, ...] = (batch,)
     else:
         kept = (*entry.batches, batch)[-BATCHES_KEPT:]
     txn_first = entry.txn_first_offset if entry is not None else None
-    if is_transactional and txn_first is None:
+    if appended.is_transactional and txn_first is None:
         txn_first = batch.first_offset
+    max_timestamp = appended.max_timestamp
     return ProducerEntry(
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
+        producer_id=appended.producer_id,
+        producer_epoch=appended.producer_epoch,
         last_sequence=batch.last_seq,
         last_offset=batch.last_offset,
         last_timestamp=max_timestamp if entry is None else max(entry.last_timestamp, max_timestamp),
@@ -184,33 +197,27 @@ def validate_marker(
     return ACCEPT
 
 
-def apply_marker(
-    entry: ProducerEntry | None,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    offset: int,
-    timestamp: int,
-) -> ProducerEntry:
+def apply_marker(entry: ProducerEntry | None, marker: Marker, offset: int) -> ProducerEntry:
     """The state after a COMMIT/ABORT marker: the open transaction (if any) is closed.
 
     A marker in a new epoch (the coordinator fenced the producer) resets the sequence, as
     the producer's next batch in that epoch starts at 0.
     """
-    if entry is None or producer_epoch != entry.producer_epoch:
+    timestamp = marker.timestamp_ms
+    if entry is None or marker.producer_epoch != entry.producer_epoch:
         return ProducerEntry(
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
+            producer_id=marker.producer_id,
+            producer_epoch=marker.producer_epoch,
             last_sequence=-1,
             last_offset=offset,
             last_timestamp=timestamp if entry is None else max(entry.last_timestamp, timestamp),
             batches=(),
-            coordinator_epoch=coordinator_epoch,
+            coordinator_epoch=marker.coordinator_epoch,
             txn_first_offset=None,
         )
     return replace(
         entry,
         last_timestamp=max(entry.last_timestamp, timestamp),
-        coordinator_epoch=coordinator_epoch,
+        coordinator_epoch=marker.coordinator_epoch,
         txn_first_offset=None,
     )

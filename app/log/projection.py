@@ -18,7 +18,15 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from app.log.lso import lso_after_marker
-from app.log.producer_state import BatchMeta, ProducerEntry, apply_append, apply_marker, is_expired
+from app.log.producer_state import (
+    AppendedBatch,
+    BatchMeta,
+    Marker,
+    ProducerEntry,
+    apply_append,
+    apply_marker,
+    is_expired,
+)
 from app.protocol import CONTROL_ABORT, NO_PRODUCER_ID
 
 # One row per batch (records sharing batch_base_offset and producer), in log order.
@@ -87,7 +95,7 @@ SNAPSHOT_ABORTED = text(
 def entry_of(row: Any) -> ProducerEntry:
     """A producer_states / producer_snapshots row (columns in ``_ENTRY_COLUMNS`` order,
     topic and partition first) as the fold's value."""
-    return ProducerEntry.from_columns(*row[2:])
+    return ProducerEntry.from_row(row[2:])
 
 
 def entry_row(topic: str, partition: int, e: ProducerEntry) -> tuple[Any, ...]:
@@ -156,16 +164,16 @@ class PartitionProjection:
                 ]
                 lso = lso_after_marker(min(others) if others else None, b.last_offset + 1)
                 self.aborted.append((pid, entry.txn_first_offset, b.last_offset, lso))
-            self.producers[pid] = apply_marker(
-                entry, pid, b.producer_epoch, b.coordinator_epoch, b.last_offset, b.max_timestamp
+            marker = Marker(
+                pid, b.producer_epoch, b.coordinator_epoch, b.control_type, b.max_timestamp
             )
+            self.producers[pid] = apply_marker(entry, marker, b.last_offset)
             return
         if entry is not None and is_expired(entry, b.max_timestamp, expiration_ms):
             entry = None
         meta = BatchMeta(b.first_seq, b.last_seq, b.batch_base_offset, b.last_offset)
-        self.producers[pid] = apply_append(
-            entry, pid, b.producer_epoch, meta, b.max_timestamp, b.is_transactional
-        )
+        appended = AppendedBatch(pid, b.producer_epoch, meta, b.max_timestamp, b.is_transactional)
+        self.producers[pid] = apply_append(entry, appended)
 
     def finish(self, now_ms: int, expiration_ms: int) -> None:
         self.producers = {

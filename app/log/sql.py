@@ -46,41 +46,6 @@ _PRODUCER_STATE_COLUMNS = """
     s.batches, s.coordinator_epoch, s.txn_first_offset
 """
 
-# The partition row lock, with the producer's state on it read alongside, and whether that
-# read can be trusted (``unmoved``). At READ COMMITTED a statement that waited for a row
-# lock re-reads only the row it locked: the state joined to it is the one of the
-# statement's snapshot, from before the wait, and misses what the lock's holder wrote (a
-# batch whose first attempt was finishing its COMMIT would be taken for a new one).
-# Every transaction that writes a partition's producer states under its lock also updates
-# the partition row (appends and markers move next_offset, the cleaner's eviction
-# log_start_offset, a rebuild rewrites every row), and the lock is granted on the row's
-# newest version; so when that version is the snapshot's (``unmoved``: the subquery
-# reads with the snapshot, ``p`` is the version locked), no such write committed since
-# the snapshot and the joined state is current. When it is not,
-# PRODUCER_STATE reads the state again, a statement of its own started with the lock held:
-# a second round trip only after the lock was waited for. (Always reading it that way,
-# pipelined, made a one-batch produce ~15% slower on a local server; this check ~1%.)
-LOCK_PARTITION = f"""
-    SELECT p.next_offset, p.log_start_offset, p.last_stable_offset, {_PRODUCER_STATE_COLUMNS},
-           p.ctid = (SELECT v.ctid FROM partitions v
-                     WHERE v.topic = p.topic AND v.partition = p.partition) AS unmoved
-    FROM partitions p
-    LEFT JOIN producer_states s
-      ON s.topic = p.topic AND s.partition = p.partition AND s.producer_id = %(producer_id)s
-    WHERE p.topic = %(topic)s AND p.partition = %(partition)s
-    FOR UPDATE OF p
-"""
-
-PRODUCER_STATE = f"""
-    SELECT {_PRODUCER_STATE_COLUMNS} FROM producer_states s
-    WHERE s.topic = %(topic)s AND s.partition = %(partition)s AND s.producer_id = %(producer_id)s
-"""
-
-ADVANCE_PARTITION = """
-    UPDATE partitions SET next_offset = %(next_offset)s, last_stable_offset = %(last_stable_offset)s
-    WHERE topic = %(topic)s AND partition = %(partition)s
-"""
-
 # The producer-state upsert's tail, shared by appends and markers.
 _UPSERT_PRODUCER_STATE = """
 ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
@@ -91,20 +56,6 @@ ON CONFLICT (topic, partition, producer_id) DO UPDATE SET
     batches = EXCLUDED.batches,
     coordinator_epoch = EXCLUDED.coordinator_epoch,
     txn_first_offset = EXCLUDED.txn_first_offset
-"""
-
-ADVANCE_PARTITION_AND_UPSERT_PRODUCER = f"""
-    WITH advanced AS (
-        UPDATE partitions SET next_offset = %(next_offset)s, last_stable_offset = %(last_stable_offset)s
-        WHERE topic = %(topic)s AND partition = %(partition)s
-    )
-    INSERT INTO producer_states AS s
-        (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
-         last_timestamp, batches, coordinator_epoch, txn_first_offset)
-    VALUES (%(topic)s, %(partition)s, %(producer_id)s, %(producer_epoch)s, %(last_sequence)s,
-            %(last_offset)s, %(last_timestamp)s, CAST(%(batches)s AS jsonb), %(coordinator_epoch)s,
-            %(txn_first_offset)s)
-    {_UPSERT_PRODUCER_STATE}
 """
 
 # A batch already appended, found again by its producer, epoch and base sequence: the
@@ -122,11 +73,22 @@ RECORDED_BATCH = """
     WHERE p.topic = %(topic)s AND p.partition = %(partition)s
 """
 
-# Several partitions at once, for a produce request with batches for several partitions
-# and for markers: the partition rows locked in one statement, in the order a Python sort
-# of (topic, partition) gives (COLLATE "C", docs/design.md §3.3), each with the state of the
-# producer named for it; after topic and partition, the columns of LOCK_PARTITION,
-# ``unmoved`` included: where a row moved, PRODUCER_STATES reads the states again.
+# The partition rows a request appends to (or marks) locked in one statement, in the order
+# a Python sort of (topic, partition) gives (COLLATE "C", docs/design.md §3.3), each with
+# the state of the producer named for it read alongside, and whether that read can be
+# trusted (``unmoved``). At READ COMMITTED a statement that waited for a row lock re-reads
+# only the row it locked: the state joined to it is the one of the statement's snapshot,
+# from before the wait, and misses what the lock's holder wrote (a batch whose first
+# attempt was finishing its COMMIT would be taken for a new one). Every transaction that
+# writes a partition's producer states under its lock also updates the partition row
+# (appends and markers move next_offset, the cleaner's eviction log_start_offset, a rebuild
+# rewrites every row), and the lock is granted on the row's newest version; so when that
+# version is the snapshot's (``unmoved``: the subquery reads with the snapshot, ``p`` is
+# the version locked), no such write committed since the snapshot and the joined state is
+# current. When it is not, PRODUCER_STATES reads the states again, a statement of its own
+# started with the lock held: a second round trip only after a lock was waited for.
+# (Always reading them that way, pipelined, made a one-batch produce ~15% slower on a local
+# server; this check ~1%.)
 LOCK_PARTITIONS = f"""
     SELECT p.topic, p.partition, p.next_offset, p.log_start_offset, p.last_stable_offset,
            {_PRODUCER_STATE_COLUMNS},

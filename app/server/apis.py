@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from app.broker import Broker
@@ -131,10 +132,12 @@ def _fetch_pass(
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
-            answer, records, aborted = _read(
-                broker, topic.topic, part.partition, part.fetch_offset,
-                max(1, min(part.partition_max_bytes, left)), request.isolation_level, total == 0,
+            first = FetchRequest(
+                topic.topic, part.partition, part.fetch_offset,
+                max_bytes=max(1, min(part.partition_max_bytes, left)),
+                isolation_level=request.isolation_level, min_one_record=total == 0, batches=True,
             )  # fmt: skip
+            answer, records, aborted = _read(broker, first)
             total += len(records)
             left = max(0, left - len(records))
             partitions.append(_fetched(part.partition, answer, records, aborted))
@@ -145,43 +148,40 @@ def _fetch_pass(
 
 
 def _read(
-    broker: Broker,
-    topic: str,
-    partition: int,
-    offset: int,
-    max_bytes: int,
-    isolation: int,
-    min_one: bool,
+    broker: Broker, first: FetchRequest
 ) -> tuple[FetchResponse, bytes, list[AbortedTransaction] | None]:
-    """One partition's part of a fetch: reads of the log until ``max_bytes`` are filled
-    or what may be read is read. A read returns at most ``fetch_max_records`` records, and
-    a Kafka client keeps one fetch in flight per broker, so one read per fetch would hold
-    it to that many records per round trip. The answer is the last read's (its high
-    watermark, LSO and log start); the aborted transactions are every read's."""
+    """One partition's part of a fetch: reads of the log from ``first`` until its
+    ``max_bytes`` are filled or what may be read is read. A read returns at most
+    ``fetch_max_records`` records, and a Kafka client keeps one fetch in flight per broker,
+    so one read per fetch would hold it to that many records per round trip. The answer is
+    the last read's (its high watermark, LSO and log start); the aborted transactions are
+    every read's."""
     limit = broker.settings.fetch_max_records
+    committed = first.isolation_level == READ_COMMITTED
     out = bytearray()
     aborted: dict[tuple[int, int], AbortedTransaction] = {}
-    answer = None
+    answer, read_request = None, first
     while True:
-        read = broker.handle(
-            FetchRequest(
-                topic, partition, offset, max_bytes=max(1, max_bytes - len(out)),
-                isolation_level=isolation, min_one_record=min_one and not out, batches=True,
-            )
-        )  # fmt: skip
+        read = broker.handle(read_request)
         if read.error_code != KafkaError.NO_ERROR and answer is not None:
             break  # what was read stands; the next fetch meets the error
         answer = read
         for a in read.aborted_transactions:
             aborted[(a.producer_id, a.first_offset)] = a
         out += encode_batches(read.log_records)
-        readable = read.last_stable_offset if isolation == READ_COMMITTED else read.high_watermark
+        readable = read.last_stable_offset if committed else read.high_watermark
         # A whole read ends ``limit`` offsets on; one that ends sooner met the end of what
         # may be read or was cut by max_bytes.
+        offset = read_request.fetch_offset
         if read.error_code or read.next_offset >= readable or read.next_offset < offset + limit:
             break
-        offset = read.next_offset
-    return answer, bytes(out), list(aborted.values()) if isolation == READ_COMMITTED else None
+        read_request = replace(
+            first,
+            fetch_offset=read.next_offset,
+            max_bytes=max(1, first.max_bytes - len(out)),
+            min_one_record=False,
+        )
+    return answer, bytes(out), list(aborted.values()) if committed else None
 
 
 def _fetched(
