@@ -4,7 +4,8 @@ equal the live ones, and a rebuild that replaces them leaves them as they were."
 from __future__ import annotations
 
 from app.broker import Broker
-from app.broker.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
+from app.broker.rebuild import rebuild_all
+from app.log.rebuild import compute_partition_log, live_rows, projection_rows
 
 
 def assert_partition_log_rebuilds(broker: Broker, now_ms: int) -> None:

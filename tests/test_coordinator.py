@@ -12,7 +12,6 @@ from sqlalchemy import text
 from app.broker import Broker
 from app.broker.loop import CoordinatorLoop
 from app.broker.produce import produce
-from app.broker.rebuild import compute_partition_log, live_rows, projection_rows
 from app.clock import ManualClock
 from app.coordinator import machines as m
 from app.coordinator.handlers import (
@@ -31,6 +30,7 @@ from app.coordinator.rebuild import (
 )
 from app.errors import KafkaError, KafkaException
 from app.log.fetch import fetch, list_offsets
+from app.log.rebuild import compute_partition_log, live_rows, projection_rows
 from app.log.topics import create_topic
 from app.protocol import (
     LATEST_TIMESTAMP,

@@ -21,13 +21,13 @@ from sqlalchemy import text
 
 from app.admin import AclBinding, AclBindingFilter, AdminClient, NewTopic
 from app.broker import Broker
-from app.broker.rebuild import compute_partition_log, live_rows, projection_rows
 from app.client.consumer import Consumer
 from app.client.message import TopicPartition
 from app.client.producer import Producer
 from app.config import SETTINGS
 from app.errors import KafkaException
 from app.log.expiry import expire_producer_states
+from app.log.rebuild import compute_partition_log, live_rows, projection_rows
 
 TYPED = (KafkaException, BufferError, TypeError, ValueError)
 INJECTION = "'; DROP TABLE records; --"

@@ -10,12 +10,13 @@ from sqlalchemy import text
 
 from app.broker import Broker
 from app.broker.produce import produce
-from app.broker.rebuild import compute_partition_log, live_rows, projection_rows, rebuild_all
+from app.broker.rebuild import rebuild_all
 from app.client.message import decode_headers, encode_headers
 from app.clock import ManualClock
 from app.errors import KafkaError, KafkaException
 from app.log.expiry import expire_producer_states
 from app.log.fetch import fetch, list_offsets
+from app.log.rebuild import compute_partition_log, live_rows, projection_rows
 from app.log.topics import create_topic, delete_topic, describe_topic, list_topics
 from app.protocol import (
     EARLIEST_TIMESTAMP,

@@ -116,9 +116,15 @@ def test_marker_closes_transaction_and_checks_epochs() -> None:
     e = apply_append(None, AppendedBatch(7, 3, BatchMeta(0, 0, 5, 5), 1000, True))
     e = apply_marker(e, Marker(7, 3, 2, CONTROL_COMMIT, 1001), 6)
     assert e.txn_first_offset is None and e.coordinator_epoch == 2
-    assert validate_marker(e, 2, 2).error_code == KafkaError.INVALID_PRODUCER_EPOCH
-    assert validate_marker(e, 3, 1).error_code == KafkaError.TRANSACTION_COORDINATOR_FENCED
-    assert validate_marker(e, 4, 2).ok
+    assert (
+        validate_marker(e, Marker(7, 2, 2, CONTROL_COMMIT, 1003)).error_code
+        == KafkaError.INVALID_PRODUCER_EPOCH
+    )
+    assert (
+        validate_marker(e, Marker(7, 3, 1, CONTROL_COMMIT, 1003)).error_code
+        == KafkaError.TRANSACTION_COORDINATOR_FENCED
+    )
+    assert validate_marker(e, Marker(7, 4, 2, CONTROL_COMMIT, 1003)).ok
     bumped = apply_marker(e, Marker(7, 4, 2, CONTROL_ABORT, 1002), 7)
     assert bumped.producer_epoch == 4 and bumped.last_sequence == -1
     assert validate_append(bumped, 4, 0, 0, True).ok

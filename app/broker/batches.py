@@ -51,7 +51,7 @@ def append_batches(
                 admitted[i] = (requests[i], columns[i])
             except KafkaException as exc:
                 responses[i] = refusal(exc)
-    responses.update(append(work.conn, context, admitted, work.locked, work.writes))
+    responses.update(append(work, admitted))
     if add is not None and registration is not None:
         refused = _refused_partitions(requests, responses, add.transactional_id)
         registered, work.loaded[add.transactional_id] = record_registration(

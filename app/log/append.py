@@ -14,6 +14,7 @@ psycopg directly (``partition_lock``): this is the hot path of every producer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from sqlalchemy import Connection
 
@@ -75,38 +76,61 @@ def copy_payload(conn: Connection, payload: bytes) -> None:
         copy.write(payload)
 
 
-def append(
-    conn: Connection,
-    broker: BrokerContext,
-    admitted: dict[int, tuple[ProduceRequest, Columns]],
-    locked: dict[TopicPartition, PartitionRow] | None,
-    writes: WriteBehind | None,
-) -> dict[int, ProduceResponse]:
-    """Append the batches the broker admitted (by request index, in partition order) in its
-    DB transaction: one lock statement (none if ``locked``, the rows the caller already
-    holds, which are kept as the appends leave them), one COPY, one advance (queued on
-    ``writes`` if given).
+class Appending(Protocol):
+    """The request the log appends for, as much of it as the log needs (the broker's
+    ``Work`` is one): its DB transaction and broker context, the partition rows it already
+    holds locked (None: the append locks them, and they are kept as the appends leave
+    them), and where its last writes are queued (None: they run at once)."""
+
+    @property
+    def context(self) -> BrokerContext: ...
+
+    @property
+    def conn(self) -> Connection: ...
+
+    @property
+    def locked(self) -> dict[TopicPartition, PartitionRow] | None: ...
+
+    @property
+    def writes(self) -> WriteBehind | None: ...
+
+
+@dataclass(frozen=True)
+class _AtOnce:
+    """A round of ``append`` that locks for itself and writes at once."""
+
+    context: BrokerContext
+    conn: Connection
+    locked: None = None
+    writes: None = None
+
+
+Admitted = dict[int, tuple[ProduceRequest, Columns]]
+
+
+def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
+    """Append the batches the broker admitted (by request index, in partition order) in
+    ``work``'s DB transaction: one lock statement (none if it holds them locked already),
+    one COPY, one advance.
 
     A partition with several batches in one request takes them in rounds, a round holding
     at most one batch per partition and written at once, so that each round is decided on
     the offsets and producer state the previous one left."""
     rounds = _rounds(admitted)
     if len(rounds) == 1:
-        return _append_round(conn, broker, admitted, locked, writes)
+        return _append_round(work, admitted)
     responses: dict[int, ProduceResponse] = {}
     for batches in rounds:
-        responses.update(_append_round(conn, broker, batches, None, None))
-    if locked is not None:
+        responses.update(_append_round(_AtOnce(work.context, work.conn), batches))
+    if work.locked is not None:
         wanted = [(req.topic, req.partition, req.producer_id) for req, _ in admitted.values()]
-        locked.update(lock_partitions(conn, wanted))  # as those rounds left them
+        work.locked.update(lock_partitions(work.conn, wanted))  # as those rounds left them
     return responses
 
 
-def _rounds(
-    admitted: dict[int, tuple[ProduceRequest, Columns]],
-) -> list[dict[int, tuple[ProduceRequest, Columns]]]:
+def _rounds(admitted: Admitted) -> list[Admitted]:
     """``admitted`` split so that no round holds a partition twice, in request order."""
-    rounds: list[dict[int, tuple[ProduceRequest, Columns]]] = []
+    rounds: list[Admitted] = []
     seen: dict[TopicPartition, int] = {}
     for i, (req, cols) in admitted.items():
         tp = (req.topic, req.partition)
@@ -117,14 +141,9 @@ def _rounds(
     return rounds or [{}]
 
 
-def _append_round(
-    conn: Connection,
-    broker: BrokerContext,
-    admitted: dict[int, tuple[ProduceRequest, Columns]],
-    locked: dict[TopicPartition, PartitionRow] | None,
-    writes: WriteBehind | None,
-) -> dict[int, ProduceResponse]:
+def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
     """``append`` for batches of distinct partitions."""
+    conn, broker, locked = work.conn, work.context, work.locked
     if not admitted:
         return {}
     if locked is not None:
@@ -159,7 +178,7 @@ def _append_round(
             conn,
             [(req.topic, req.partition, plan.next_offset, plan.lso) for req, plan in plans],
             [(req.topic, req.partition, plan.entry) for req, plan in plans if plan.entry],
-            writes,
+            work.writes,
         )
         if locked is not None:
             for req, plan in plans:

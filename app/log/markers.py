@@ -138,7 +138,7 @@ def write_txn_markers(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist"
             )
         entry = row.producer_entry()
-        verdict = validate_marker(entry, producer_epoch, marker.coordinator_epoch)
+        verdict = validate_marker(entry, marker)
         if not verdict.ok:
             raise fail(verdict.error_code, verdict.message)
         if entry is not None and entry.txn_first_offset is not None:

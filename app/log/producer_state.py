@@ -178,21 +178,20 @@ def apply_append(entry: ProducerEntry | None, appended: AppendedBatch) -> Produc
     )
 
 
-def validate_marker(
-    entry: ProducerEntry | None, producer_epoch: int, coordinator_epoch: int
-) -> Verdict:
+def validate_marker(entry: ProducerEntry | None, marker: Marker) -> Verdict:
     """A transaction marker from the coordinator: fenced if its epochs are stale (rule 7)."""
     if entry is None:
         return ACCEPT
-    if producer_epoch < entry.producer_epoch:
+    if marker.producer_epoch < entry.producer_epoch:
         return Verdict(
             KafkaError.INVALID_PRODUCER_EPOCH,
-            f"marker epoch {producer_epoch} is older than the producer's epoch {entry.producer_epoch}",
+            f"marker epoch {marker.producer_epoch} is older than the producer's epoch "
+            f"{entry.producer_epoch}",
         )
-    if coordinator_epoch < entry.coordinator_epoch:
+    if marker.coordinator_epoch < entry.coordinator_epoch:
         return Verdict(
             KafkaError.TRANSACTION_COORDINATOR_FENCED,
-            f"coordinator epoch {coordinator_epoch} is older than {entry.coordinator_epoch}",
+            f"coordinator epoch {marker.coordinator_epoch} is older than {entry.coordinator_epoch}",
         )
     return ACCEPT
 

@@ -406,3 +406,30 @@ OPEN_ON_PARTITIONS = text(
     WHERE s.txn_first_offset IS NOT NULL
     """
 )
+
+
+# ---------------------------------------------------------------- rebuild (``app.log.rebuild``)
+
+# The partition-log projections as they are, in the fold's row order (for comparing).
+LIVE_PARTITIONS = text("SELECT topic, partition, next_offset, last_stable_offset FROM partitions")
+LIVE_PRODUCER_STATES = text(
+    "SELECT topic, partition, producer_id, producer_epoch, last_sequence, last_offset, "
+    "last_timestamp, batches, coordinator_epoch, txn_first_offset FROM producer_states"
+)
+LIVE_ABORTED_TXNS = text(
+    "SELECT topic, partition, producer_id, first_offset, last_offset, last_stable_offset "
+    "FROM aborted_txns"
+)
+
+# Every partition row locked, in order, so no append interleaves with a rebuild.
+LOCK_ALL_PARTITIONS = text("SELECT 1 FROM partitions ORDER BY topic, partition FOR UPDATE")
+CLEAR_PRODUCER_STATES = text("DELETE FROM producer_states")
+CLEAR_ABORTED_TXNS = text("DELETE FROM aborted_txns")
+INSERT_ABORTED_TXN = text(
+    "INSERT INTO aborted_txns (topic, partition, producer_id, first_offset, last_offset, "
+    "last_stable_offset) VALUES (:t, :p, :pid, :f, :l, :lso)"
+)
+SET_PARTITION_OFFSETS = text(
+    "UPDATE partitions SET next_offset = :n, last_stable_offset = :lso "
+    "WHERE topic = :t AND partition = :p"
+)

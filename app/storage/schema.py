@@ -1,7 +1,7 @@
 """The whole schema as SQLAlchemy Core metadata: the single source Alembic migrations follow.
 
 Each table family is an append-only log (the truth) plus projections of current state that
-``app.broker.rebuild`` can always recompute from the log. Keys lead with
+``kip98 db rebuild`` (each library's rebuild) can always recompute from the log. Keys lead with
 (topic, partition) so the data can later be distributed by partition without redesign.
 Integer widths follow Kafka's wire types (epoch int16, sequence int32, offsets int64).
 """
