@@ -46,10 +46,7 @@ class TortureCopier:
     def __init__(self, args: CopierArgs) -> None:
         self.args = args
         self.name = f"c{args.index}"
-        self.hist = HistoryWriter(
-            args.out / "history" / f"{self.name}-{args.incarnation}.jsonl",
-            f"{self.name}#{args.incarnation}",
-        )
+        self.hist = HistoryWriter.of_incarnation(args.out, self.name, args.incarnation)
         self.flags = StopFlag()
         self.txns = 0
         self.producer: Producer | None = None

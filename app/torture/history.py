@@ -34,6 +34,12 @@ class HistoryWriter:
         self.process = process
         self._fh: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 - long-lived
 
+    @classmethod
+    def of_incarnation(cls, out: Path, name: str, incarnation: int) -> HistoryWriter:
+        """The history of one incarnation of a restarted process: a file of its own, its
+        events told apart from the previous incarnations' by ``name#incarnation``."""
+        return cls(out / "history" / f"{name}-{incarnation}.jsonl", f"{name}#{incarnation}")
+
     def record(self, type_: str, f: str, **fields: Any) -> Event:
         event: Event = {
             "type": type_,

@@ -40,10 +40,7 @@ class Racer:
     def __init__(self, args: RacerArgs) -> None:
         self.args = args
         self.name = f"r{args.index}"
-        self.hist = HistoryWriter(
-            args.out / "history" / f"{self.name}-{args.incarnation}.jsonl",
-            f"{self.name}#{args.incarnation}",
-        )
+        self.hist = HistoryWriter.of_incarnation(args.out, self.name, args.incarnation)
         self.rng = random.Random(args.seed * 6151 + args.index * 97 + args.incarnation)
         self.flags = StopFlag()
 

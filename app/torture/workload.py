@@ -139,10 +139,7 @@ class Worker:
     def __init__(self, args: WorkerArgs) -> None:
         self.args = args
         self.name = f"w{args.index}"
-        self.hist = HistoryWriter(
-            args.out / "history" / f"{self.name}-{args.incarnation}.jsonl",
-            f"{self.name}#{args.incarnation}",
-        )
+        self.hist = HistoryWriter.of_incarnation(args.out, self.name, args.incarnation)
         self.rng = random.Random(args.seed * 7919 + args.index * 101 + args.incarnation)
         self.flags = StopFlag()
         self.next_value = args.incarnation * VALUE_BLOCK
