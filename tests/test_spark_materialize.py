@@ -26,13 +26,16 @@ from app.log.topics import create_topic, delete_topic
 from app.protocol import READ_COMMITTED, FetchRequest, ProduceRequest, RecordIn
 from app.spark import materialize
 from app.spark import sql as spark_sql
+from app.spark.compact import compact, plan
 from app.spark.materialize import (
     PartitionBounds,
+    RunTable,
     _commit,
     capture,
     run_materialization,
     slices,
 )
+from app.spark.partitions import Registered
 from tests.txn_driver import TxnDriver
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MATERIALIZE = importlib.import_module("app.spark.materialize")
 TOPICS = {"orders": 3, "payments": 2}
 Row = tuple[Any, ...]
+COLUMNS = 'topic, partition, "offset", key, value, headers, "timestamp", producer_id'
 
 
 # ---------------------------------------------------------------- workload and readers
@@ -159,9 +163,39 @@ def lsos(broker: Broker) -> dict[tuple[str, int], int]:
     return {(b.topic, b.partition): b.lso for b in capture(broker.engine)}
 
 
-def staging_tables(broker: Broker) -> list[str]:
+def leftover_tables(broker: Broker) -> list[str]:
     with broker.engine.connect() as conn:
-        return [r[0] for r in conn.execute(spark_sql.LEFTOVER_STAGING)]
+        return [r[0] for r in conn.execute(spark_sql.LEFTOVER_TABLES)]
+
+
+def attached(broker: Broker) -> dict[str, tuple[str, int, int, int]]:
+    """Partitions of read_committed_records as the catalog has them, each with the bound
+    its registry row states, after checking the two agree and each partition's rows lie
+    within its bound."""
+    with broker.engine.connect() as conn:
+        in_catalog = {
+            r[0]
+            for r in conn.execute(
+                text(
+                    "SELECT CAST(inhrelid AS regclass)::text FROM pg_inherits "
+                    "WHERE inhparent = CAST('read_committed_records' AS regclass)"
+                )
+            )
+        }
+        registry = {
+            r[0]: tuple(r[1:5]) for r in conn.execute(spark_sql.REGISTERED)
+        }  # fmt: skip
+        for name, (topic, partition, start, end) in registry.items():
+            outside = conn.execute(
+                text(
+                    f"SELECT count(*) FROM {name} WHERE NOT (topic = :t AND partition = :p "
+                    'AND "offset" >= :s AND "offset" < :e)'
+                ),
+                {"t": topic, "p": partition, "s": start, "e": end},
+            ).scalar_one()
+            assert outside == 0
+    assert in_catalog == set(registry)
+    return registry  # type: ignore[return-value]
 
 
 @pytest.fixture
@@ -196,49 +230,169 @@ def test_start_never_leaves_the_log() -> None:
     assert PartitionBounds("a", 0, 5, 9, 12).start == 9
 
 
-def test_staging_names_are_checked() -> None:
+def test_table_names_are_checked() -> None:
     with pytest.raises(ValueError):
-        spark_sql.drop_staging("records; DROP TABLE records")
+        spark_sql.drop_work("records; DROP TABLE records")
+    with pytest.raises(ValueError):
+        spark_sql.drop_child("read_committed_records")
+    with pytest.raises(ValueError):
+        spark_sql.drop_work(f"rc_run_{'ab' * 16}_0")  # a partition, never dropped as a run's
     assert spark_sql.literal("o'brien") == "'o''brien'"
 
 
-def test_move_falls_back_when_a_staged_row_is_already_there(broker: Broker) -> None:
-    """A row moved by a concurrent run and a row staged twice (a re-executed Spark task)
-    make the plain insert fail; the merge still moves each new row once and counts it."""
+def sql_run(broker: Broker, topics: list[str] | None = None) -> dict[tuple[str, int], int]:
+    """A run as the materialisation makes one, with PostgreSQL writing the run's table from
+    ``committed_records`` where Spark would: for tests of what happens around the write."""
+    bounds = capture(broker.engine, topics)
+    pending = [b for b in bounds if b.start < b.lso]
+    run = RunTable.new(pending)
+    with broker.engine.begin() as conn:
+        conn.execute(text(spark_sql.create_run_table(run.name)))
+        for b in pending:
+            child = run.children[(b.topic, b.partition)]
+            conn.execute(
+                text(
+                    spark_sql.create_run_child(
+                        run.name, child, b.topic, b.partition, b.start, b.lso
+                    )
+                )
+            )
+            conn.execute(
+                text(
+                    f"INSERT INTO {run.name} SELECT {COLUMNS} FROM committed_records "
+                    'WHERE topic = :t AND partition = :p AND "offset" >= :s AND "offset" < :e'
+                ),
+                {"t": b.topic, "p": b.partition, "s": b.start, "e": b.lso},
+            )
+        written = {(t, p): n for t, p, n in conn.execute(text(spark_sql.count_run(run.name)))}
+    return _commit(broker.engine, run, bounds, written)
+
+
+def test_a_run_overtaken_by_another_leaves_those_partitions_to_it(broker: Broker) -> None:
+    """Two runs captured the same progress; the first to commit materialises a partition,
+    the second then finds its progress moved and attaches nothing there (its range would
+    overlap rows already in), while its other partitions attach as usual."""
     rng = random.Random(23)
     plain(broker, "orders", 0, 20, rng)
     plain(broker, "payments", 1, 7, rng)
-    staging = f"{spark_sql.STAGING_PREFIX}{'ab' * 16}"
-    columns = 'topic, partition, "offset", key, value, headers, "timestamp", producer_id'
+    bounds = capture(broker.engine)
+    pending = [b for b in bounds if b.start < b.lso]
+    late = RunTable.new(pending)
     with broker.engine.begin() as conn:
-        conn.execute(
-            text(
-                f"INSERT INTO read_committed_records ({columns}) SELECT {columns} "
-                """FROM committed_records WHERE topic = 'orders' AND "offset" < 5"""
-            )
-        )
-        conn.execute(
-            text(
-                "INSERT INTO materialization_progress (topic, partition, up_to_offset) "
-                "VALUES ('orders', 0, 5)"
-            )
-        )
-        conn.execute(text(spark_sql.create_staging(staging)))
-        for condition in ("true", """topic = 'orders' AND "offset" = 10"""):
+        conn.execute(text(spark_sql.create_run_table(late.name)))
+        for b in pending:
+            child = late.children[(b.topic, b.partition)]
             conn.execute(
                 text(
-                    f'INSERT INTO {staging} SELECT topic, partition, "offset", key, value, '
-                    'CAST(headers AS text), "timestamp", producer_id '
-                    f"FROM committed_records WHERE {condition}"
+                    spark_sql.create_run_child(
+                        late.name, child, b.topic, b.partition, b.start, b.lso
+                    )
                 )
             )
+        conn.execute(text(f"INSERT INTO {late.name} SELECT {COLUMNS} FROM committed_records"))
 
-    bounds = capture(broker.engine)
-    counts = _commit(broker.engine, staging, bounds)
+    assert sql_run(broker, ["orders"]) == {("orders", 0): 20}
+    counts = _commit(broker.engine, late, bounds, {("orders", 0): 20, ("payments", 1): 7})
 
-    assert counts == {("orders", 0): 15, ("payments", 1): 7}
+    assert counts == {("payments", 1): 7}
     assert table(broker) == table(broker, "committed_records")
+    assert sorted(attached(broker).values()) == [("orders", 0, 0, 20), ("payments", 1, 0, 7)]
     assert progress(broker) == {(b.topic, b.partition): b.lso for b in bounds}
+    assert leftover_tables(broker) == []
+
+
+def test_compaction_merges_small_partitions_and_keeps_every_row(broker: Broker) -> None:
+    rng = random.Random(31)
+    drivers = drivers_for(broker, "c1", "c2")
+    for _ in range(6):
+        workload(broker, rng, rounds=1, drivers=drivers)
+        sql_run(broker)
+    before = table(broker)
+    parts = attached(broker)
+    assert len(parts) > 10
+
+    merges = compact(broker.engine.url.render_as_string(hide_password=False), small_rows=100_000)
+
+    after = attached(broker)
+    assert table(broker) == before == table(broker, "committed_records")
+    assert sum(len(m.parts) for m in merges) - len(merges) == len(parts) - len(after)
+    # One partition per topic partition is left, covering what its old ones covered.
+    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for topic, partition, start, end in parts.values():
+        by_partition.setdefault((topic, partition), []).append((start, end))
+    assert sorted(after.values()) == sorted(
+        (t, p, min(s for s, _ in spans), max(e for _, e in spans))
+        for (t, p), spans in by_partition.items()
+    )
+    assert leftover_tables(broker) == []
+    # Runs go on from the progress, next to the merged partitions.
+    workload(broker, rng, rounds=1, drivers=drivers)
+    sql_run(broker)
+    assert table(broker) == table(broker, "committed_records")
+    attached(broker)
+
+
+def test_compaction_plan_groups_consecutive_small_partitions() -> None:
+    def part(name: str, topic: str, start: int, end: int, rows: int) -> Registered:
+        return Registered(name, topic, 0, start, end, rows)
+
+    parts = [
+        part("a1", "a", 0, 10, 10),
+        part("a2", "a", 10, 20, 10),
+        part("a3", "a", 20, 500, 480),  # large: not merged, and it separates its neighbours
+        part("a4", "a", 500, 510, 10),
+        part("b1", "b", 0, 10, 10),
+        part("b2", "b", 12, 20, 8),
+        part("b3", "b", 20, 30, 10),
+        part("b4", "b", 30, 40, 10),
+    ]
+    merges = plan(parts, small_rows=25)
+    assert [[p.table_name for p in m.parts] for m in merges] == [
+        ["a1", "a2"],
+        ["b1", "b2", "b3"],  # closed at 28 rows
+    ]
+    assert (merges[1].from_offset, merges[1].to_offset, merges[1].rows) == (0, 30, 28)
+
+
+def _compact_killed(crash_at: str) -> None:
+    code = (
+        "import os\n"
+        "from app.spark.compact import compact\n"
+        "compact(os.environ['KIP98_DATABASE_URL'], small_rows=100_000)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "KIP98_CRASH_AT": crash_at, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == -9, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("crash_at", ["spark.compact.copied", "spark.compact.swap"])
+def test_killed_compaction_leaves_partitions_as_before_and_next_one_converges(
+    broker: Broker, crash_at: str
+) -> None:
+    rng = random.Random(crash_at)
+    for _ in range(3):
+        plain(broker, "orders", 0, 15, rng)
+        plain(broker, "payments", 1, 15, rng)
+        sql_run(broker)
+    before_rows, before_parts = table(broker), attached(broker)
+
+    _compact_killed(crash_at)
+    _wait_for_sessions_to_end(broker)
+    assert table(broker) == before_rows
+    assert attached(broker) == before_parts
+    assert len(leftover_tables(broker)) == 1
+
+    merges = compact(broker.engine.url.render_as_string(hide_password=False), small_rows=100_000)
+    assert len(merges) == 2
+    assert table(broker) == before_rows
+    assert sorted(attached(broker).values()) == [("orders", 0, 0, 45), ("payments", 1, 0, 45)]
+    assert leftover_tables(broker) == []
 
 
 # ---------------------------------------------------------------- with Spark
@@ -272,7 +426,7 @@ def test_materialised_rows_equal_read_committed(
     }
     assert progress(broker) == {(b.topic, b.partition): b.lso for b in bounds}
     assert not any(r[4] in (b"pending-1", b"pending-2") for r in rows)
-    assert staging_tables(broker) == []
+    assert leftover_tables(broker) == []
 
 
 @pytest.mark.spark
@@ -360,7 +514,8 @@ def _wait_for_sessions_to_end(broker: Broker) -> None:
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    "crash_at", ["spark.materialize.staged", "spark.materialize.moving", "spark.materialize.commit"]
+    "crash_at",
+    ["spark.materialize.written", "spark.materialize.attached", "spark.materialize.commit"],
 )
 def test_killed_run_leaves_tables_as_before_and_next_run_converges(
     spark: SparkSession, db_url: str, broker: Broker, crash_at: str
@@ -376,16 +531,16 @@ def test_killed_run_leaves_tables_as_before_and_next_run_converges(
     _wait_for_sessions_to_end(broker)
     assert table(broker) == before_rows
     assert progress(broker) == before_progress
-    leftovers = staging_tables(broker)
+    leftovers = leftover_tables(broker)
     assert len(leftovers) == 1
     with broker.engine.connect() as conn:
-        assert conn.execute(text(spark_sql.count_staging(leftovers[0]))).scalar_one() > 0
+        assert conn.execute(text(spark_sql.count_rows(leftovers[0]))).scalar_one() > 0
 
     counts = materialize(spark, db_url)
     rows = table(broker)
     assert rows == expected(broker, capture(broker.engine))
     assert sum(counts.values()) == len(rows) - len(before_rows)
-    assert staging_tables(broker) == []
+    assert leftover_tables(broker) == []
 
 
 @pytest.mark.spark
@@ -447,7 +602,7 @@ def test_a_topic_created_again_during_a_run_gets_nothing_of_it(
     plain(broker, "orders", 0, 10, rng)
 
     def recreate(name: str) -> None:
-        if name == "spark.materialize.staged":
+        if name == "spark.materialize.written":
             delete_topic(broker, "payments")
             create_topic(broker, "payments", 2)
             plain(broker, "payments", 0, 5, rng)
