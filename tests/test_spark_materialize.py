@@ -8,6 +8,7 @@ import importlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -502,11 +503,14 @@ def _wait_for_sessions_to_end(broker: Broker) -> None:
     """The killed run's PostgreSQL sessions end a moment after it does."""
     deadline = time.monotonic() + 30
     query = text(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = CAST(:ns AS oid)"
+        "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+        "        AND classid = CAST(:ns AS oid)) "
+        "     + (SELECT count(*) FROM pg_stat_activity WHERE application_name = :app)"
     )
     while True:
         with broker.engine.connect() as conn:
-            if conn.execute(query, {"ns": spark_sql.LOCK_NAMESPACE}).scalar_one() == 0:
+            params = {"ns": spark_sql.LOCK_NAMESPACE, "app": spark_sql.APPLICATION_NAME}
+            if conn.execute(query, params).scalar_one() == 0:
                 return
         assert time.monotonic() < deadline, "the killed run's sessions did not end"
         time.sleep(0.1)
@@ -618,3 +622,92 @@ def test_a_topic_created_again_during_a_run_gets_nothing_of_it(
     assert counts[("payments", 0)] == 5
     assert table(broker) == table(broker, "committed_records")
     assert progress(broker)[("payments", 0)] == 5
+
+
+def _bulk(broker: Broker, topic: str, partition: int, n: int) -> None:
+    for start in range(0, n, 1000):
+        records = [RecordIn(f"k{i}".encode(), b"v" * 50, 0) for i in range(start, start + 1000)]
+        assert produce(broker, ProduceRequest(topic, partition, records)).error_code == 0
+
+
+@pytest.mark.spark
+def test_run_killed_while_spark_writes_leaves_tables_as_before(
+    spark: SparkSession, db_url: str, broker: Broker
+) -> None:
+    """SIGKILL of the driver while Spark's tasks write: some tasks have committed their
+    rows into the run's table, one is held mid-write (a lock this test takes on its
+    partition of the run's table). Nothing of it reaches read_committed_records; the
+    next run drops the run's table and materialises everything once."""
+    rng = random.Random(77)
+    plain(broker, "orders", 0, 30, rng)
+    materialize(spark, db_url)
+    before_rows, before_progress = table(broker), progress(broker)
+    _bulk(broker, "orders", 0, 25_000)
+    _bulk(broker, "orders", 1, 25_000)
+
+    code = (
+        "import os\n"
+        "from app.spark.materialize import materialize\n"
+        "from app.spark.session import build_spark_session\n"
+        "materialize(build_spark_session('kip98-killed'), os.environ['KIP98_DATABASE_URL'])\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    holder = broker.engine.connect()
+    try:
+        deadline = time.monotonic() + 180
+        run_name = None
+        while run_name is None:  # the run's tables exist before Spark starts reading
+            assert child.poll() is None and time.monotonic() < deadline
+            names = leftover_tables(broker)
+            run_name = names[0] if names else None
+            time.sleep(0.01)
+        children = {}
+        while len(children) < 2:
+            assert time.monotonic() < deadline
+            with broker.engine.connect() as conn:
+                children = {
+                    p: n
+                    for n, p in conn.execute(
+                        text(
+                            "SELECT CAST(c.inhrelid AS regclass)::text, "
+                            "  substring(pg_get_expr(k.relpartbound, k.oid) from ', (\\d+),') "
+                            "FROM pg_inherits c JOIN pg_class k ON k.oid = c.inhrelid "
+                            "WHERE c.inhparent = CAST(:t AS regclass)"
+                        ),
+                        {"t": run_name},
+                    )
+                }
+        holder.execute(text("SET idle_in_transaction_session_timeout = 0"))
+        holder.execute(text(f"LOCK TABLE {children['1']} IN SHARE MODE"))
+        while True:  # orders[0]'s tasks commit; orders[1]'s wait for the lock
+            assert child.poll() is None and time.monotonic() < deadline
+            with broker.engine.connect() as conn:
+                if conn.execute(text(f"SELECT count(*) FROM {children['0']}")).scalar_one():
+                    break
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        holder.rollback()
+        holder.close()
+        if child.poll() is None:
+            child.kill()
+    _wait_for_sessions_to_end(broker)
+
+    assert table(broker) == before_rows
+    assert progress(broker) == before_progress
+    assert leftover_tables(broker) == [run_name]
+    with broker.engine.connect() as conn:
+        assert conn.execute(text(spark_sql.count_rows(run_name))).scalar_one() > 0
+
+    counts = materialize(spark, db_url)
+    assert counts[("orders", 0)] == counts[("orders", 1)] == 25_000
+    assert table(broker) == expected(broker, capture(broker.engine))
+    assert leftover_tables(broker) == []
+    attached(broker)
