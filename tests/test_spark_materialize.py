@@ -11,6 +11,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ from app.spark.materialize import (
     run_materialization,
     slices,
 )
-from app.spark.partitions import Registered
+from app.spark.partitions import Registered, wait_for_older_snapshots, work_engine
 from tests.txn_driver import TxnDriver
 
 if TYPE_CHECKING:
@@ -711,3 +712,41 @@ def test_run_killed_while_spark_writes_leaves_tables_as_before(
     assert table(broker) == expected(broker, capture(broker.engine))
     assert leftover_tables(broker) == []
     attached(broker)
+
+
+def test_attaching_waits_for_transactions_holding_older_snapshots(
+    db_url: str, broker: Broker
+) -> None:
+    """A REPEATABLE READ transaction holding a snapshot when a run is about to attach is
+    waited for (its snapshot may predate some of Spark's commits); kip98's own sessions
+    and sessions without a snapshot are not."""
+    engine = work_engine(db_url)
+    reader = broker.engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    ours = engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    idle = broker.engine.connect()
+    try:
+        reader.execute(text("SELECT count(*) FROM read_committed_records"))
+        ours.execute(text("SELECT count(*) FROM read_committed_records"))
+        said: list[str] = []
+        waiting = threading.Event()
+
+        def report(_stage: str, message: str) -> None:
+            said.append(message)
+            waiting.set()
+
+        waited: list[int] = []
+        thread = threading.Thread(
+            target=lambda: waited.append(wait_for_older_snapshots(engine, report, "commit"))
+        )
+        thread.start()
+        assert waiting.wait(timeout=30)
+        assert thread.is_alive()  # it reported the reader and waits for it to end
+        assert said == ["waiting for 1 transactions older than the rows to end"]
+        reader.commit()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert waited == [1]
+    finally:
+        for conn in (reader, ours, idle):
+            conn.close()
+        engine.dispose()
