@@ -369,11 +369,15 @@ def test_rebuild_equals_live_after_randomized_workload(broker: Broker, clock: Ma
         assert live_rows(conn) == live
 
 
-def test_staging_names_are_matched_whole() -> None:
-    """Staging names go into DDL: a trailing newline must not pass as the generated shape."""
-    from app.spark.sql import check_staging_name
+def test_materialisation_table_names_are_matched_whole() -> None:
+    """Run and partition names go into DDL: a trailing newline must not pass as the
+    generated shape."""
+    from app.spark.sql import check_child_name, check_work_name
 
-    good = "rc_staging_" + "0" * 32
-    assert check_staging_name(good) == good
+    good = "rc_run_" + "0" * 32
+    assert check_work_name(good) == good
+    assert check_child_name(good + "_3") == good + "_3"
     with pytest.raises(ValueError):
-        check_staging_name(good + "\n")
+        check_work_name(good + "\n")
+    with pytest.raises(ValueError):
+        check_child_name(good + "_3\n")

@@ -14,6 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, pool, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 
 from app.storage.schema import metadata
 from app.storage.views import VIEW_NAMES
@@ -114,3 +115,73 @@ def test_metadata_matches_migrations(db_url: str) -> None:
     finally:
         engine.dispose()
     assert diff == [], f"schema.py and migrations/ disagree: {diff}"
+
+
+def _rows(url: str, query: str) -> list[tuple[object, ...]]:
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(query))]
+    finally:
+        engine.dispose()
+
+
+def test_0012_partitions_materialised_rows_and_back(empty_db: str) -> None:
+    """An install at 0011 with materialised rows: 0012 moves them into one partition per
+    topic partition, bounded by the offsets they span and registered; the downgrade puts
+    them back into the plain table."""
+    _alembic(empty_db, "upgrade", "0011")
+    rows = [
+        (topic, partition, offset, f"k{offset}".encode(), b"v", '[{"key": "h", "value": null}]'
+         if offset % 2 else None, 1_000 + offset, 7)
+        for topic, partition, offsets in (("a", 0, range(3, 40)), ("a", 1, range(5)),
+                                          ("o'b", 0, range(100, 110)))
+        for offset in offsets
+    ]  # fmt: skip
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO read_committed_records VALUES "
+                    "(:t, :p, :o, :k, :v, CAST(:h AS jsonb), :ts, :pid)"
+                ),
+                [
+                    dict(zip(("t", "p", "o", "k", "v", "h", "ts", "pid"), r, strict=True))
+                    for r in rows
+                ],
+            )
+    finally:
+        engine.dispose()
+    everything = 'SELECT * FROM read_committed_records ORDER BY topic, partition, "offset"'
+    before = _rows(empty_db, everything)
+    assert len(before) == len(rows)
+
+    _alembic(empty_db, "upgrade", "0012")
+    assert _rows(empty_db, everything) == before
+    assert _rows(
+        empty_db,
+        "SELECT topic, partition, from_offset, to_offset, row_count "
+        "FROM read_committed_partitions ORDER BY topic, partition",
+    ) == [("a", 0, 3, 40, 37), ("a", 1, 0, 5, 5), ("o'b", 0, 100, 110, 10)]
+    assert _rows(
+        empty_db,
+        "SELECT count(*) FROM pg_inherits "
+        "WHERE inhparent = CAST('read_committed_records' AS regclass)",
+    ) == [(3,)]
+    # The primary key holds across partitions, as it did on the plain table.
+    with pytest.raises(IntegrityError, match="duplicate key"):
+        _rows(empty_db, "INSERT INTO read_committed_records SELECT * FROM read_committed_records")
+
+    _alembic(empty_db, "downgrade", "0011")
+    assert _rows(empty_db, everything) == before
+    assert "read_committed_partitions" not in _tables(empty_db)
+    assert _rows(
+        empty_db, "SELECT relkind FROM pg_class WHERE relname = 'read_committed_records'"
+    ) == [("r",)]
+    assert _rows(
+        empty_db, "SELECT count(*) FROM pg_class WHERE relname LIKE 'rc\\_migrated\\_%'"
+    ) == [(0,)]
+
+    _alembic(empty_db, "upgrade", "head")
+    assert _rows(empty_db, everything) == before

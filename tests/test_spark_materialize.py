@@ -8,8 +8,10 @@ import importlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,13 +28,16 @@ from app.log.topics import create_topic, delete_topic
 from app.protocol import READ_COMMITTED, FetchRequest, ProduceRequest, RecordIn
 from app.spark import materialize
 from app.spark import sql as spark_sql
+from app.spark.compact import compact, plan
 from app.spark.materialize import (
     PartitionBounds,
+    RunTable,
     _commit,
     capture,
     run_materialization,
     slices,
 )
+from app.spark.partitions import Registered, wait_for_older_snapshots, work_engine
 from tests.txn_driver import TxnDriver
 
 if TYPE_CHECKING:
@@ -43,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MATERIALIZE = importlib.import_module("app.spark.materialize")
 TOPICS = {"orders": 3, "payments": 2}
 Row = tuple[Any, ...]
+COLUMNS = 'topic, partition, "offset", key, value, headers, "timestamp", producer_id'
 
 
 # ---------------------------------------------------------------- workload and readers
@@ -159,9 +165,39 @@ def lsos(broker: Broker) -> dict[tuple[str, int], int]:
     return {(b.topic, b.partition): b.lso for b in capture(broker.engine)}
 
 
-def staging_tables(broker: Broker) -> list[str]:
+def leftover_tables(broker: Broker) -> list[str]:
     with broker.engine.connect() as conn:
-        return [r[0] for r in conn.execute(spark_sql.LEFTOVER_STAGING)]
+        return [r[0] for r in conn.execute(spark_sql.LEFTOVER_TABLES)]
+
+
+def attached(broker: Broker) -> dict[str, tuple[str, int, int, int]]:
+    """Partitions of read_committed_records as the catalog has them, each with the bound
+    its registry row states, after checking the two agree and each partition's rows lie
+    within its bound."""
+    with broker.engine.connect() as conn:
+        in_catalog = {
+            r[0]
+            for r in conn.execute(
+                text(
+                    "SELECT CAST(inhrelid AS regclass)::text FROM pg_inherits "
+                    "WHERE inhparent = CAST('read_committed_records' AS regclass)"
+                )
+            )
+        }
+        registry = {
+            r[0]: tuple(r[1:5]) for r in conn.execute(spark_sql.REGISTERED)
+        }  # fmt: skip
+        for name, (topic, partition, start, end) in registry.items():
+            outside = conn.execute(
+                text(
+                    f"SELECT count(*) FROM {name} WHERE NOT (topic = :t AND partition = :p "
+                    'AND "offset" >= :s AND "offset" < :e)'
+                ),
+                {"t": topic, "p": partition, "s": start, "e": end},
+            ).scalar_one()
+            assert outside == 0
+    assert in_catalog == set(registry)
+    return registry  # type: ignore[return-value]
 
 
 @pytest.fixture
@@ -196,49 +232,169 @@ def test_start_never_leaves_the_log() -> None:
     assert PartitionBounds("a", 0, 5, 9, 12).start == 9
 
 
-def test_staging_names_are_checked() -> None:
+def test_table_names_are_checked() -> None:
     with pytest.raises(ValueError):
-        spark_sql.drop_staging("records; DROP TABLE records")
+        spark_sql.drop_work("records; DROP TABLE records")
+    with pytest.raises(ValueError):
+        spark_sql.drop_child("read_committed_records")
+    with pytest.raises(ValueError):
+        spark_sql.drop_work(f"rc_run_{'ab' * 16}_0")  # a partition, never dropped as a run's
     assert spark_sql.literal("o'brien") == "'o''brien'"
 
 
-def test_move_falls_back_when_a_staged_row_is_already_there(broker: Broker) -> None:
-    """A row moved by a concurrent run and a row staged twice (a re-executed Spark task)
-    make the plain insert fail; the merge still moves each new row once and counts it."""
+def sql_run(broker: Broker, topics: list[str] | None = None) -> dict[tuple[str, int], int]:
+    """A run as the materialisation makes one, with PostgreSQL writing the run's table from
+    ``committed_records`` where Spark would: for tests of what happens around the write."""
+    bounds = capture(broker.engine, topics)
+    pending = [b for b in bounds if b.start < b.lso]
+    run = RunTable.new(pending)
+    with broker.engine.begin() as conn:
+        conn.execute(text(spark_sql.create_run_table(run.name)))
+        for b in pending:
+            child = run.children[(b.topic, b.partition)]
+            conn.execute(
+                text(
+                    spark_sql.create_run_child(
+                        run.name, child, b.topic, b.partition, b.start, b.lso
+                    )
+                )
+            )
+            conn.execute(
+                text(
+                    f"INSERT INTO {run.name} SELECT {COLUMNS} FROM committed_records "
+                    'WHERE topic = :t AND partition = :p AND "offset" >= :s AND "offset" < :e'
+                ),
+                {"t": b.topic, "p": b.partition, "s": b.start, "e": b.lso},
+            )
+        written = {(t, p): n for t, p, n in conn.execute(text(spark_sql.count_run(run.name)))}
+    return _commit(broker.engine, run, bounds, written)
+
+
+def test_a_run_overtaken_by_another_leaves_those_partitions_to_it(broker: Broker) -> None:
+    """Two runs captured the same progress; the first to commit materialises a partition,
+    the second then finds its progress moved and attaches nothing there (its range would
+    overlap rows already in), while its other partitions attach as usual."""
     rng = random.Random(23)
     plain(broker, "orders", 0, 20, rng)
     plain(broker, "payments", 1, 7, rng)
-    staging = f"{spark_sql.STAGING_PREFIX}{'ab' * 16}"
-    columns = 'topic, partition, "offset", key, value, headers, "timestamp", producer_id'
+    bounds = capture(broker.engine)
+    pending = [b for b in bounds if b.start < b.lso]
+    late = RunTable.new(pending)
     with broker.engine.begin() as conn:
-        conn.execute(
-            text(
-                f"INSERT INTO read_committed_records ({columns}) SELECT {columns} "
-                """FROM committed_records WHERE topic = 'orders' AND "offset" < 5"""
-            )
-        )
-        conn.execute(
-            text(
-                "INSERT INTO materialization_progress (topic, partition, up_to_offset) "
-                "VALUES ('orders', 0, 5)"
-            )
-        )
-        conn.execute(text(spark_sql.create_staging(staging)))
-        for condition in ("true", """topic = 'orders' AND "offset" = 10"""):
+        conn.execute(text(spark_sql.create_run_table(late.name)))
+        for b in pending:
+            child = late.children[(b.topic, b.partition)]
             conn.execute(
                 text(
-                    f'INSERT INTO {staging} SELECT topic, partition, "offset", key, value, '
-                    'CAST(headers AS text), "timestamp", producer_id '
-                    f"FROM committed_records WHERE {condition}"
+                    spark_sql.create_run_child(
+                        late.name, child, b.topic, b.partition, b.start, b.lso
+                    )
                 )
             )
+        conn.execute(text(f"INSERT INTO {late.name} SELECT {COLUMNS} FROM committed_records"))
 
-    bounds = capture(broker.engine)
-    counts = _commit(broker.engine, staging, bounds)
+    assert sql_run(broker, ["orders"]) == {("orders", 0): 20}
+    counts = _commit(broker.engine, late, bounds, {("orders", 0): 20, ("payments", 1): 7})
 
-    assert counts == {("orders", 0): 15, ("payments", 1): 7}
+    assert counts == {("payments", 1): 7}
     assert table(broker) == table(broker, "committed_records")
+    assert sorted(attached(broker).values()) == [("orders", 0, 0, 20), ("payments", 1, 0, 7)]
     assert progress(broker) == {(b.topic, b.partition): b.lso for b in bounds}
+    assert leftover_tables(broker) == []
+
+
+def test_compaction_merges_small_partitions_and_keeps_every_row(broker: Broker) -> None:
+    rng = random.Random(31)
+    drivers = drivers_for(broker, "c1", "c2")
+    for _ in range(6):
+        workload(broker, rng, rounds=1, drivers=drivers)
+        sql_run(broker)
+    before = table(broker)
+    parts = attached(broker)
+    assert len(parts) > 10
+
+    merges = compact(broker.engine.url.render_as_string(hide_password=False), small_rows=100_000)
+
+    after = attached(broker)
+    assert table(broker) == before == table(broker, "committed_records")
+    assert sum(len(m.parts) for m in merges) - len(merges) == len(parts) - len(after)
+    # One partition per topic partition is left, covering what its old ones covered.
+    by_partition: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for topic, partition, start, end in parts.values():
+        by_partition.setdefault((topic, partition), []).append((start, end))
+    assert sorted(after.values()) == sorted(
+        (t, p, min(s for s, _ in spans), max(e for _, e in spans))
+        for (t, p), spans in by_partition.items()
+    )
+    assert leftover_tables(broker) == []
+    # Runs go on from the progress, next to the merged partitions.
+    workload(broker, rng, rounds=1, drivers=drivers)
+    sql_run(broker)
+    assert table(broker) == table(broker, "committed_records")
+    attached(broker)
+
+
+def test_compaction_plan_groups_consecutive_small_partitions() -> None:
+    def part(name: str, topic: str, start: int, end: int, rows: int) -> Registered:
+        return Registered(name, topic, 0, start, end, rows)
+
+    parts = [
+        part("a1", "a", 0, 10, 10),
+        part("a2", "a", 10, 20, 10),
+        part("a3", "a", 20, 500, 480),  # large: not merged, and it separates its neighbours
+        part("a4", "a", 500, 510, 10),
+        part("b1", "b", 0, 10, 10),
+        part("b2", "b", 12, 20, 8),
+        part("b3", "b", 20, 30, 10),
+        part("b4", "b", 30, 40, 10),
+    ]
+    merges = plan(parts, small_rows=25)
+    assert [[p.table_name for p in m.parts] for m in merges] == [
+        ["a1", "a2"],
+        ["b1", "b2", "b3"],  # closed at 28 rows
+    ]
+    assert (merges[1].from_offset, merges[1].to_offset, merges[1].rows) == (0, 30, 28)
+
+
+def _compact_killed(crash_at: str) -> None:
+    code = (
+        "import os\n"
+        "from app.spark.compact import compact\n"
+        "compact(os.environ['KIP98_DATABASE_URL'], small_rows=100_000)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "KIP98_CRASH_AT": crash_at, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == -9, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("crash_at", ["spark.compact.copied", "spark.compact.swap"])
+def test_killed_compaction_leaves_partitions_as_before_and_next_one_converges(
+    broker: Broker, crash_at: str
+) -> None:
+    rng = random.Random(crash_at)
+    for _ in range(3):
+        plain(broker, "orders", 0, 15, rng)
+        plain(broker, "payments", 1, 15, rng)
+        sql_run(broker)
+    before_rows, before_parts = table(broker), attached(broker)
+
+    _compact_killed(crash_at)
+    _wait_for_sessions_to_end(broker)
+    assert table(broker) == before_rows
+    assert attached(broker) == before_parts
+    assert len(leftover_tables(broker)) == 1
+
+    merges = compact(broker.engine.url.render_as_string(hide_password=False), small_rows=100_000)
+    assert len(merges) == 2
+    assert table(broker) == before_rows
+    assert sorted(attached(broker).values()) == [("orders", 0, 0, 45), ("payments", 1, 0, 45)]
+    assert leftover_tables(broker) == []
 
 
 # ---------------------------------------------------------------- with Spark
@@ -272,7 +428,7 @@ def test_materialised_rows_equal_read_committed(
     }
     assert progress(broker) == {(b.topic, b.partition): b.lso for b in bounds}
     assert not any(r[4] in (b"pending-1", b"pending-2") for r in rows)
-    assert staging_tables(broker) == []
+    assert leftover_tables(broker) == []
 
 
 @pytest.mark.spark
@@ -348,11 +504,14 @@ def _wait_for_sessions_to_end(broker: Broker) -> None:
     """The killed run's PostgreSQL sessions end a moment after it does."""
     deadline = time.monotonic() + 30
     query = text(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = CAST(:ns AS oid)"
+        "SELECT (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+        "        AND classid = CAST(:ns AS oid)) "
+        "     + (SELECT count(*) FROM pg_stat_activity WHERE application_name = :app)"
     )
     while True:
         with broker.engine.connect() as conn:
-            if conn.execute(query, {"ns": spark_sql.LOCK_NAMESPACE}).scalar_one() == 0:
+            params = {"ns": spark_sql.LOCK_NAMESPACE, "app": spark_sql.APPLICATION_NAME}
+            if conn.execute(query, params).scalar_one() == 0:
                 return
         assert time.monotonic() < deadline, "the killed run's sessions did not end"
         time.sleep(0.1)
@@ -360,7 +519,8 @@ def _wait_for_sessions_to_end(broker: Broker) -> None:
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    "crash_at", ["spark.materialize.staged", "spark.materialize.moving", "spark.materialize.commit"]
+    "crash_at",
+    ["spark.materialize.written", "spark.materialize.attached", "spark.materialize.commit"],
 )
 def test_killed_run_leaves_tables_as_before_and_next_run_converges(
     spark: SparkSession, db_url: str, broker: Broker, crash_at: str
@@ -376,16 +536,16 @@ def test_killed_run_leaves_tables_as_before_and_next_run_converges(
     _wait_for_sessions_to_end(broker)
     assert table(broker) == before_rows
     assert progress(broker) == before_progress
-    leftovers = staging_tables(broker)
+    leftovers = leftover_tables(broker)
     assert len(leftovers) == 1
     with broker.engine.connect() as conn:
-        assert conn.execute(text(spark_sql.count_staging(leftovers[0]))).scalar_one() > 0
+        assert conn.execute(text(spark_sql.count_rows(leftovers[0]))).scalar_one() > 0
 
     counts = materialize(spark, db_url)
     rows = table(broker)
     assert rows == expected(broker, capture(broker.engine))
     assert sum(counts.values()) == len(rows) - len(before_rows)
-    assert staging_tables(broker) == []
+    assert leftover_tables(broker) == []
 
 
 @pytest.mark.spark
@@ -447,7 +607,7 @@ def test_a_topic_created_again_during_a_run_gets_nothing_of_it(
     plain(broker, "orders", 0, 10, rng)
 
     def recreate(name: str) -> None:
-        if name == "spark.materialize.staged":
+        if name == "spark.materialize.written":
             delete_topic(broker, "payments")
             create_topic(broker, "payments", 2)
             plain(broker, "payments", 0, 5, rng)
@@ -463,3 +623,130 @@ def test_a_topic_created_again_during_a_run_gets_nothing_of_it(
     assert counts[("payments", 0)] == 5
     assert table(broker) == table(broker, "committed_records")
     assert progress(broker)[("payments", 0)] == 5
+
+
+def _bulk(broker: Broker, topic: str, partition: int, n: int) -> None:
+    for start in range(0, n, 1000):
+        records = [RecordIn(f"k{i}".encode(), b"v" * 50, 0) for i in range(start, start + 1000)]
+        assert produce(broker, ProduceRequest(topic, partition, records)).error_code == 0
+
+
+@pytest.mark.spark
+def test_run_killed_while_spark_writes_leaves_tables_as_before(
+    spark: SparkSession, db_url: str, broker: Broker
+) -> None:
+    """SIGKILL of the driver while Spark's tasks write: some tasks have committed their
+    rows into the run's table, one is held mid-write (a lock this test takes on its
+    partition of the run's table). Nothing of it reaches read_committed_records; the
+    next run drops the run's table and materialises everything once."""
+    rng = random.Random(77)
+    plain(broker, "orders", 0, 30, rng)
+    materialize(spark, db_url)
+    before_rows, before_progress = table(broker), progress(broker)
+    _bulk(broker, "orders", 0, 25_000)
+    _bulk(broker, "orders", 1, 25_000)
+
+    code = (
+        "import os\n"
+        "from app.spark.materialize import materialize\n"
+        "from app.spark.session import build_spark_session\n"
+        "materialize(build_spark_session('kip98-killed'), os.environ['KIP98_DATABASE_URL'])\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    holder = broker.engine.connect()
+    try:
+        deadline = time.monotonic() + 180
+        run_name = None
+        while run_name is None:  # the run's tables exist before Spark starts reading
+            assert child.poll() is None and time.monotonic() < deadline
+            names = leftover_tables(broker)
+            run_name = names[0] if names else None
+            time.sleep(0.01)
+        children = {}
+        while len(children) < 2:
+            assert time.monotonic() < deadline
+            with broker.engine.connect() as conn:
+                children = {
+                    p: n
+                    for n, p in conn.execute(
+                        text(
+                            "SELECT CAST(c.inhrelid AS regclass)::text, "
+                            "  substring(pg_get_expr(k.relpartbound, k.oid) from ', (\\d+),') "
+                            "FROM pg_inherits c JOIN pg_class k ON k.oid = c.inhrelid "
+                            "WHERE c.inhparent = CAST(:t AS regclass)"
+                        ),
+                        {"t": run_name},
+                    )
+                }
+        holder.execute(text("SET idle_in_transaction_session_timeout = 0"))
+        holder.execute(text(f"LOCK TABLE {children['1']} IN SHARE MODE"))
+        while True:  # orders[0]'s tasks commit; orders[1]'s wait for the lock
+            assert child.poll() is None and time.monotonic() < deadline
+            with broker.engine.connect() as conn:
+                if conn.execute(text(f"SELECT count(*) FROM {children['0']}")).scalar_one():
+                    break
+            time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        holder.rollback()
+        holder.close()
+        if child.poll() is None:
+            child.kill()
+    _wait_for_sessions_to_end(broker)
+
+    assert table(broker) == before_rows
+    assert progress(broker) == before_progress
+    assert leftover_tables(broker) == [run_name]
+    with broker.engine.connect() as conn:
+        assert conn.execute(text(spark_sql.count_rows(run_name))).scalar_one() > 0
+
+    counts = materialize(spark, db_url)
+    assert counts[("orders", 0)] == counts[("orders", 1)] == 25_000
+    assert table(broker) == expected(broker, capture(broker.engine))
+    assert leftover_tables(broker) == []
+    attached(broker)
+
+
+def test_attaching_waits_for_transactions_holding_older_snapshots(
+    db_url: str, broker: Broker
+) -> None:
+    """A REPEATABLE READ transaction holding a snapshot when a run is about to attach is
+    waited for (its snapshot may predate some of Spark's commits); kip98's own sessions
+    and sessions without a snapshot are not."""
+    engine = work_engine(db_url)
+    reader = broker.engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    ours = engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    idle = broker.engine.connect()
+    try:
+        reader.execute(text("SELECT count(*) FROM read_committed_records"))
+        ours.execute(text("SELECT count(*) FROM read_committed_records"))
+        said: list[str] = []
+        waiting = threading.Event()
+
+        def report(_stage: str, message: str) -> None:
+            said.append(message)
+            waiting.set()
+
+        waited: list[int] = []
+        thread = threading.Thread(
+            target=lambda: waited.append(wait_for_older_snapshots(engine, report, "commit"))
+        )
+        thread.start()
+        assert waiting.wait(timeout=30)
+        assert thread.is_alive()  # it reported the reader and waits for it to end
+        assert said == ["waiting for 1 transactions older than the rows to end"]
+        reader.commit()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert waited == [1]
+    finally:
+        for conn in (reader, ours, idle):
+            conn.close()
+        engine.dispose()

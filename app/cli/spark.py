@@ -40,7 +40,7 @@ def jvm_output_to(path: Path) -> Iterator[None]:
 
 @click.group("spark")
 def spark_group() -> None:
-    """Spark jobs: materialise read_committed views over JDBC."""
+    """Spark jobs: materialise read_committed views over JDBC, and compact them."""
 
 
 @spark_group.command()
@@ -92,3 +92,46 @@ def materialize(topics: tuple[str, ...], output: str) -> None:
         for r in results
     ]
     emit(rows, output, columns=["topic", "partition", "from_offset", "up_to_offset", "new_rows"])
+
+
+@spark_group.command()
+@click.option(
+    "--small-rows",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Partitions with fewer rows are merged, until a merged one has this many "
+    "(default 1,000,000).",
+)
+@output_option
+def compact(small_rows: int | None, output: str) -> None:
+    """Merge the small partitions of read_committed_records that many runs leave.
+
+    Readers see the old partitions or the merged one, never both nor neither; safe to
+    interrupt (the next run or compaction drops what an interrupted one wrote).
+    """
+    from app.spark.compact import SMALL_ROWS
+    from app.spark.compact import compact as run_compaction
+
+    console = stderr_console()
+    started = time.monotonic()
+
+    def progress(stage: str, message: str) -> None:
+        elapsed = time.monotonic() - started
+        console.print(f"[bold cyan]{stage:>7}[/] {message} [dim]{elapsed:.1f}s[/]", soft_wrap=True)
+
+    merges = run_compaction(resolve_url(), small_rows or SMALL_ROWS, progress=progress)
+    rows = [
+        {
+            "topic": m.topic,
+            "partition": m.partition,
+            "from_offset": m.from_offset,
+            "to_offset": m.to_offset,
+            "merged_partitions": len(m.parts),
+        }
+        for m in merges
+    ]
+    emit(
+        rows,
+        output,
+        columns=["topic", "partition", "from_offset", "to_offset", "merged_partitions"],
+    )

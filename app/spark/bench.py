@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import text
+from sqlalchemy import create_engine, pool, text
 
 from app.broker import Broker
 from app.broker.produce import produce
@@ -22,6 +22,7 @@ from app.spark import sql
 from app.spark.jdbc import jdbc_url
 from app.spark.materialize import (
     FETCH_SIZE,
+    WRITE_BATCH_SIZE,
     PartitionBounds,
     capture,
     run_materialization,
@@ -32,6 +33,24 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 BATCH = 1_000
+FLOOR_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "headers",
+    "timestamp",
+    "producer_id",
+)
+# read_committed_records' shape, as a plain table.
+FLOOR_TABLE = """
+    CREATE TABLE {table} (
+        topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
+        key bytea, value bytea, headers jsonb, "timestamp" bigint NOT NULL,
+        producer_id bigint NOT NULL, PRIMARY KEY (topic, partition, "offset")
+    )
+"""
 
 
 def load(broker: Broker, topic: str, n_records: int, partitions: int) -> None:
@@ -62,17 +81,61 @@ def plain_read_seconds(
     return time.monotonic() - started
 
 
+def plain_read_append_seconds(
+    spark: SparkSession, database_url: str, bounds: list[PartitionBounds]
+) -> float:
+    """Read the captured rows as ``plain_read_seconds`` does and append them, with Spark's
+    plain JDBC writer and the materialisation's batch settings, into a fresh logged table
+    with read_committed_records' columns and primary key: the least any Spark-written
+    materialisation of these rows costs, since every row must be read once and written
+    once."""
+    url, props = jdbc_url(database_url)
+    table = f"bench_floor_{uuid.uuid4().hex[:8]}"
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(FLOOR_TABLE.format(table=table)))
+        frame = spark.read.jdbc(
+            url,
+            sql.records_table(),
+            predicates=slices(bounds, spark.sparkContext.defaultParallelism),
+            properties={**props, "fetchsize": str(FETCH_SIZE)},
+        ).select(*FLOOR_COLUMNS)
+        started = time.monotonic()
+        frame.write.jdbc(
+            url,
+            table,
+            mode="append",
+            properties={
+                **props,
+                "batchsize": str(WRITE_BATCH_SIZE),
+                "reWriteBatchedInserts": "true",
+                "stringtype": "unspecified",
+            },
+        )
+        return time.monotonic() - started
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        engine.dispose()
+
+
 def postgres_write_seconds(broker: Broker, topic: str) -> float:
-    """PostgreSQL alone writing the topic's rows into ``read_committed_records`` (one
-    INSERT … SELECT from ``records`` and its COMMIT), after removing what the
-    materialisation wrote: the least any materialisation into that table costs, however
-    the rows reach the server."""
+    """PostgreSQL alone writing the topic's rows into a fresh table of
+    read_committed_records' shape (one INSERT … SELECT from ``records`` and its COMMIT):
+    the least any materialisation into such a table costs, however the rows reach the
+    server."""
+    table = f"bench_pg_floor_{uuid.uuid4().hex[:8]}"
     with broker.engine.begin() as conn:
-        conn.execute(text("DELETE FROM read_committed_records WHERE topic = :t"), {"t": topic})
-    started = time.monotonic()
-    with broker.engine.begin() as conn:
-        conn.execute(text(sql.COPY_INSIDE_POSTGRES), {"t": topic})
-    return time.monotonic() - started
+        conn.execute(text(FLOOR_TABLE.format(table=table)))
+    try:
+        started = time.monotonic()
+        with broker.engine.begin() as conn:
+            conn.execute(text(sql.COPY_INSIDE_POSTGRES.format(table=table)), {"t": topic})
+        return time.monotonic() - started
+    finally:
+        with broker.engine.begin() as conn:
+            conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
 
 
 def bench_materialize(
@@ -85,6 +148,8 @@ def bench_materialize(
     """Load a fresh topic, read it plainly, materialise it; figures as a dict.
 
     ``ratio`` is materialisation time over plain-read time (1.0 would mean free);
+    ``ratio_to_read_append`` is the plain read-and-append's time over the
+    materialisation's (1.0: exactly once costs nothing beyond reading and writing once);
     ``stage_s`` splits the materialisation by the stages it reports, so a slow run says
     where its time went; ``postgres_write_s`` is the floor of the write alone.
     """
@@ -98,6 +163,8 @@ def bench_materialize(
         bounds = [b for b in capture(broker.engine, [topic]) if b.lso > b.start]
         plain_read_seconds(spark, database_url, bounds[:1])  # warm the JVM's code paths
         read_s = plain_read_seconds(spark, database_url, bounds)
+        plain_read_append_seconds(spark, database_url, bounds[:1])  # and its write paths
+        read_append_s = plain_read_append_seconds(spark, database_url, bounds)
         stages: dict[str, float] = {}
         started = last = time.monotonic()
 
@@ -114,10 +181,6 @@ def bench_materialize(
     finally:
         if not keep:
             delete_topic(broker, topic)
-            with broker.engine.begin() as conn:
-                conn.execute(
-                    text("DELETE FROM read_committed_records WHERE topic = :t"), {"t": topic}
-                )
     return {
         "records": n_records,
         "partitions": partitions,
@@ -129,6 +192,8 @@ def bench_materialize(
         "plain_read_rows_per_s": round(n_records / read_s),
         "materialize_rows_per_s": round(rows / materialize_s),
         "ratio": round(materialize_s / read_s, 2),
+        "plain_read_append_s": round(read_append_s, 3),
+        "ratio_to_read_append": round(read_append_s / materialize_s, 2),
         "postgres_write_s": round(write_s, 3),
         "stage_s": stages,
     }

@@ -10,13 +10,18 @@ removed meanwhile (as a consumer reading a compacted topic may), but never retur
 aborted one, since an aborted-index entry outlives its transaction's records by
 delete.retention.ms.
 
-Exactly once: Spark only ever appends to a staging table private to the run. One
-PostgreSQL transaction then moves the staged rows (a plain INSERT; should a staged row
-already be there, the move falls back to ``ON CONFLICT DO NOTHING``) and advances
-``materialization_progress`` to the captured LSOs, so a run killed at any point
-leaves the tables as they were or as they will be, and the next run starts from the
-progress that committed. Staging tables of killed runs are recognised by name and by the
-advisory lock their run no longer holds, and dropped.
+Exactly once, each row written once: ``read_committed_records`` is partitioned by range
+of ``(topic, partition, "offset")``. A run creates its own table, partitioned the same
+way, with one logged partition per topic partition it reads, each created with a CHECK
+constraint equal to its future bound; Spark appends the rows there. One PostgreSQL
+transaction then detaches those partitions from the run's table, attaches them to
+``read_committed_records`` (the CHECK spares PostgreSQL a validating scan; the attach
+takes no lock that blocks readers), registers them in ``read_committed_partitions`` and
+advances ``materialization_progress`` to the captured LSOs. So a run killed at any
+point leaves the tables as they were or as they will be; the next run starts from the
+progress that committed, and drops the tables of killed runs, recognised by name and by
+the advisory lock their run no longer holds. ``app.spark.compact`` merges the small
+partitions many runs leave behind.
 """
 
 from __future__ import annotations
@@ -24,24 +29,24 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, create_engine, pool, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, text
 
 from app.faults import crash_point
 from app.spark import sql
 from app.spark.jdbc import jdbc_url
-from app.storage.engine import retry_conflicts, sqlstate
+from app.spark.partitions import Progress, drop_leftovers, wait_for_older_snapshots, work_engine
+from app.storage.engine import retry_conflicts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 # Rows the JDBC driver holds per round trip: reads stream instead of buffering a slice.
 FETCH_SIZE = 10_000
-# Rows per INSERT batch when Spark writes the staging table.
+# Rows per INSERT batch when Spark writes the run's table.
 WRITE_BATCH_SIZE = 10_000
 # Offsets per Spark task: small enough to spread a partition over the cores, large enough
 # that per-task overhead does not dominate.
@@ -50,7 +55,6 @@ MAX_SLICE_OFFSETS = 500_000
 # Above this many aborted-index entries in range, let Spark pick the join strategy rather
 # than broadcasting the index to every task.
 BROADCAST_ABORTED_MAX = 1_000_000
-UNIQUE_VIOLATION = "23505"
 
 OUTPUT_COLUMNS = (
     "topic",
@@ -62,8 +66,7 @@ OUTPUT_COLUMNS = (
     "timestamp",
     "producer_id",
 )
-STAGES = ("capture", "read", "filter", "stage", "commit")
-Progress = Callable[[str, str], None]
+STAGES = ("capture", "read", "filter", "write", "commit")
 
 
 @dataclass(frozen=True)
@@ -110,9 +113,9 @@ def run_materialization(
 ) -> list[PartitionResult]:
     """The whole run, reporting each of ``STAGES`` to ``progress`` as it completes."""
     report = progress or (lambda _stage, _message: None)
-    engine = create_engine(database_url, poolclass=pool.NullPool)
+    engine = work_engine(database_url)
     try:
-        drop_leftover_staging(engine)
+        drop_leftovers(engine)
         bounds = capture(engine, topics)
         pending = [b for b in bounds if b.start < b.lso]
         report(
@@ -122,9 +125,9 @@ def run_materialization(
         )
         counts: dict[tuple[str, int], int] = {}
         if pending:
-            counts = _stage_and_commit(spark, engine, database_url, bounds, pending, report)
+            counts = _write_and_attach(spark, engine, database_url, bounds, pending, report)
         else:
-            _commit(engine, None, bounds)
+            _commit(engine, None, bounds, {})
             report("commit", "nothing new below the LSOs")
         return [
             PartitionResult(
@@ -143,27 +146,20 @@ def capture(engine: Engine, topics: Sequence[str] | None = None) -> list[Partiti
     return [PartitionBounds(*r) for r in rows]
 
 
-def drop_leftover_staging(engine: Engine) -> list[str]:
-    """Drop staging tables whose run is gone (its session, and so its lock, ended)."""
-    dropped = []
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for (name,) in conn.execute(sql.LEFTOVER_STAGING).all():
-            try:
-                sql.check_staging_name(name)
-            except ValueError:
-                continue
-            params = {"ns": sql.LOCK_NAMESPACE, "name": name}
-            if not conn.execute(sql.TRY_LOCK_STAGING, params).scalar():
-                continue  # a live run owns it
-            try:
-                conn.execute(text(sql.drop_staging(name)))
-                dropped.append(name)
-            finally:
-                conn.execute(sql.UNLOCK_STAGING, params)
-    return dropped
+@dataclass(frozen=True)
+class RunTable:
+    """A run's table and its partition for each topic partition it reads."""
+
+    name: str
+    children: dict[tuple[str, int], str]
+
+    @classmethod
+    def new(cls, pending: Sequence[PartitionBounds]) -> RunTable:
+        name = f"{sql.RUN_PREFIX}{uuid.uuid4().hex}"
+        return cls(name, {(b.topic, b.partition): f"{name}_{i}" for i, b in enumerate(pending)})
 
 
-def _stage_and_commit(
+def _write_and_attach(
     spark: SparkSession,
     engine: Engine,
     database_url: str,
@@ -171,37 +167,52 @@ def _stage_and_commit(
     pending: list[PartitionBounds],
     report: Progress,
 ) -> dict[tuple[str, int], int]:
-    staging = f"{sql.STAGING_PREFIX}{uuid.uuid4().hex}"
-    params = {"ns": sql.LOCK_NAMESPACE, "name": staging}
+    run = RunTable.new(pending)
+    params = {"ns": sql.LOCK_NAMESPACE, "name": run.name}
     # The lock lives as long as this session: held for the whole run, released by a kill.
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as owner:
-        owner.execute(sql.LOCK_STAGING, params)
+        owner.execute(sql.LOCK_TABLE, params)
         try:
-            owner.execute(text(sql.create_staging(staging)))
+            owner.execute(text(sql.create_run_table(run.name)))
+            for b in pending:
+                child = run.children[(b.topic, b.partition)]
+                owner.execute(
+                    text(
+                        sql.create_run_child(run.name, child, b.topic, b.partition, b.start, b.lso)
+                    )
+                )
             url, props = jdbc_url(database_url)
             frame = committed_frame(spark, engine, url, props, pending, report)
             started = time.monotonic()
             frame.write.jdbc(
                 url,
-                staging,
+                run.name,
                 mode="append",
                 properties={
                     **props,
                     "batchsize": str(WRITE_BATCH_SIZE),
                     "reWriteBatchedInserts": "true",
+                    # headers arrive as strings; the server takes them as the column's jsonb
+                    "stringtype": "unspecified",
+                    "ApplicationName": sql.APPLICATION_NAME,
                 },
             )
-            report("stage", f"staging table written in {time.monotonic() - started:.1f}s")
-            crash_point("spark.materialize.staged")
-            counts = _commit(engine, staging, bounds)
+            report("write", f"rows written once, in {time.monotonic() - started:.1f}s")
+            crash_point("spark.materialize.written")
+            written = {
+                (t, p): int(n) for t, p, n in owner.execute(text(sql.count_run(run.name))).all()
+            }
+            wait_for_older_snapshots(engine, report, "commit")
+            counts = _commit(engine, run, bounds, written)
             report(
                 "commit",
-                f"{sum(counts.values())} new rows; progress advanced on {len(bounds)} partitions",
+                f"{sum(counts.values())} new rows in {sum(1 for n in counts.values() if n)} "
+                f"attached partitions; progress advanced on {len(bounds)} partitions",
             )
             return counts
         finally:
-            owner.execute(text(sql.drop_staging(staging)))
-            owner.execute(sql.UNLOCK_STAGING, params)
+            owner.execute(text(sql.drop_work(run.name)))
+            owner.execute(sql.UNLOCK_TABLE, params)
 
 
 def slices(pending: Iterable[PartitionBounds], parallelism: int) -> list[str]:
@@ -264,20 +275,32 @@ def committed_frame(
 
 @retry_conflicts
 def _commit(
-    engine: Engine, staging: str | None, bounds: list[PartitionBounds]
+    engine: Engine,
+    run: RunTable | None,
+    bounds: list[PartitionBounds],
+    written: dict[tuple[str, int], int],
 ) -> dict[tuple[str, int], int]:
-    """The one transaction that makes a run visible: rows and progress together, for the
-    captured topics that are still the ones captured (a topic deleted and created again
-    since starts over at the next run; nothing of its predecessor carries over)."""
+    """The one transaction that makes a run visible: its partitions, their registration
+    and the progress that covers them, together.
+
+    Only for captured partitions that are still as captured: the topic is the same
+    incarnation (one deleted and created again starts over at the next run; nothing of
+    its predecessor carries over) and no other run has advanced the partition meanwhile
+    (its rows are there already, so this run's would overlap them).
+    """
     counts: dict[tuple[str, int], int] = {}
     with engine.begin() as conn:
         conn.execute(sql.LOCK_MOVE, {"ns": sql.LOCK_NAMESPACE, "key": sql.MOVE_LOCK})
         names = sorted({b.topic for b in bounds})
         rows = conn.execute(sql.CURRENT_TOPIC_IDS, {"topics": names}).all()
         current: dict[str, str] = {t: i for t, i in rows}
-        captured = len(bounds)
+        now = {(t, p): o for t, p, o in conn.execute(sql.PROGRESS_NOW, {"topics": names}).all()}
         bounds = [
-            b for b in bounds if b.topic_id is not None and current.get(b.topic) == b.topic_id
+            b
+            for b in bounds
+            if b.topic_id is not None
+            and current.get(b.topic) == b.topic_id
+            and now.get((b.topic, b.partition)) == b.progress
         ]
         params: dict[str, Any] = {
             "topics": [b.topic for b in bounds],
@@ -285,31 +308,35 @@ def _commit(
             "log_starts": [b.log_start for b in bounds],
             "lsos": [b.lso for b in bounds],
         }
-        conn.execute(sql.FORGET_UNTRACKED, params)
+        obsolete = [r[0] for r in conn.execute(sql.OBSOLETE_PARTITIONS, params).all()]
+        for name in obsolete:
+            conn.execute(text(sql.drop_child(name)))
+        conn.execute(sql.UNREGISTER, {"names": obsolete})
         conn.execute(sql.PRUNE_BELOW_LOG_START, params)
-        if staging is not None:
-            if len(bounds) < captured:  # a scan of the staged rows, only when it can matter
-                conn.execute(text(sql.drop_staged_except(staging)), {"topics": params["topics"]})
-            counts = _move(conn, staging)
-        crash_point("spark.materialize.moving")
+        if run is not None:
+            for b in bounds:
+                key = (b.topic, b.partition)
+                n = written.get(key, 0)
+                if key not in run.children or not n:
+                    continue  # nothing read, or only aborted and control records
+                child = run.children[key]
+                conn.execute(text(sql.detach(run.name, child)))
+                conn.execute(text(sql.attach(child, b.topic, b.partition, b.start, b.lso)))
+                conn.execute(
+                    sql.REGISTER,
+                    {
+                        "table_name": child,
+                        "topic": b.topic,
+                        "partition": b.partition,
+                        "from_offset": b.start,
+                        "to_offset": b.lso,
+                        "row_count": n,
+                    },
+                )
+                counts[key] = n
+            # The run's table and the partitions it kept (topics gone, empty ranges).
+            conn.execute(text(sql.drop_work(run.name)))
+        crash_point("spark.materialize.attached")
         conn.execute(sql.ADVANCE_PROGRESS, params)
         crash_point("spark.materialize.commit")
     return counts
-
-
-def _move(conn: Connection, staging: str) -> dict[tuple[str, int], int]:
-    """Staged rows into ``read_committed_records``; new rows per partition.
-
-    The plain insert is the fast path. A unique violation means some staged row is
-    already in the table or staged twice: the savepoint undoes the partial insert and the
-    merge inserts only the new rows, so the outcome is the same either way.
-    """
-    try:
-        with conn.begin_nested():
-            counts = conn.execute(text(sql.count_staged(staging))).all()
-            conn.execute(text(sql.insert_staged(staging)))
-    except IntegrityError as exc:
-        if sqlstate(exc) != UNIQUE_VIOLATION:
-            raise
-        counts = conn.execute(text(sql.merge_staged(staging))).all()
-    return {(t, p): int(n) for t, p, n in counts}

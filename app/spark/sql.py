@@ -12,14 +12,25 @@ from collections.abc import Iterable
 
 from sqlalchemy import text
 
-STAGING_PREFIX = "rc_staging_"
-_STAGING_NAME = re.compile(r"rc_staging_[0-9a-f]{32}")
+PARENT = "read_committed_records"
+RUN_PREFIX = "rc_run_"
+COMPACT_PREFIX = "rc_compact_"
+# A run's own partitioned table, and the table a compaction merges into: top-level tables
+# of these names are a live or a killed run's (see LEFTOVER_TABLES).
+_WORK_NAME = re.compile(r"rc_(run|compact)_[0-9a-f]{32}")
+# A run's tables for one partition's range: partitions of its run table until they are
+# attached to read_committed_records.
+_CHILD_NAME = re.compile(r"rc_run_[0-9a-f]{32}_[0-9]+|rc_compact_[0-9a-f]{32}|rc_migrated_[0-9]+")
 
-# Advisory-lock namespace ("kip9"): a run holds (NAMESPACE, hashtext(staging table)) for its
-# whole life, so cleanup can tell a live run's staging table from a killed run's.
+# Advisory-lock namespace ("kip9"): a run holds (NAMESPACE, hashtext(its table)) for its
+# whole life, so cleanup can tell a live run's tables from a killed run's.
 LOCK_NAMESPACE = 1802072121
-# (NAMESPACE, 0) serialises the final move transactions of concurrent runs.
+# (NAMESPACE, 0) serialises what changes read_committed_records' partitions: the
+# attaching transactions of runs, and compactions for their whole length.
 MOVE_LOCK = 0
+# The application_name of kip98's own materialisation and compaction sessions, which
+# never read read_committed_records with an old snapshot (see OPEN_SNAPSHOTS).
+APPLICATION_NAME = "kip98-spark"
 
 # Each partition's bounds in one statement, so all partitions are captured at one instant.
 CAPTURE = text(
@@ -45,17 +56,44 @@ CURRENT_TOPIC_IDS = text(
     """
 )
 
-LEFTOVER_STAGING = text(
+# Run and compaction tables that are not partitions of anything: a run's table until its
+# commit drops it, a compaction's merged table until its swap attaches it.
+LEFTOVER_TABLES = text(
     """
-    SELECT tablename FROM pg_tables
-    WHERE schemaname = current_schema() AND tablename LIKE 'rc\\_staging\\_%'
+    SELECT c.relname FROM pg_class c
+    WHERE c.relnamespace = CAST(current_schema() AS regnamespace)
+      AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+      AND c.relname ~ '^rc_(run|compact)_[0-9a-f]{32}$'
+    ORDER BY c.relname
     """
 )
 
-LOCK_STAGING = text("SELECT pg_advisory_lock(:ns, hashtext(:name))")
-TRY_LOCK_STAGING = text("SELECT pg_try_advisory_lock(:ns, hashtext(:name))")
-UNLOCK_STAGING = text("SELECT pg_advisory_unlock(:ns, hashtext(:name))")
+LOCK_TABLE = text("SELECT pg_advisory_lock(:ns, hashtext(:name))")
+TRY_LOCK_TABLE = text("SELECT pg_try_advisory_lock(:ns, hashtext(:name))")
+UNLOCK_TABLE = text("SELECT pg_advisory_unlock(:ns, hashtext(:name))")
 LOCK_MOVE = text("SELECT pg_advisory_xact_lock(:ns, :key)")
+LOCK_MOVE_SESSION = text("SELECT pg_advisory_lock(:ns, :key)")
+UNLOCK_MOVE_SESSION = text("SELECT pg_advisory_unlock(:ns, :key)")
+
+# Sessions of this database that hold a snapshot now, other than kip98's own: a
+# REPEATABLE READ or SERIALIZABLE transaction among them may have taken its snapshot
+# while a run's rows were being written, and would see part of them once attached, so
+# attaching waits for each of their transactions to end (as CREATE INDEX CONCURRENTLY
+# waits for older snapshots).
+OPEN_SNAPSHOTS = text(
+    """
+    SELECT pid, xact_start FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND backend_type = 'client backend' AND backend_xmin IS NOT NULL
+      AND application_name IS DISTINCT FROM :ours
+    """
+)
+TRANSACTION_STARTS = text(
+    """
+    SELECT pid, xact_start FROM pg_stat_activity
+    WHERE pid = ANY(CAST(:pids AS integer[])) AND backend_xmin IS NOT NULL
+    """
+)
 
 # The captured partitions, as a relation the move statements join against.
 _CAPTURED = """
@@ -64,7 +102,24 @@ _CAPTURED = """
         AS c(topic, partition, log_start, lso)
 """
 
-# Retention moved the log start: the consumer no longer returns those rows.
+# Registered partitions of the captured partitions that hold nothing a consumer returns:
+# every partition of a topic partition without a progress row (first run, or the topic was
+# deleted and created again: the rows belong to a log that no longer exists), and those
+# wholly below the log start (retention removed those records). Dropped, not emptied, so
+# their offset ranges are free for the new log's rows.
+OBSOLETE_PARTITIONS = text(
+    f"""
+    SELECT r.table_name FROM read_committed_partitions r JOIN {_CAPTURED}
+      ON r.topic = c.topic AND r.partition = c.partition
+    WHERE r.to_offset <= c.log_start
+       OR NOT EXISTS (SELECT 1 FROM materialization_progress m
+                      WHERE m.topic = c.topic AND m.partition = c.partition)
+    ORDER BY r.table_name
+    """
+)
+
+# Retention moved the log start into a partition's range: the consumer no longer returns
+# the rows below it.
 PRUNE_BELOW_LOG_START = text(
     f"""
     DELETE FROM read_committed_records r USING {_CAPTURED}
@@ -72,14 +127,30 @@ PRUNE_BELOW_LOG_START = text(
     """
 )
 
-# No progress row (first run, or the topic was deleted and created again): whatever rows
-# the table still holds for the partition belong to a log that no longer exists.
-FORGET_UNTRACKED = text(
-    f"""
-    DELETE FROM read_committed_records r USING {_CAPTURED}
-    WHERE r.topic = c.topic AND r.partition = c.partition
-      AND NOT EXISTS (SELECT 1 FROM materialization_progress m
-                      WHERE m.topic = c.topic AND m.partition = c.partition)
+# Progress as it is at the commit (the move lock held): a run attaches a partition's rows
+# only if no other run has advanced that partition since this run's capture.
+PROGRESS_NOW = text(
+    """
+    SELECT topic, partition, up_to_offset FROM materialization_progress
+    WHERE topic = ANY(CAST(:topics AS text[]))
+    FOR UPDATE
+    """
+)
+
+REGISTER = text(
+    """
+    INSERT INTO read_committed_partitions
+        (table_name, topic, partition, from_offset, to_offset, row_count)
+    VALUES (:table_name, :topic, :partition, :from_offset, :to_offset, :row_count)
+    """
+)
+UNREGISTER = text(
+    "DELETE FROM read_committed_partitions WHERE table_name = ANY(CAST(:names AS text[]))"
+)
+REGISTERED = text(
+    """
+    SELECT table_name, topic, partition, from_offset, to_offset, row_count
+    FROM read_committed_partitions ORDER BY topic, partition, from_offset
     """
 )
 
@@ -94,95 +165,118 @@ ADVANCE_PROGRESS = text(
 )
 
 
-def check_staging_name(name: str) -> str:
-    """Staging names are interpolated into DDL, so only the generated shape is accepted."""
-    if not _STAGING_NAME.fullmatch(name):
-        raise ValueError(f"not a staging table name: {name!r}")
+def check_work_name(name: str) -> str:
+    """Names are interpolated into DDL, so only the generated shapes are accepted."""
+    if not _WORK_NAME.fullmatch(name):
+        raise ValueError(f"not a run or compaction table name: {name!r}")
     return name
 
 
-def create_staging(name: str) -> str:
-    # Unlogged: it lives for one run and a server crash simply makes that run fail.
-    # No indexes, and no autovacuum: the move reads it whole, once, so an index or an
-    # ANALYZE triggered by the bulk insert would only take CPU from the run itself.
-    # headers is text because Spark writes strings; the move casts it back to jsonb.
-    return f"""
-        CREATE UNLOGGED TABLE {check_staging_name(name)} (
-            topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
-            key bytea, value bytea, headers text, "timestamp" bigint NOT NULL,
-            producer_id bigint NOT NULL
-        ) WITH (autovacuum_enabled = false)
-    """
+def check_child_name(name: str) -> str:
+    if not _CHILD_NAME.fullmatch(name):
+        raise ValueError(f"not a read_committed_records partition name: {name!r}")
+    return name
 
 
-def drop_staging(name: str) -> str:
-    return f"DROP TABLE IF EXISTS {check_staging_name(name)}"
+# read_committed_records' columns and key; each partition has them, with its own copy of
+# the primary key's index.
+_COLUMNS = """
+    topic text NOT NULL, partition integer NOT NULL, "offset" bigint NOT NULL,
+    key bytea, value bytea, headers jsonb, "timestamp" bigint NOT NULL,
+    producer_id bigint NOT NULL
+"""
 
 
-def drop_staged_except(name: str) -> str:
-    """Staged rows of topics that are gone since the capture: they belong to a log that
-    no longer exists, so they are not moved."""
-    return f"DELETE FROM {check_staging_name(name)} WHERE NOT topic = ANY(CAST(:topics AS text[]))"
+def bound(topic: str, partition: int, start: int, end: int) -> str:
+    """The partition bound of one topic partition's offsets ``[start, end)``."""
+    t, p = literal(topic), int(partition)
+    return f"FROM ({t}, {p}, {int(start)}) TO ({t}, {p}, {int(end)})"
 
 
-def count_staging(name: str) -> str:
-    return f"SELECT count(*) FROM {check_staging_name(name)}"
+def bound_check(topic: str, partition: int, start: int, end: int) -> str:
+    """A CHECK constraint equal to ``bound``'s partition constraint: a table created with it
+    is attached without PostgreSQL scanning it to validate the bound, and it is checked on
+    every insert, when a violation would only fail the run's own write."""
+    return (
+        f"CHECK (topic = {literal(topic)} AND partition = {int(partition)} "
+        f'AND "offset" >= {int(start)} AND "offset" < {int(end)})'
+    )
 
 
-def count_staged(name: str) -> str:
-    """Staged rows per partition: the run's counts once ``insert_staged`` has succeeded
-    (every staged row was then new), at the price of one scan of an unlogged table, which
-    is cheaper than returning and grouping every inserted row."""
-    return f"""
-        SELECT topic, partition, count(*) FROM {check_staging_name(name)}
-        GROUP BY topic, partition
-    """
+def create_run_table(name: str) -> str:
+    """The table a run's Spark job appends to: partitioned like read_committed_records, so
+    one write lands each topic partition's rows in its own partition, ready to attach.
 
-
-def insert_staged(name: str) -> str:
-    """The move as a plain INSERT: the common case, where every staged row is new.
-
-    No ``ON CONFLICT``: its speculative insertion roughly doubles the cost of the move. A
-    staged row that is already in the table (a concurrent run moved it) or staged twice
-    (a re-executed Spark task) makes this fail with a unique violation instead, and the
-    caller then falls back to ``merge_staged``. No ``ORDER BY`` either: each Spark task
-    appends its slice in offset order, so the primary key already grows at a few right
-    edges, and sorting the rows costs more than it saves.
+    Logged, as everything read_committed_records will hold: once attached, the rows are
+    the very ones Spark wrote, so a server crash must lose none of them.
     """
     return f"""
-        INSERT INTO read_committed_records
-            (topic, partition, "offset", key, value, headers, "timestamp", producer_id)
-        SELECT topic, partition, "offset", key, value, CAST(headers AS jsonb),
-               "timestamp", producer_id
-        FROM {check_staging_name(name)}
+        CREATE TABLE {check_work_name(name)} ({_COLUMNS}, PRIMARY KEY (topic, partition, "offset"))
+        PARTITION BY RANGE (topic, partition, "offset")
     """
 
 
-def merge_staged(name: str) -> str:
-    """The move when ``insert_staged`` met a row that is already there: insert the new
-    rows only, answering how many there were per partition.
-
-    ON CONFLICT DO NOTHING absorbs rows a retried Spark task staged twice and rows a
-    concurrent run already moved; those are not counted.
-    """
+def create_run_child(run: str, child: str, topic: str, partition: int, start: int, end: int) -> str:
     return f"""
-        WITH moved AS (
-            INSERT INTO read_committed_records
-                (topic, partition, "offset", key, value, headers, "timestamp", producer_id)
-            SELECT topic, partition, "offset", key, value, CAST(headers AS jsonb),
-                   "timestamp", producer_id
-            FROM {check_staging_name(name)}
-            ON CONFLICT (topic, partition, "offset") DO NOTHING
-            RETURNING topic, partition
-        )
-        SELECT topic, partition, count(*) FROM moved GROUP BY topic, partition
+        CREATE TABLE {check_child_name(child)} PARTITION OF {check_work_name(run)}
+            (CONSTRAINT {child}_bound {bound_check(topic, partition, start, end)})
+        FOR VALUES {bound(topic, partition, start, end)}
     """
 
 
-# The benchmark's floor: the same rows written into read_committed_records by PostgreSQL
-# alone, straight from records (no Spark, no staging), aborted transactions aside.
+def create_merged(name: str, topic: str, partition: int, start: int, end: int) -> str:
+    """The table a compaction merges one topic partition's ``[start, end)`` into."""
+    return f"""
+        CREATE TABLE {check_work_name(name)} ({_COLUMNS}, PRIMARY KEY (topic, partition, "offset"),
+            CONSTRAINT {name}_bound {bound_check(topic, partition, start, end)})
+    """
+
+
+def fill_merged(name: str, topic: str, partition: int, start: int, end: int) -> str:
+    """The rows read_committed_records holds in that range, in offset order."""
+    return f"""
+        INSERT INTO {check_work_name(name)}
+        SELECT topic, partition, "offset", key, value, headers, "timestamp", producer_id
+        FROM read_committed_records
+        WHERE topic = {literal(topic)} AND partition = {int(partition)}
+          AND "offset" >= {int(start)} AND "offset" < {int(end)}
+        ORDER BY "offset"
+    """
+
+
+def count_run(name: str) -> str:
+    """The rows the run's Spark job wrote, per topic partition."""
+    return f"SELECT topic, partition, count(*) FROM {check_work_name(name)} GROUP BY 1, 2"
+
+
+def detach(run: str, child: str) -> str:
+    return f"ALTER TABLE {check_work_name(run)} DETACH PARTITION {check_child_name(child)}"
+
+
+def attach(child: str, topic: str, partition: int, start: int, end: int) -> str:
+    return (
+        f"ALTER TABLE {PARENT} ATTACH PARTITION {check_child_name(child)} "
+        f"FOR VALUES {bound(topic, partition, start, end)}"
+    )
+
+
+def drop_work(name: str) -> str:
+    """A run's table with the partitions it still has, or a compaction's merged table."""
+    return f"DROP TABLE IF EXISTS {check_work_name(name)}"
+
+
+def drop_child(name: str) -> str:
+    return f"DROP TABLE IF EXISTS {check_child_name(name)}"
+
+
+def count_rows(name: str) -> str:
+    return f"SELECT count(*) FROM {check_work_name(name)}"
+
+
+# The benchmark's floor: the same rows written into a table of read_committed_records'
+# shape by PostgreSQL alone, straight from records (no Spark), aborted transactions aside.
 COPY_INSIDE_POSTGRES = """
-    INSERT INTO read_committed_records
+    INSERT INTO {table}
         (topic, partition, "offset", key, value, headers, "timestamp", producer_id)
     SELECT topic, partition, "offset", key, value, headers, "timestamp", producer_id
     FROM records WHERE topic = :t AND NOT is_control

@@ -371,7 +371,9 @@ group_members = Table(
 # Maintained by app.spark.materialize; the column list of read_committed_records is part
 # of the public contract (docs/design.md, the Spark materialisation). Rows only ever arrive
 # together with the progress row that covers them (one PostgreSQL transaction), so
-# up_to_offset is the exclusive bound below which the table is complete.
+# up_to_offset is the exclusive bound below which the table is complete. The table is
+# partitioned by range of (topic, partition, offset): a run's rows arrive as partitions
+# Spark wrote, attached in that transaction, each registered in read_committed_partitions.
 
 read_committed_records = Table(
     "read_committed_records",
@@ -385,6 +387,22 @@ read_committed_records = Table(
     Column("timestamp", BigInteger, nullable=False),
     Column("producer_id", BigInteger, nullable=False),
     PrimaryKeyConstraint("topic", "partition", "offset"),
+    postgresql_partition_by='RANGE (topic, partition, "offset")',
+)
+
+# One row per partition of read_committed_records: the table holding one topic
+# partition's offsets [from_offset, to_offset), and the rows it had when attached (a
+# compaction's measure of small). Written by the transaction that attaches or drops it.
+read_committed_partitions = Table(
+    "read_committed_partitions",
+    metadata,
+    Column("table_name", Text, nullable=False),
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("from_offset", BigInteger, nullable=False),
+    Column("to_offset", BigInteger, nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    PrimaryKeyConstraint("table_name"),
 )
 
 # Deleting a topic deletes its progress, so a topic created again under the same name is
