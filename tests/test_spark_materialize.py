@@ -38,6 +38,7 @@ from app.spark.materialize import (
     slices,
 )
 from app.spark.partitions import Registered, wait_for_older_snapshots, work_engine
+from tests.cli_runner import run_kip98
 from tests.txn_driver import TxnDriver
 
 if TYPE_CHECKING:
@@ -395,6 +396,37 @@ def test_killed_compaction_leaves_partitions_as_before_and_next_one_converges(
     assert table(broker) == before_rows
     assert sorted(attached(broker).values()) == [("orders", 0, 0, 45), ("payments", 1, 0, 45)]
     assert leftover_tables(broker) == []
+
+
+def test_kip98_spark_compact_lists_its_merges(broker: Broker) -> None:
+    rng = random.Random(5)
+    for _ in range(3):
+        plain(broker, "orders", 0, 10, rng)
+        sql_run(broker)
+    before = table(broker)
+    url = broker.engine.url.render_as_string(hide_password=False)
+    env = {"KIP98_DATABASE_URL": url}
+
+    result = run_kip98("spark", "compact", "--small-rows", "1000", "--output", "json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [
+        {
+            "topic": "orders",
+            "partition": 0,
+            "from_offset": 0,
+            "to_offset": 30,
+            "merged_partitions": 3,
+        }
+    ]
+    assert table(broker) == before
+    assert sorted(attached(broker).values()) == [("orders", 0, 0, 30)]
+    # Nothing left to merge: an empty listing, still a success.
+    again = run_kip98("spark", "compact", "--output", "json", env=env)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == []
+    refused = run_kip98("spark", "compact", "--small-rows", "0", env=env)
+    assert refused.returncode != 0
+    assert "small-rows" in refused.stderr
 
 
 # ---------------------------------------------------------------- with Spark
