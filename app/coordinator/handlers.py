@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
 
 from app.coordinator import machines as m
@@ -174,11 +174,6 @@ def _init(broker: BrokerContext, req: InitProducerIdRequest) -> InitProducerIdRe
 
 # ---------------------------------------------------------------- AddPartitions / AddOffsets
 
-_EXISTING = text(
-    "SELECT topic, partition FROM partitions WHERE (topic, partition) IN "
-    "(SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))"
-)
-
 
 @retry_conflicts
 def add_partitions_to_txn(
@@ -264,7 +259,7 @@ def check_registration(
             existing = {
                 (r.topic, r.partition)
                 for r in conn.execute(
-                    _EXISTING,
+                    sql.EXISTING_PARTITIONS,
                     {"topics": [t for t, _ in wanted], "partitions": [p for _, p in wanted]},
                 )
             }

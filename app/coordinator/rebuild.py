@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from app.coordinator import machines as m
 from app.coordinator import sql
@@ -60,15 +60,12 @@ def live_transactions(conn: Connection) -> list[tuple[Any, ...]]:
 
 def rebuild_transactions(conn: Connection, now_ms: int, settings: BrokerSettings) -> dict[str, int]:
     rows = compute_transactions(conn, settings)
-    conn.execute(text("LOCK TABLE transactions IN EXCLUSIVE MODE"))
-    conn.execute(text("DELETE FROM transactions"))
-    columns = [c.strip() for c in sql.TXN_COLUMNS.split(",")] + ["txn_partition", "last_event_id"]
+    conn.execute(sql.LOCK_TRANSACTIONS)
+    conn.execute(sql.CLEAR_TRANSACTIONS)
+    columns = sql.REBUILT_TXN_COLUMNS
     if rows:
-        placeholders = ", ".join(
-            f"CAST(:{c} AS jsonb)" if c == "partitions" else f":{c}" for c in columns
-        )
         conn.execute(
-            text(f"INSERT INTO transactions ({', '.join(columns)}) VALUES ({placeholders})"),
+            sql.INSERT_REBUILT_TRANSACTION,
             [
                 {
                     c: (json.dumps(v) if c == "partitions" else v)

@@ -194,3 +194,40 @@ COUNT_ITEM_FAILURE = text(
     ON CONFLICT (work) DO UPDATE SET failures = f.failures + 1, last_failed_ms = EXCLUDED.last_failed_ms
     """
 )
+
+
+# ---------------------------------------------------------------- AddPartitionsToTxn
+
+# Which of the partitions asked for exist.
+EXISTING_PARTITIONS = text(
+    "SELECT topic, partition FROM partitions WHERE (topic, partition) IN "
+    "(SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))"
+)
+
+# ---------------------------------------------------------------- ListTransactions (``inspect``)
+
+LIST_TRANSACTIONS = text(
+    "SELECT transactional_id, producer_id, producer_epoch, state, partitions, timeout_ms, "
+    "txn_start_ms, updated_ms, coordinator_epoch FROM transactions "
+    "WHERE (CAST(:states AS text[]) IS NULL OR state = ANY(CAST(:states AS text[]))) "
+    "AND (CAST(:ids AS text[]) IS NULL OR transactional_id = ANY(CAST(:ids AS text[]))) "
+    "ORDER BY transactional_id"
+)
+
+# ---------------------------------------------------------------- rebuild (``rebuild``)
+
+LOCK_TRANSACTIONS = text("LOCK TABLE transactions IN EXCLUSIVE MODE")
+CLEAR_TRANSACTIONS = text("DELETE FROM transactions")
+# A folded row, in ``rebuild.compute_transactions``' column order.
+REBUILT_TXN_COLUMNS = [c.strip() for c in TXN_COLUMNS.split(",")] + [
+    "txn_partition",
+    "last_event_id",
+]
+INSERT_REBUILT_TRANSACTION = text(
+    "INSERT INTO transactions ({}) VALUES ({})".format(
+        ", ".join(REBUILT_TXN_COLUMNS),
+        ", ".join(
+            f"CAST(:{c} AS jsonb)" if c == "partitions" else f":{c}" for c in REBUILT_TXN_COLUMNS
+        ),
+    )
+)

@@ -8,27 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
+from app.groups import sql
 from app.settings import BrokerSettings
 
-_EVENTS = text(
-    "SELECT group_id, topic, partition, kind, committed_offset, metadata, producer_id, "
-    "producer_epoch, commit_ms FROM offset_commit_log ORDER BY event_id"
-)
-LIVE = {
-    "group_offsets": "SELECT group_id, topic, partition, committed_offset, metadata, commit_ms FROM group_offsets",
-    "pending_txn_offsets": (
-        "SELECT group_id, topic, partition, producer_id, producer_epoch, committed_offset, metadata, "
-        "commit_ms FROM pending_txn_offsets"
-    ),
+_LIVE = {
+    "group_offsets": sql.LIVE_GROUP_OFFSETS,
+    "pending_txn_offsets": sql.LIVE_PENDING_TXN_OFFSETS,
 }
 
 
 def compute_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
     committed: dict[tuple[str, str, int], tuple[Any, ...]] = {}
     pending: dict[tuple[str, str, int, int], tuple[Any, ...]] = {}
-    for e in conn.execute(_EVENTS):
+    for e in conn.execute(sql.OFFSET_EVENTS):
         key = (e.group_id, e.topic, e.partition)
         if e.kind == "commit":
             committed[key] = (*key, e.committed_offset, e.metadata, e.commit_ms)
@@ -53,22 +47,19 @@ def compute_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
 
 
 def live_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
-    return {name: sorted(tuple(r) for r in conn.execute(text(q))) for name, q in LIVE.items()}
+    return {name: sorted(tuple(r) for r in conn.execute(q)) for name, q in _LIVE.items()}
 
 
 def rebuild_group_offsets(
     conn: Connection, now_ms: int, settings: BrokerSettings
 ) -> dict[str, int]:
-    conn.execute(text("LOCK TABLE group_offsets, pending_txn_offsets IN EXCLUSIVE MODE"))
+    conn.execute(sql.LOCK_OFFSET_PROJECTIONS)
     rows = compute_group_offsets(conn)
-    conn.execute(text("DELETE FROM group_offsets"))
-    conn.execute(text("DELETE FROM pending_txn_offsets"))
+    conn.execute(sql.CLEAR_GROUP_OFFSETS)
+    conn.execute(sql.CLEAR_PENDING_TXN_OFFSETS)
     if rows["group_offsets"]:
         conn.execute(
-            text(
-                "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms) "
-                "VALUES (:g, :t, :p, :o, :m, :ts)"
-            ),
+            sql.INSERT_GROUP_OFFSET,
             [
                 dict(zip(("g", "t", "p", "o", "m", "ts"), r, strict=True))
                 for r in rows["group_offsets"]
@@ -76,10 +67,7 @@ def rebuild_group_offsets(
         )
     if rows["pending_txn_offsets"]:
         conn.execute(
-            text(
-                "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, "
-                "committed_offset, metadata, commit_ms) VALUES (:g, :t, :p, :pid, :ep, :o, :m, :ts)"
-            ),
+            sql.INSERT_PENDING_TXN_OFFSET,
             [
                 dict(zip(("g", "t", "p", "pid", "ep", "o", "m", "ts"), r, strict=True))
                 for r in rows["pending_txn_offsets"]

@@ -172,3 +172,29 @@ CLEAR_MEMBER_ASSIGNMENTS = text(
     "WHERE group_id = :group_id"
 )
 TOPIC_PARTITIONS = text("SELECT topic, num_partitions FROM topics WHERE topic = ANY(:topics)")
+
+
+# ---------------------------------------------------------------- rebuild (``app.groups.rebuild``)
+
+OFFSET_EVENTS = text(
+    "SELECT group_id, topic, partition, kind, committed_offset, metadata, producer_id, "
+    "producer_epoch, commit_ms FROM offset_commit_log ORDER BY event_id"
+)
+LIVE_GROUP_OFFSETS = text(
+    "SELECT group_id, topic, partition, committed_offset, metadata, commit_ms FROM group_offsets"
+)
+LIVE_PENDING_TXN_OFFSETS = text(
+    "SELECT group_id, topic, partition, producer_id, producer_epoch, committed_offset, metadata, "
+    "commit_ms FROM pending_txn_offsets"
+)
+LOCK_OFFSET_PROJECTIONS = text("LOCK TABLE group_offsets, pending_txn_offsets IN EXCLUSIVE MODE")
+CLEAR_GROUP_OFFSETS = text("DELETE FROM group_offsets")
+CLEAR_PENDING_TXN_OFFSETS = text("DELETE FROM pending_txn_offsets")
+INSERT_GROUP_OFFSET = text(
+    "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, "
+    "commit_ms) VALUES (:g, :t, :p, :o, :m, :ts)"
+)
+INSERT_PENDING_TXN_OFFSET = text(
+    "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, "
+    "committed_offset, metadata, commit_ms) VALUES (:g, :t, :p, :pid, :ep, :o, :m, :ts)"
+)

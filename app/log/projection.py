@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
+from app.log import sql
 from app.log.lso import lso_after_marker
 from app.log.producer_state import (
     AppendedBatch,
@@ -29,71 +30,9 @@ from app.log.producer_state import (
 )
 from app.protocol import CONTROL_ABORT, NO_PRODUCER_ID
 
-# One row per batch (records sharing batch_base_offset and producer), in log order.
-_BATCH_COLUMNS = """
-    r.topic, r.partition, r.batch_base_offset, r.producer_id,
-    min(r.producer_epoch) AS producer_epoch, max(r."offset") AS last_offset,
-    (array_agg(r.sequence ORDER BY r."offset"))[1] AS first_seq,
-    (array_agg(r.sequence ORDER BY r."offset" DESC))[1] AS last_seq,
-    max(r."timestamp") AS max_timestamp, bool_or(r.is_transactional) AS is_transactional,
-    bool_or(r.is_control) AS is_control, min(r.control_type) AS control_type,
-    min(r.coordinator_epoch) AS coordinator_epoch
-"""
-_GROUP = "GROUP BY r.topic, r.partition, r.batch_base_offset, r.producer_id"
-
-# Every partition, from its snapshot offset to the end.
-BATCHES_SINCE_SNAPSHOTS = text(
-    f"""
-    SELECT {_BATCH_COLUMNS}
-    FROM records r
-    LEFT JOIN log_cleaner_checkpoints c ON c.topic = r.topic AND c.partition = r.partition
-    WHERE r."offset" >= coalesce(c.snapshot_offset, 0)
-    {_GROUP}
-    ORDER BY r.topic, r.partition, r.batch_base_offset
-    """
-)
-
-# One partition, between two batch boundaries.
-BATCHES_IN_RANGE = text(
-    f"""
-    SELECT {_BATCH_COLUMNS}
-    FROM records r
-    WHERE r.topic = :topic AND r.partition = :partition
-      AND r."offset" >= :from_offset AND r."offset" < :to_offset
-    {_GROUP}
-    ORDER BY r.batch_base_offset
-    """
-)
-
-PARTITION_STARTS = text(
-    """
-    SELECT p.topic, p.partition, p.log_start_offset, coalesce(c.snapshot_offset, 0) AS snapshot_offset
-    FROM partitions p
-    LEFT JOIN log_cleaner_checkpoints c ON c.topic = p.topic AND c.partition = p.partition
-    """
-)
-
-_ENTRY_COLUMNS = (
-    "topic, partition, producer_id, producer_epoch, last_sequence, last_offset, "
-    "last_timestamp, batches, coordinator_epoch, txn_first_offset"
-)
-ALL_SNAPSHOTS = text(f"SELECT {_ENTRY_COLUMNS} FROM producer_snapshots")
-PARTITION_SNAPSHOT = text(
-    f"SELECT {_ENTRY_COLUMNS} FROM producer_snapshots WHERE topic = :topic AND partition = :partition"
-)
-# aborted_txns rows ending below the snapshot offset are part of the snapshot.
-SNAPSHOT_ABORTED = text(
-    """
-    SELECT a.topic, a.partition, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset
-    FROM aborted_txns a
-    JOIN log_cleaner_checkpoints c ON c.topic = a.topic AND c.partition = a.partition
-    WHERE a.last_offset < c.snapshot_offset
-    """
-)
-
 
 def entry_of(row: Any) -> ProducerEntry:
-    """A producer_states / producer_snapshots row (columns in ``_ENTRY_COLUMNS`` order,
+    """A producer_states / producer_snapshots row (columns in ``sql.ENTRY_COLUMNS`` order,
     topic and partition first) as the fold's value."""
     return ProducerEntry.from_row(row[2:])
 
@@ -127,13 +66,7 @@ def insert_entries(conn: Connection, table: str, rows: Iterable[tuple[Any, ...]]
         for r in rows
     ]
     if params:
-        conn.execute(
-            text(
-                f"INSERT INTO {table} ({_ENTRY_COLUMNS}) VALUES "
-                "(:t, :p, :pid, :ep, :seq, :lo, :ts, CAST(:b AS jsonb), :ce, :tfo)"
-            ),
-            params,
-        )
+        conn.execute(sql.INSERT_ENTRIES[table], params)
 
 
 @dataclass
@@ -193,16 +126,16 @@ def compute_partition_log(
         (r.topic, r.partition): PartitionProjection(
             r.topic, r.partition, next_offset=max(r.log_start_offset, r.snapshot_offset)
         )
-        for r in conn.execute(PARTITION_STARTS)
+        for r in conn.execute(sql.PARTITION_STARTS)
     }
-    for r in conn.execute(ALL_SNAPSHOTS):
+    for r in conn.execute(sql.ALL_SNAPSHOTS):
         if (r.topic, r.partition) in out:
             out[r.topic, r.partition].producers[r.producer_id] = entry_of(r)
-    for r in conn.execute(SNAPSHOT_ABORTED):
+    for r in conn.execute(sql.SNAPSHOT_ABORTED):
         out[r.topic, r.partition].aborted.append(
             (r.producer_id, r.first_offset, r.last_offset, r.last_stable_offset)
         )
-    for b in conn.execute(BATCHES_SINCE_SNAPSHOTS.execution_options(yield_per=10_000)):
+    for b in conn.execute(sql.BATCHES_SINCE_SNAPSHOTS.execution_options(yield_per=10_000)):
         key = (b.topic, b.partition)
         proj = out.setdefault(key, PartitionProjection(*key))
         proj.fold(b, expiration_ms)
@@ -223,9 +156,9 @@ def fold_range(
     batches in between. Both bounds must be batch boundaries."""
     proj = PartitionProjection(topic, partition)
     key = {"topic": topic, "partition": partition}
-    for r in conn.execute(PARTITION_SNAPSHOT, key):
+    for r in conn.execute(sql.PARTITION_SNAPSHOT, key):
         proj.producers[r.producer_id] = entry_of(r)
     params = {**key, "from_offset": from_offset, "to_offset": to_offset}
-    for b in conn.execute(BATCHES_IN_RANGE.execution_options(yield_per=10_000), params):
+    for b in conn.execute(sql.BATCHES_IN_RANGE.execution_options(yield_per=10_000), params):
         proj.fold(b, expiration_ms)
     return proj.producers

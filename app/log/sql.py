@@ -4,7 +4,11 @@ state, aborted index), in one place so the locking story can be read at a glance
 Locking: an append or a marker takes its partition row ``FOR UPDATE`` first and holds it
 to COMMIT (docs/design.md §3.1), so offsets are gapless and commit in order; producer_states and
 aborted_txns rows of a partition are only written under that lock, and what decides a
-write is read as it is once the lock is held (see LOCK_PARTITION).
+write is read as it is once the lock is held (see LOCK_PARTITIONS).
+
+Convention: statements run through SQLAlchemy are ``text()`` with ``:name`` parameters;
+the hot path's, run on the psycopg connection under the caller's transaction
+(``storage.driver.driver_connection``), are plain strings with psycopg's ``%(name)s``.
 """
 
 from __future__ import annotations
@@ -433,3 +437,107 @@ SET_PARTITION_OFFSETS = text(
     "UPDATE partitions SET next_offset = :n, last_stable_offset = :lso "
     "WHERE topic = :t AND partition = :p"
 )
+
+
+# ---------------------------------------------------------------- topics (``app.log.topics``)
+
+INSERT_TOPIC = text(
+    "INSERT INTO topics (topic, num_partitions, config, created_ms) "
+    "VALUES (:topic, :n, CAST(:config AS jsonb), :now)"
+)
+INSERT_PARTITIONS = text(
+    "INSERT INTO partitions (topic, partition) SELECT :topic, g FROM generate_series(0, :n - 1) g"
+)
+# A deletion takes the topic's partition locks first, in order, as appends do.
+LOCK_TOPIC_PARTITIONS = text(
+    "SELECT partition FROM partitions WHERE topic = :t ORDER BY partition FOR UPDATE"
+)
+# The topic's rows, then the topic (its partitions go with it, ON DELETE CASCADE).
+DELETE_TOPIC = tuple(
+    text(f"DELETE FROM {table} WHERE topic = :t")
+    for table in ("records", "producer_states", "producer_snapshots", "aborted_txns", "topics")
+)
+TOPIC_CONFIG_FOR_UPDATE = text("SELECT config FROM topics WHERE topic = :t FOR UPDATE")
+SET_TOPIC_CONFIG = text("UPDATE topics SET config = CAST(:config AS jsonb) WHERE topic = :t")
+LIST_TOPICS = text(
+    "SELECT t.topic, t.num_partitions, t.config, p.partition, p.log_start_offset, "
+    "p.next_offset, p.last_stable_offset FROM topics t "
+    "JOIN partitions p ON p.topic = t.topic ORDER BY t.topic, p.partition"
+)
+ALL_TOPIC_IDS = text("SELECT topic, num_partitions, topic_id FROM topics")
+TOPIC_IDS = text("SELECT topic, num_partitions, topic_id FROM topics WHERE topic = ANY(:topics)")
+
+
+# ---------------------------------------------------------------- the fold (``app.log.projection``)
+
+# One row per batch (records sharing batch_base_offset and producer), in log order.
+_BATCH_COLUMNS = """
+    r.topic, r.partition, r.batch_base_offset, r.producer_id,
+    min(r.producer_epoch) AS producer_epoch, max(r."offset") AS last_offset,
+    (array_agg(r.sequence ORDER BY r."offset"))[1] AS first_seq,
+    (array_agg(r.sequence ORDER BY r."offset" DESC))[1] AS last_seq,
+    max(r."timestamp") AS max_timestamp, bool_or(r.is_transactional) AS is_transactional,
+    bool_or(r.is_control) AS is_control, min(r.control_type) AS control_type,
+    min(r.coordinator_epoch) AS coordinator_epoch
+"""
+_GROUP = "GROUP BY r.topic, r.partition, r.batch_base_offset, r.producer_id"
+
+# Every partition, from its snapshot offset to the end.
+BATCHES_SINCE_SNAPSHOTS = text(
+    f"""
+    SELECT {_BATCH_COLUMNS}
+    FROM records r
+    LEFT JOIN log_cleaner_checkpoints c ON c.topic = r.topic AND c.partition = r.partition
+    WHERE r."offset" >= coalesce(c.snapshot_offset, 0)
+    {_GROUP}
+    ORDER BY r.topic, r.partition, r.batch_base_offset
+    """
+)
+
+# One partition, between two batch boundaries.
+BATCHES_IN_RANGE = text(
+    f"""
+    SELECT {_BATCH_COLUMNS}
+    FROM records r
+    WHERE r.topic = :topic AND r.partition = :partition
+      AND r."offset" >= :from_offset AND r."offset" < :to_offset
+    {_GROUP}
+    ORDER BY r.batch_base_offset
+    """
+)
+
+PARTITION_STARTS = text(
+    """
+    SELECT p.topic, p.partition, p.log_start_offset, coalesce(c.snapshot_offset, 0) AS snapshot_offset
+    FROM partitions p
+    LEFT JOIN log_cleaner_checkpoints c ON c.topic = p.topic AND c.partition = p.partition
+    """
+)
+
+ENTRY_COLUMNS = (
+    "topic, partition, producer_id, producer_epoch, last_sequence, last_offset, "
+    "last_timestamp, batches, coordinator_epoch, txn_first_offset"
+)
+ALL_SNAPSHOTS = text(f"SELECT {ENTRY_COLUMNS} FROM producer_snapshots")
+PARTITION_SNAPSHOT = text(
+    f"SELECT {ENTRY_COLUMNS} FROM producer_snapshots WHERE topic = :topic AND partition = :partition"
+)
+# aborted_txns rows ending below the snapshot offset are part of the snapshot.
+SNAPSHOT_ABORTED = text(
+    """
+    SELECT a.topic, a.partition, a.producer_id, a.first_offset, a.last_offset, a.last_stable_offset
+    FROM aborted_txns a
+    JOIN log_cleaner_checkpoints c ON c.topic = a.topic AND c.partition = a.partition
+    WHERE a.last_offset < c.snapshot_offset
+    """
+)
+
+
+# Fold values written back, into producer_states (rebuild) or producer_snapshots (cleaner).
+INSERT_ENTRIES = {
+    table: text(
+        f"INSERT INTO {table} ({ENTRY_COLUMNS}) VALUES "
+        "(:t, :p, :pid, :ep, :seq, :lo, :ts, CAST(:b AS jsonb), :ce, :tfo)"
+    )
+    for table in ("producer_states", "producer_snapshots")
+}

@@ -6,7 +6,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import KafkaError, fail
@@ -51,10 +50,7 @@ def create_topic(
                     raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
                 return TopicInfo(name, num_partitions, cfg)
             conn.execute(
-                text(
-                    "INSERT INTO topics (topic, num_partitions, config, created_ms) "
-                    "VALUES (:topic, :n, CAST(:config AS jsonb), :now)"
-                ),
+                sql.INSERT_TOPIC,
                 {
                     "topic": name,
                     "n": num_partitions,
@@ -63,10 +59,7 @@ def create_topic(
                 },
             )
             conn.execute(
-                text(
-                    "INSERT INTO partitions (topic, partition) "
-                    "SELECT :topic, g FROM generate_series(0, :n - 1) g"
-                ),
+                sql.INSERT_PARTITIONS,
                 {"topic": name, "n": num_partitions},
             )
     except IntegrityError as exc:
@@ -79,15 +72,11 @@ def delete_topic(broker: BrokerContext, name: str) -> None:
     """Delete a topic and its data; its partition locks are taken first (in order)."""
     with broker.engine.begin() as conn:
         authorize_any(conn, broker, needs.delete_topic(name))
-        locked = conn.execute(
-            text("SELECT partition FROM partitions WHERE topic = :t ORDER BY partition FOR UPDATE"),
-            {"t": name},
-        ).all()
+        locked = conn.execute(sql.LOCK_TOPIC_PARTITIONS, {"t": name}).all()
         if not locked:
             raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        for table in ("records", "producer_states", "producer_snapshots", "aborted_txns"):
-            conn.execute(text(f"DELETE FROM {table} WHERE topic = :t"), {"t": name})
-        conn.execute(text("DELETE FROM topics WHERE topic = :t"), {"t": name})
+        for statement in sql.DELETE_TOPIC:
+            conn.execute(statement, {"t": name})
 
 
 @retry_conflicts
@@ -112,9 +101,7 @@ def alter_topic_config(
     """
     with broker.engine.begin() as conn:
         authorize_any(conn, broker, needs.alter_topic(name))
-        current = conn.execute(
-            text("SELECT config FROM topics WHERE topic = :t FOR UPDATE"), {"t": name}
-        ).scalar()
+        current = conn.execute(sql.TOPIC_CONFIG_FOR_UPDATE, {"t": name}).scalar()
         if current is None:
             raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
         new = altered(
@@ -126,10 +113,7 @@ def alter_topic_config(
         )
         if validate_only:
             return new
-        conn.execute(
-            text("UPDATE topics SET config = CAST(:config AS jsonb) WHERE topic = :t"),
-            {"t": name, "config": json.dumps(new)},
-        )
+        conn.execute(sql.SET_TOPIC_CONFIG, {"t": name, "config": json.dumps(new)})
     return new
 
 
@@ -141,13 +125,7 @@ def authorize_alter(broker: BrokerContext, name: str) -> None:
 
 def list_topics(broker: BrokerContext) -> list[TopicInfo]:
     with broker.engine.connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT t.topic, t.num_partitions, t.config, p.partition, p.log_start_offset, "
-                "p.next_offset, p.last_stable_offset FROM topics t "
-                "JOIN partitions p ON p.topic = t.topic ORDER BY t.topic, p.partition"
-            )
-        ).all()
+        rows = conn.execute(sql.LIST_TOPICS).all()
     topics: dict[str, TopicInfo] = {}
     parts: dict[str, list[PartitionInfo]] = {}
     for r in rows:
@@ -173,9 +151,9 @@ def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
     count and topic id, or UNKNOWN_TOPIC_OR_PARTITION."""
     with broker.engine.connect() as conn:
         if req.topics is None:
-            rows = conn.execute(_ALL_TOPICS).all()
+            rows = conn.execute(sql.ALL_TOPIC_IDS).all()
         else:
-            rows = conn.execute(_TOPICS, {"topics": list(req.topics)}).all()
+            rows = conn.execute(sql.TOPIC_IDS, {"topics": list(req.topics)}).all()
     found = {
         r.topic: TopicMetadata(KafkaError.NO_ERROR, r.topic, r.num_partitions, str(r.topic_id))
         for r in rows
@@ -183,7 +161,3 @@ def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
     names = sorted(found) if req.topics is None else req.topics
     unknown = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     return MetadataResponse([found.get(name) or TopicMetadata(unknown, name) for name in names])
-
-
-_ALL_TOPICS = text("SELECT topic, num_partitions, topic_id FROM topics")
-_TOPICS = text("SELECT topic, num_partitions, topic_id FROM topics WHERE topic = ANY(:topics)")
