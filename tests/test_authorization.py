@@ -30,7 +30,7 @@ from app.groups.membership import heartbeat, join_group, leave_group, sync_group
 from app.groups.offsets import offset_commit, offset_fetch
 from app.log.fetch import fetch, list_offsets
 from app.log.inspect import abort_hanging
-from app.log.topics import create_topic, delete_topic, list_topics
+from app.log.topics import create_topic, delete_topic, describe_topic, list_topics, metadata
 from app.protocol import (
     LATEST_TIMESTAMP,
     RECORD_VALUE,
@@ -40,6 +40,7 @@ from app.protocol import (
     JoinGroupRequest,
     LeaveGroupRequest,
     ListOffsetsRequest,
+    MetadataRequest,
     OffsetAndMetadata,
     OffsetCommitRequest,
     OffsetFetchRequest,
@@ -595,3 +596,29 @@ def test_cli_acls(db_url: str) -> None:
     assert removed.returncode == 0 and "Removed" in removed.stdout
     table = run_kip98("acls", "list", env=env)
     assert "read" in table.stdout and "write" not in table.stdout
+
+
+def test_metadata_and_listings_show_only_describable_topics(world: World) -> None:
+    """As Kafka's Metadata: a listing leaves out what the principal may not describe; a
+    topic asked for by name is TOPIC_AUTHORIZATION_FAILED, existing or not."""
+    everything = metadata(world.admin, MetadataRequest(None))
+    assert [t.topic for t in everything.topics] == ["t", "u"]
+    assert metadata(world.alice, MetadataRequest(None)).topics == []
+    assert list_topics(world.alice) == []
+    asked = metadata(world.alice, MetadataRequest(["t", "nowhere"]))
+    assert [(t.topic, t.error_code) for t in asked.topics] == [
+        ("t", KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        ("nowhere", KafkaError.TOPIC_AUTHORIZATION_FAILED),
+    ]
+    _raises(KafkaError.TOPIC_AUTHORIZATION_FAILED, lambda: describe_topic(world.alice, "t"))
+
+    world.grant("topic", "t", "read")  # Read implies Describe
+    assert [t.topic for t in metadata(world.alice, MetadataRequest(None)).topics] == ["t"]
+    assert [i.topic for i in list_topics(world.alice)] == ["t"]
+    assert describe_topic(world.alice, "t").num_partitions == 2
+    acl_admin.create_acls(world.admin, [Acl(ALICE, "topic", "*", "describe")])
+    asked = metadata(world.alice, MetadataRequest(["u", "nowhere"]))
+    assert [(t.topic, t.error_code, t.num_partitions) for t in asked.topics] == [
+        ("u", KafkaError.NO_ERROR, 1),
+        ("nowhere", KafkaError.UNKNOWN_TOPIC_OR_PARTITION, 0),
+    ]

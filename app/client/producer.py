@@ -150,15 +150,19 @@ class Producer:
         deadline = time.monotonic() + self._request_timeout_s
         return retry_connection_loss(call, deadline, self._retry_backoff_s)
 
-    def _partition_count(self, topic: str) -> int | None:
-        """Partitions of ``topic``, cached once known; None if the topic does not exist."""
+    def _partition_count(self, topic: str) -> int | KafkaError:
+        """Partitions of ``topic``, cached once known; else why its records cannot go
+        there (it does not exist, or this principal may not describe it), which they are
+        failed with, as librdkafka fails the records of such a topic in their reports."""
         known = self._partitions.get(topic)  # a dict read needs no lock; misses take it below
         if known is not None:
             return known
         request = MetadataRequest([topic])
         [found] = self._call_with_retries(lambda: self._broker.handle(request)).topics
         if found.error_code == KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
-            return None
+            return KafkaError(found.error_code, f"topic {topic!r} does not exist")
+        if found.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            return KafkaError(found.error_code, f"not authorized to describe topic {topic!r}")
         if found.error_code != KafkaError.NO_ERROR:
             raise KafkaException(KafkaError(found.error_code))
         count = found.num_partitions
@@ -227,10 +231,12 @@ class Producer:
             size,
         )
         if count is None:
-            count = self._partition_count(topic)
-            if count is None:
-                self._reject_unknown_topic(topic, partition, record)
+            known = self._partition_count(topic)
+            if isinstance(known, KafkaError):
+                self._reports.accepted()
+                self._reports.push_one(topic, partition, [record], -1, known)
                 return
+            count = known
         if partition is None or partition < 0:
             partition = choose_partition(self._partitioner_name, key, topic, count, self._keyless)
         elif partition >= count:
@@ -247,11 +253,6 @@ class Producer:
             filled = accumulator.append(topic, partition, record)
         if filled:
             self._keyless.batch_sent(topic, partition, count)
-
-    def _reject_unknown_topic(self, topic: str, partition: int, record: PendingRecord) -> None:
-        error = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic!r} does not exist")
-        self._reports.accepted()
-        self._reports.push_one(topic, partition, [record], -1, error)
 
     # --- serving delivery reports ---------------------------------------------------------
 

@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import KafkaError, fail
@@ -20,7 +21,8 @@ from app.protocol import (
     TopicMetadata,
 )
 from app.security import needs
-from app.security.authorizer import authorize_any
+from app.security.authorizer import authorize_any, denied_checks, topic_checks
+from app.security.rules import DESCRIBE
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
@@ -124,11 +126,16 @@ def authorize_alter(broker: BrokerContext, name: str) -> None:
 
 
 def list_topics(broker: BrokerContext) -> list[TopicInfo]:
+    """The topics the principal may describe (Describe, or an operation that implies it),
+    as Kafka's Metadata for all topics lists them: the others are left out."""
     with broker.engine.connect() as conn:
         rows = conn.execute(sql.LIST_TOPICS).all()
+        hidden = _undescribable(conn, broker, {r.topic for r in rows})
     topics: dict[str, TopicInfo] = {}
     parts: dict[str, list[PartitionInfo]] = {}
     for r in rows:
+        if r.topic in hidden:
+            continue
         topics.setdefault(r.topic, TopicInfo(r.topic, r.num_partitions, r.config))
         parts.setdefault(r.topic, []).append(
             PartitionInfo(r.partition, r.log_start_offset, r.next_offset, r.last_stable_offset)
@@ -143,21 +150,45 @@ def describe_topic(broker: BrokerContext, name: str) -> TopicInfo:
     for info in list_topics(broker):
         if info.topic == name:
             return info
+    with broker.engine.connect() as conn:
+        if _undescribable(conn, broker, {name}):
+            raise fail(
+                KafkaError.TOPIC_AUTHORIZATION_FAILED, f"not authorized to describe {name!r}"
+            )
     raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
 
 
 def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
     """Kafka's Metadata for the topics asked (all of them if None): each one's partition
-    count and topic id, or UNKNOWN_TOPIC_OR_PARTITION."""
+    count and topic id, or UNKNOWN_TOPIC_OR_PARTITION. As in Kafka, a topic the principal
+    may not describe is left out of a listing of all topics, and answered
+    TOPIC_AUTHORIZATION_FAILED when asked for by name, whether it exists or not, so its
+    existence is not told."""
     with broker.engine.connect() as conn:
         if req.topics is None:
             rows = conn.execute(sql.ALL_TOPIC_IDS).all()
+            hidden = _undescribable(conn, broker, {r.topic for r in rows})
         else:
             rows = conn.execute(sql.TOPIC_IDS, {"topics": list(req.topics)}).all()
+            hidden = _undescribable(conn, broker, set(req.topics))
     found = {
         r.topic: TopicMetadata(KafkaError.NO_ERROR, r.topic, r.num_partitions, str(r.topic_id))
         for r in rows
+        if r.topic not in hidden
     }
-    names = sorted(found) if req.topics is None else req.topics
+    if req.topics is None:
+        return MetadataResponse([found[name] for name in sorted(found)])
     unknown = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    return MetadataResponse([found.get(name) or TopicMetadata(unknown, name) for name in names])
+    refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    return MetadataResponse(
+        [
+            TopicMetadata(refused, name) if name in hidden else found.get(name) or
+            TopicMetadata(unknown, name)
+            for name in req.topics
+        ]
+    )  # fmt: skip
+
+
+def _undescribable(conn: Connection, broker: BrokerContext, topics: set[str]) -> set[str]:
+    """Those of ``topics`` the principal may not describe (none with authorization off)."""
+    return {c.name for c in denied_checks(conn, broker, topic_checks(DESCRIBE, topics))}
