@@ -470,6 +470,8 @@ class JoinGroupRequest(Request["JoinGroupResponse"]):
     session_timeout_ms: int
     client_id: str = ""
     group_instance_id: str | None = None
+    # Where the member connects from (a wire client's address, "/127.0.0.1"; "" in process).
+    client_host: str = ""
     protocol_type: str | None = None
     protocols: tuple[GroupProtocol, ...] = ()
     rebalance_timeout_ms: int = -1
@@ -600,6 +602,7 @@ class DescribedMember:
     metadata: bytes
     assignment: bytes
     partitions: tuple[TopicPartitionKey, ...]
+    client_host: str = ""
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,10 @@ def test_two_subscribed_members_rebalance_and_read_only_committed_records(
     assigned: dict[str, list[int]] = {}
 
     def member(name: str) -> ck.Consumer:
-        c = ck.Consumer({"bootstrap.servers": server, "group.id": "readers", **FAST_GROUP})
+        c = ck.Consumer(
+            {"bootstrap.servers": server, "group.id": "readers", "client.id": f"reader-{name}",
+             **FAST_GROUP}
+        )  # fmt: skip
         c.subscribe(
             ["four"], on_assign=lambda _, ps: assigned.__setitem__(name, [p.partition for p in ps])
         )
@@ -94,6 +97,12 @@ def test_two_subscribed_members_rebalance_and_read_only_committed_records(
             for m in described.members
         }
         assert sorted(owned.values()) == sorted([assigned["one"], assigned["two"]])
+        # Who each member is, as Kafka's coordinator records it from the request header
+        # and the connection.
+        assert sorted((m.client_id, m.host) for m in described.members) == [
+            ("reader-one", "/127.0.0.1"),
+            ("reader-two", "/127.0.0.1"),
+        ]
 
         write("second", True)
         after: list[Any] = []

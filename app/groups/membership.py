@@ -261,7 +261,7 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
                 sql.UPSERT_MEMBER,
                 {
                     "group_id": req.group_id, "member_id": member_id, "client_id": req.client_id,
-                    "group_instance_id": req.group_instance_id,
+                    "client_host": req.client_host, "group_instance_id": req.group_instance_id,
                     "generation_id": generation, "topics": json.dumps(sorted(set(req.topics))),
                     "protocol_names": [p.name for p in req.protocols] or None,
                     "protocol_metadata": [p.metadata for p in req.protocols] or None,
@@ -438,7 +438,7 @@ def _described(group: Any, members: list[Any]) -> DescribedGroup:
             DescribedMember(
                 mem.member_id, mem.group_instance_id, mem.client_id, metadata,
                 bytes(mem.member_assignment or b""),
-                tuple((t, p) for t, p in mem.assignment),
+                tuple((t, p) for t, p in mem.assignment), mem.client_host,
             )
         )  # fmt: skip
     protocol = group.protocol if group.state in _SETTLED else ""

@@ -97,7 +97,8 @@ GROUPS = text(
 )
 ALL_GROUPS = text(f"SELECT {_GROUP_COLUMNS} FROM consumer_groups ORDER BY group_id")
 MEMBERS = text(
-    "SELECT member_id, group_instance_id, client_id, generation_id, topics, assignment, "
+    "SELECT member_id, group_instance_id, client_id, client_host, generation_id, topics, "
+    "assignment, "
     "protocol_names, protocol_metadata, member_assignment, session_timeout_ms, "
     "rebalance_timeout_ms, last_heartbeat_ms, joined_ms "
     "FROM group_members WHERE group_id = :group_id ORDER BY member_id"
@@ -116,10 +117,11 @@ EXPIRE_MEMBERS = text(
 )
 UPSERT_MEMBER = text(
     """
-    INSERT INTO group_members (group_id, member_id, group_instance_id, client_id, generation_id,
-                               topics, protocol_names, protocol_metadata, session_timeout_ms,
-                               rebalance_timeout_ms, last_heartbeat_ms, joined_ms)
-    VALUES (:group_id, :member_id, :group_instance_id, :client_id, :generation_id,
+    INSERT INTO group_members (group_id, member_id, group_instance_id, client_id, client_host,
+                               generation_id, topics, protocol_names, protocol_metadata,
+                               session_timeout_ms, rebalance_timeout_ms, last_heartbeat_ms,
+                               joined_ms)
+    VALUES (:group_id, :member_id, :group_instance_id, :client_id, :client_host, :generation_id,
             CAST(:topics AS jsonb), :protocol_names, :protocol_metadata, :session_timeout_ms,
             :rebalance_timeout_ms, :now, :now)
     ON CONFLICT (group_id, member_id) DO UPDATE SET

@@ -17,11 +17,15 @@ NODE_ID = 0
 
 @dataclass(frozen=True)
 class Node:
-    """The address clients are told to connect to (the advertised listener)."""
+    """The address clients are told to connect to (the advertised listener) and, for one
+    request, who sent it: the client id of its header and the address it connects from,
+    as Kafka's group coordinator records them."""
 
     host: str
     port: int
     cluster_id: str
+    client_id: str = ""
+    client_host: str = ""
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ def join_group(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pen
     rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
     join = JoinGroupRequest(
         request.group_id, request.member_id, _subscribed_topics(request.protocol_type, protocols),
-        session_ms, group_instance_id=getattr(request, "group_instance_id", None),
+        session_ms, client_id=node.client_id, client_host=node.client_host,
+        group_instance_id=getattr(request, "group_instance_id", None),
         protocol_type=request.protocol_type, protocols=protocols,
         rebalance_timeout_ms=rebalance_ms,
     )  # fmt: skip
@@ -160,7 +161,7 @@ def describe_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     for g in answer.groups:
         members = [
             {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-             "client_id": m.client_id, "client_host": "", "member_metadata": m.metadata,
+             "client_id": m.client_id, "client_host": m.client_host, "member_metadata": m.metadata,
              "member_assignment": m.assignment}
             for m in g.members
         ]  # fmt: skip

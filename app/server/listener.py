@@ -25,7 +25,7 @@ import logging
 import signal
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.broker import Broker
 from app.server import codec
@@ -101,6 +101,8 @@ class Server:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._idle[writer] = True
         loop = asyncio.get_running_loop()
+        peer = writer.get_extra_info("peername")
+        host = f"/{peer[0]}" if peer else ""  # as Kafka shows a client's address
         try:
             while not self._stopping:
                 size = codec.FRAME_SIZE.unpack(await reader.readexactly(codec.FRAME_SIZE.size))[0]
@@ -110,7 +112,7 @@ class Server:
                 frame = await reader.readexactly(size)
                 self._idle[writer] = False
                 try:
-                    response = await loop.run_in_executor(self.pool, self.answer, frame)
+                    response = await loop.run_in_executor(self.pool, self.answer, frame, host)
                     if codec.read_header(frame)[0] in WAKING_APIS:
                         self._changed.set()
                         self._changed = asyncio.Event()
@@ -153,9 +155,9 @@ class Server:
         self.refused[reason] += 1
         log.info("kip98 serve: closing a connection: %s", what)
 
-    def answer(self, frame: bytes) -> bytes | Waiting | None:
-        """The response frame to one request frame (None when Kafka sends none; Waiting for
-        a long poll to look again)."""
+    def answer(self, frame: bytes, client_host: str = "") -> bytes | Waiting | None:
+        """The response frame to one request frame from ``client_host`` (None when Kafka
+        sends none; Waiting for a long poll to look again)."""
         api_key, version, correlation_id = codec.read_header(frame)
         supported = APIS.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
@@ -167,10 +169,13 @@ class Server:
         schema = codec.request_schema(api_key, version)
         if schema is None:
             raise codec.MalformedRequest(f"no schema for API key {api_key} version {version}")
-        _, body = codec.parse_request(frame, schema)
+        header, body = codec.parse_request(frame, schema)
         handler = supported[2]
         self.requests[handler.__name__] += 1
-        return _encoded(api_key, version, correlation_id, handler(self.broker, self.node, body))
+        node = replace(
+            self.node, client_id=getattr(header, "client_id", None) or "", client_host=client_host
+        )
+        return _encoded(api_key, version, correlation_id, handler(self.broker, node, body))
 
 
 @dataclass(frozen=True)

@@ -348,6 +348,8 @@ group_members = Table(
     # Static membership (KIP-345): a restarted instance replaces its old member at once.
     Column("group_instance_id", Text),
     Column("client_id", Text, nullable=False, server_default=text("''")),
+    # Where a wire member connects from, as Kafka shows it ("/127.0.0.1"); empty in process.
+    Column("client_host", Text, nullable=False, server_default=text("''")),
     # The generation this member has joined; behind the group's while a rebalance runs.
     Column("generation_id", Integer, nullable=False),
     Column("topics", JSONB, nullable=False),
