@@ -3,7 +3,7 @@
 Each partition is sent by one lane, a lane has one request in flight at a time, and a
 partition's next batch is formed only once its last one is settled, so a partition's
 batches reach the log in order however the lanes' requests overlap and complete, retries
-included (docs/design.md rule 28). The faults are injected into the producer's transport,
+included (docs/design.md rule 27). The faults are injected into the producer's transport,
 as in the other producer tests: lost connections before the request reached the database
 and after it committed, and one partition's requests held back so the others complete
 first.
@@ -193,7 +193,9 @@ def test_transactions_commit_and_abort_with_batches_on_every_lane(
             for i in range(60):
                 value = f"{txn}:{i}"
                 produced[i % PARTITIONS].append((txn, value))
-                producer.produce("t", value=value, partition=i % PARTITIONS, on_delivery=on_delivery)
+                producer.produce(
+                    "t", value=value, partition=i % PARTITIONS, on_delivery=on_delivery
+                )
                 if i == 29:
                     producer.flush(30)  # half the transaction sent on the four lanes at once
                 elif i % 10 == 9:
@@ -219,32 +221,38 @@ def test_transactions_commit_and_abort_with_batches_on_every_lane(
         assert high_watermark == last_stable
 
 
+def register_at_once(broker: Broker, driver: TxnDriver, round_: int) -> list[Any]:
+    """One request per partition, each registering its partition with its batch, all
+    released at once from their own threads (so on their own connections)."""
+    start = threading.Barrier(PARTITIONS)
+    answers: list[Any] = [None] * PARTITIONS
+
+    def register(partition: int) -> None:
+        batch = ProduceRequest(
+            "t", partition, [RecordIn(None, f"{round_}:{partition}".encode(), 0)],
+            driver.producer_id, driver.producer_epoch, 0, driver.transactional_id, True,
+        )  # fmt: skip
+        add = AddPartitionsToTxnRequest(
+            driver.transactional_id, driver.producer_id, driver.producer_epoch, [("t", partition)]
+        )
+        start.wait()
+        answers[partition] = broker.handle(ProduceBatchesRequest([batch], add))
+
+    threads = [threading.Thread(target=register, args=(p,)) for p in range(PARTITIONS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
 def test_concurrent_registrations_of_one_transaction_all_count(broker: Broker) -> None:
     """Four requests of one transaction, each registering another partition with its batch,
     sent at once on four connections: none deadlocks, none loses another's partition."""
     driver = TxnDriver(broker, "together")
     assert driver.init() == 0
     for round_ in range(5):
-        start = threading.Barrier(PARTITIONS)
-        answers: dict[int, Any] = {}
-
-        def register(partition: int, r: int = round_) -> None:
-            batch = ProduceRequest(
-                "t", partition, [RecordIn(None, f"{r}:{partition}".encode(), 0)],
-                driver.producer_id, driver.producer_epoch, 0, "together", True,
-            )  # fmt: skip
-            add = AddPartitionsToTxnRequest(
-                "together", driver.producer_id, driver.producer_epoch, [("t", partition)]
-            )
-            start.wait()
-            answers[partition] = broker.handle(ProduceBatchesRequest([batch], add))
-
-        threads = [threading.Thread(target=register, args=(p,)) for p in range(PARTITIONS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        for response in answers.values():
+        for response in register_at_once(broker, driver, round_):
             assert response.registered.error_code == KafkaError.NO_ERROR
             assert [b.error_code for b in response.batches] == [KafkaError.NO_ERROR]
         assert driver.end(commit=round_ % 2 == 0) == 0

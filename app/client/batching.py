@@ -9,7 +9,7 @@ Each partition belongs to one of the sender's lanes (``max.in.flight``: up to th
 requests in flight at once), fixed when its queue is created: the lanes are dealt out in
 turn, so the first partitions written each get a lane of their own. A lane forms, sends
 and retries only its own partitions' batches, so the rules above hold per lane unchanged,
-whichever lane's request completes first (docs/design.md rule 28).
+whichever lane's request completes first (docs/design.md rule 27).
 """
 
 from __future__ import annotations

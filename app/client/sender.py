@@ -10,7 +10,7 @@ one lane (``RecordAccumulator``: dealt out in turn as partitions are first writt
 a lane's batches ready at the same time go out in one request (one DB transaction, one
 COMMIT), each answered on its own, as Kafka sends one request per leader; a partition's
 batches, and the retries among them, therefore go out in order whichever lane's request
-completes first (docs/design.md rule 28). With one lane, every partition's batches share
+completes first (docs/design.md rule 27). With one lane, every partition's batches share
 one request at a time. A batch that
 fails retriably (including a lost database connection, whose outcome is unknown) is resent
 unchanged, with the same producer_id, producer_epoch and base_sequence, so the broker
