@@ -847,6 +847,14 @@ How to read these figures:
   time a record from a confluent producer's `produce()` (`linger.ms` 0, each record
   acknowledged before the next, 50 ms apart) to an idle confluent read_committed
   consumer's poll, both through the server.
+- The in-flight line (`--only inflight`) times the idempotent Producer over 4 partitions
+  (`linger.ms` 50, 1000-record batches) with `max.in.flight` 5 (a lane per partition,
+  four requests committing side by side) against 1 (one request for all four partitions
+  at a time), each side on a fresh database, `--inflight-rounds` rounds taking turns to
+  lead; the figure is the median of the rounds' ratios. Overlapping commits merge their
+  WAL flushes, which pays where a commit's flush is slow; where the client's Python (one
+  GIL) and PostgreSQL already keep the CPUs busy, four requests of one batch cost more
+  than one of four batches.
 - "floor" lines measure PostgreSQL alone doing the unavoidable part of a case, with no
   kip98 code: the most the case's ratio could reach on this machine with this schema.
 - "raw COPY" is one binary COPY of the same rows (16-byte keys, 100-byte values) into a
