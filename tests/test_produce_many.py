@@ -96,9 +96,14 @@ def test_transactional_batches_are_checked_each(broker: Broker) -> None:
     assert read_values(broker, "t", 1, committed=False) == []
 
 
-def test_ready_batches_of_several_partitions_share_one_commit(db_url: str, broker: Broker) -> None:
+@pytest.mark.parametrize("in_flight", [1, 5])
+def test_ready_batches_of_several_partitions_share_one_commit_per_lane(
+    db_url: str, broker: Broker, in_flight: int
+) -> None:
+    """With one request in flight, every partition's ready batch goes in it; with five,
+    each of the three partitions has a lane, and the three requests commit side by side."""
     reports: list[Any] = []
-    producer = Producer({"database.url": db_url, "linger.ms": 10_000})
+    producer = Producer({"database.url": db_url, "linger.ms": 10_000, "max.in.flight": in_flight})
     try:
         commits = 0
 
@@ -112,7 +117,7 @@ def test_ready_batches_of_several_partitions_share_one_commit(db_url: str, broke
                 "t", str(i), partition=i % 3, on_delivery=lambda e, m: reports.append(e)
             )
         assert producer.flush(30) == 0
-        assert commits == 1
+        assert commits == min(in_flight, 3)
     finally:
         producer.close()
     assert reports == [None] * 9

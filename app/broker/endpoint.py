@@ -32,10 +32,13 @@ __all__ = [
 _APPLICATION_NAME_MAX = 63
 
 
-def client_engine(url: str | None, client_id: str | None, settings: BrokerSettings) -> Engine:
-    """A small pool: a producer needs one connection for its sender, a consumer one per
-    fetch, plus the occasional control request from the caller's thread. Its sessions are
-    bounded (``app.storage.limits``), so a paused client cannot hold a partition for long."""
+def client_engine(
+    url: str | None, client_id: str | None, settings: BrokerSettings, pool_size: int = 2
+) -> Engine:
+    """A small pool: a producer needs one connection per sender lane, a consumer one per
+    fetch, plus the occasional control request from the caller's thread (``pool_size``
+    kept open, more opened when needed and closed after). Its sessions are bounded
+    (``app.storage.limits``), so a paused client cannot hold a partition for long."""
     args = connect_args(settings)
     if client_id:
         args["application_name"] = client_id.encode()[:_APPLICATION_NAME_MAX].decode(
@@ -43,7 +46,7 @@ def client_engine(url: str | None, client_id: str | None, settings: BrokerSettin
         )
     engine = create_engine(
         resolve_url(url),
-        pool_size=2,
+        pool_size=pool_size,
         max_overflow=8,
         # A backend may be gone (terminated, server restarted) while pooled; ping first so a
         # stale connection costs a reconnect rather than a failed request.
@@ -54,11 +57,13 @@ def client_engine(url: str | None, client_id: str | None, settings: BrokerSettin
     return bound_requests(engine, settings)
 
 
-def client_broker(url: str | None, client_id: str | None, principal: str | None = None) -> Broker:
+def client_broker(
+    url: str | None, client_id: str | None, principal: str | None = None, pool_size: int = 2
+) -> Broker:
     """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL."""
     settings = BrokerSettings.from_env()
     return Broker(
-        engine=client_engine(url, client_id, settings),
+        engine=client_engine(url, client_id, settings, pool_size),
         settings=settings,
         principal=principal or principal_from_env(),
     )

@@ -4,6 +4,12 @@ A batch is formed only when its partition has nothing in flight, and its sequenc
 are fixed at that moment and kept across every retry. Both rules together are what make
 retries safe under KIP-98: the broker sees each partition's batches in sequence order,
 so a resent batch is either recognised as a duplicate or is the next one expected.
+
+Each partition belongs to one of the sender's lanes (``max.in.flight``: up to that many
+requests in flight at once), fixed when its queue is created: the lanes are dealt out in
+turn, so the first partitions written each get a lane of their own. A lane forms, sends
+and retries only its own partitions' batches, so the rules above hold per lane unchanged,
+whichever lane's request completes first (docs/design.md rule 28).
 """
 
 from __future__ import annotations
@@ -74,8 +80,14 @@ class Batch:
     # unknown, the transaction may have committed with it, so it is retried until the
     # answer is known rather than failed by message.timeout.ms (see ``Sender``).
     ends_transaction: bool = False
-    # Being attempted on another thread than the sender's (``Sender.send_all_here``).
-    sending_elsewhere: bool = False
+    # The sender lane of its partition; a batch sent with its transaction's EndTxn is
+    # retried with the others of that request (``together``), by the first one's lane,
+    # since an answer that was lost must be asked for again with the very same request.
+    lane: int = 0
+    together: list[Batch] | None = None
+    # An attempt is under way (on its lane's thread, or the committing thread's
+    # ``Sender.send_all_here``): not to be retried or purged meanwhile.
+    sending: bool = False
     last_error: KafkaError | None = None
     # Built on the first attempt; every retry sends the very same request.
     _request: ProduceRequest | None = None
@@ -104,6 +116,8 @@ class PartitionQueue:
     records: deque[PendingRecord] = field(default_factory=deque)
     size: int = 0
     in_flight: Batch | None = None
+    # The sender lane that sends this partition's batches, for the producer's life.
+    lane: int = 0
     # Sequence numbers belong to one producer identity; a new identity starts at 0.
     sequence_owner: ProducerIdentity = field(default_factory=ProducerIdentity)
     next_sequence: int = 0
@@ -129,13 +143,17 @@ class BatchLimits:
 class RecordAccumulator:
     """The queues shared by ``produce()`` callers and the sender thread, under one lock.
 
-    ``cond`` is public so the sender can wait on it for new work; ``lock`` is its lock,
-    which ``produce()`` takes directly (a Condition's own ``with`` costs a Python call per
-    record).
+    ``cond`` is public so the sender's lanes can wait on it for new work; ``lock`` is its
+    lock, which ``produce()`` takes directly (a Condition's own ``with`` costs a Python call
+    per record). ``lanes``: how many sender lanes the partitions are dealt to; ``new_lane``
+    is called (holding the lock) when a lane gets its first partition, so its thread need
+    only run once it has something to send.
     """
 
-    def __init__(self, limits: BatchLimits) -> None:
+    def __init__(self, limits: BatchLimits, lanes: int = 1) -> None:
         self.limits = limits
+        self.lanes = lanes
+        self.new_lane: Callable[[int], None] | None = None
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
@@ -143,10 +161,17 @@ class RecordAccumulator:
         self._queued_bytes = 0
         # While positive, batches are sent without waiting for linger.ms (flush, close).
         self.flushing = 0
-        # True while the sender waits on ``cond``: only then can a new record be news to it.
-        self.sender_waiting = False
+        # Lanes waiting on ``cond`` and not woken yet: only then can a new record be news.
+        self.sender_waiting = 0
+        # Counts the wake-ups that reset ``sender_waiting``, so a lane woken by one does
+        # not count itself out a second time.
+        self._wakes = 0
 
     # --- caller side (holding lock) ------------------------------------------------------
+
+    def partitions(self) -> int:
+        """How many partitions have had records queued."""
+        return len(self._queues)
 
     def queued(self) -> tuple[int, int]:
         """(records, bytes) not yet formed into a batch."""
@@ -159,7 +184,7 @@ class RecordAccumulator:
         limits = self.limits
         queue = self._queues.get((topic, partition))
         if queue is None:
-            queue = self._queues[(topic, partition)] = PartitionQueue()
+            queue = self._new_queue(topic, partition)
         queue.records.append(record)
         before = queue.size
         queue.size += record.size
@@ -171,12 +196,23 @@ class RecordAccumulator:
         if self.sender_waiting and (
             len(queue.records) == 1 or self._full(queue) or limits.linger_s <= 0
         ):
-            self.sender_waiting = False  # woken: it looks at every queue before waiting again
-            self.cond.notify_all()
+            self._wake_waiting()  # woken: each looks at its queues before waiting again
         return (
             len(queue.records) % limits.max_records == 0
             or before // limits.max_bytes != queue.size // limits.max_bytes
         )
+
+    def _new_queue(self, topic: str, partition: int) -> PartitionQueue:
+        index = len(self._queues)
+        queue = self._queues[(topic, partition)] = PartitionQueue(lane=index % self.lanes)
+        if index < self.lanes and self.new_lane is not None:
+            self.new_lane(index)
+        return queue
+
+    def _wake_waiting(self) -> None:
+        self.sender_waiting = 0
+        self._wakes += 1
+        self.cond.notify_all()
 
     def fits_one_batch_each(self) -> bool:
         """Whether every partition's queued records fit in one batch (holding lock)."""
@@ -187,12 +223,14 @@ class RecordAccumulator:
         )
 
     def wait(self, timeout: float | None) -> None:
-        """The sender's wait for work (holding lock)."""
-        self.sender_waiting = True
+        """A sender lane's wait for work (holding lock)."""
+        self.sender_waiting += 1
+        wakes = self._wakes
         try:
             self.cond.wait(timeout)
         finally:
-            self.sender_waiting = False
+            if self._wakes == wakes:  # not counted out by the wake-up
+                self.sender_waiting -= 1
 
     # --- sender side (holding cond) ------------------------------------------------------
 
@@ -205,13 +243,16 @@ class RecordAccumulator:
         identity: ProducerIdentity,
         transactional_id: str | None = None,
         is_transactional: bool = False,
+        lane: int | None = None,
     ) -> tuple[list[Batch], float | None]:
-        """Form a batch for every idle partition that is ready; also return when the next
-        partition becomes ready by linger.ms (None if nothing is waiting)."""
+        """Form a batch for every idle partition (of ``lane``; None: of every lane) that is
+        ready; also return when the next becomes ready by linger.ms (None if none waits)."""
         batches: list[Batch] = []
         next_ready: float | None = None
         for (topic, partition), queue in self._queues.items():
             if queue.in_flight is not None or not queue.records:
+                continue
+            if lane is not None and queue.lane != lane:
                 continue
             ready_at = queue.records[0].enqueued + self.limits.linger_s
             if not (self.flushing or ready_at <= now or self._full(queue)):
@@ -227,6 +268,7 @@ class RecordAccumulator:
                 queue.take_sequence(identity, len(records)),
                 transactional_id,
                 is_transactional,
+                lane=queue.lane,
             )
             queue.in_flight = batch
             batches.append(batch)
@@ -257,22 +299,31 @@ class RecordAccumulator:
         queue = self._queues[(batch.topic, batch.partition)]
         if queue.in_flight is batch:
             queue.in_flight = None
-        # News to a waiting sender only if the partition has records to send now.
+        # News to a waiting lane only if the partition has records to send now.
         if queue.records and self.sender_waiting:
-            self.sender_waiting = False
-            self.cond.notify_all()
+            self._wake_waiting()
 
-    def in_flight(self) -> list[Batch]:
-        return [q.in_flight for q in self._queues.values() if q.in_flight is not None]
+    def in_flight(self, lane: int | None = None) -> list[Batch]:
+        """The batches in flight (of ``lane``; None: of every lane)."""
+        return [
+            q.in_flight
+            for q in self._queues.values()
+            if q.in_flight is not None and (lane is None or q.lane == lane)
+        ]
 
-    def expire(self, now: float, timeout_s: float) -> list[tuple[str, int, PendingRecord]]:
-        """Remove records that waited longer than message.timeout.ms without being sent.
+    def expire(
+        self, now: float, timeout_s: float, lane: int | None = None
+    ) -> list[tuple[str, int, PendingRecord]]:
+        """Remove records (of ``lane``; None: of every lane) that waited longer than
+        message.timeout.ms without being sent.
 
         Only records not yet in a batch: they have no sequence number, so dropping them
         leaves no gap for the broker to see.
         """
         expired: list[tuple[str, int, PendingRecord]] = []
         for (topic, partition), queue in self._queues.items():
+            if lane is not None and queue.lane != lane:
+                continue
             while queue.records and now - queue.records[0].enqueued >= timeout_s:
                 record = queue.records.popleft()
                 queue.size -= record.size
@@ -281,8 +332,12 @@ class RecordAccumulator:
                 expired.append((topic, partition, record))
         return expired
 
-    def oldest_enqueued(self) -> float | None:
-        oldest = [q.records[0].enqueued for q in self._queues.values() if q.records]
+    def oldest_enqueued(self, lane: int | None = None) -> float | None:
+        oldest = [
+            q.records[0].enqueued
+            for q in self._queues.values()
+            if q.records and (lane is None or q.lane == lane)
+        ]
         return min(oldest) if oldest else None
 
     def reset_sequences(self) -> None:

@@ -44,6 +44,11 @@ from app.protocol import InitProducerIdRequest, MetadataRequest, RecordIn, recor
 
 R = TypeVar("R")
 
+# The most sender lanes (requests in flight at once) a producer runs, whatever
+# ``max.in.flight`` says: past the cores PostgreSQL has, more commits at once merge no
+# more WAL flushes, and each lane holds a connection.
+MAX_LANES = 8
+
 
 class Producer:
     """An asynchronous, by default idempotent, producer.
@@ -67,8 +72,13 @@ class Producer:
         self._config: ClientConfig = parse_config(PRODUCER, config)
         cfg = self._config
         self._owns_broker = broker is None
+        lanes = min(cfg.get_int("max.in.flight.requests.per.connection"), MAX_LANES)
         self._broker = broker or client_broker(
-            cfg.get_str("database.url"), cfg.get_str("client.id"), cfg.get_str("principal")
+            cfg.get_str("database.url"),
+            cfg.get_str("client.id"),
+            cfg.get_str("principal"),
+            # A connection per lane, and one for the caller's own requests.
+            pool_size=lanes + 1,
         )
         self.transactional_id: str | None = cfg.get_str("transactional.id")
         self._idempotent = cfg.get_bool("enable.idempotence")
@@ -94,7 +104,8 @@ class Producer:
                 max_records=cfg.get_int("batch.num.messages"),
                 max_bytes=batch_bytes,
                 linger_s=cfg.get_int("linger.ms") / 1000.0,
-            )
+            ),
+            lanes,
         )
         self._reports = DeliveryReports(self._accumulator.lock)
         identity = ProducerIdentity()

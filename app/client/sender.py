@@ -1,9 +1,17 @@
 """The producer's background sender: batches out, delivery reports back.
 
-All produce requests are sent here, one batch per partition in flight, in one
-thread (or, for a commit's last batches, on the committing thread: ``send_all_here``); the
-batches ready at the same time go out in one request (one DB transaction, one COMMIT),
-each answered on its own, as Kafka sends one request per leader. A batch that
+All produce requests are sent here, one batch per partition in flight, by the sender's
+lanes (or, for a commit's last batches, on the committing thread: ``send_all_here``).
+``max.in.flight.requests.per.connection`` lanes at most, each a thread with at most one
+request in flight, each request on a connection of its own from the producer's pool:
+PostgreSQL merges the WAL flushes of commits that overlap, so a producer writing several
+partitions keeps up to that many requests committing at once. Each partition belongs to
+one lane (``RecordAccumulator``: dealt out in turn as partitions are first written), and
+a lane's batches ready at the same time go out in one request (one DB transaction, one
+COMMIT), each answered on its own, as Kafka sends one request per leader; a partition's
+batches, and the retries among them, therefore go out in order whichever lane's request
+completes first (docs/design.md rule 28). With one lane, every partition's batches share
+one request at a time. A batch that
 fails retriably (including a lost database connection, whose outcome is unknown) is resent
 unchanged, with the same producer_id, producer_epoch and base_sequence, so the broker
 either appends it or recognises it and answers with the offsets it was first given. A
@@ -103,8 +111,14 @@ class Sender:
         self._transactions: TransactionHooks | None = None
 
         self._needs_identity = False
+        self._renewing = False
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._name = name
+        # One thread per lane, started when the lane gets its first partition (the
+        # accumulator deals partitions to lanes); guarded by accumulator.cond.
+        self._lanes: dict[int, threading.Thread] = {}
+        self._started = False
+        accumulator.new_lane = self._lane_needed
 
     def attach(self, transactions: TransactionHooks) -> None:
         """Hand the ready batches to a transaction manager (before ``start``)."""
@@ -112,16 +126,39 @@ class Sender:
 
     # --- lifecycle ---------------------------------------------------------------------
 
+    @property
+    def lanes(self) -> int:
+        """How many requests may be in flight at once (``max.in.flight``)."""
+        return self.accumulator.lanes
+
     def start(self) -> None:
-        self._thread.start()
+        with self.accumulator.cond:
+            self._started = True
+            for lane in range(min(self.lanes, self.accumulator.partitions())):
+                self._lane_needed(lane)
+
+    def _lane_needed(self, lane: int) -> None:
+        """Start ``lane``'s thread unless it runs already (holding accumulator.cond)."""
+        if not self._started or self._stopping or lane in self._lanes:
+            return
+        name = self._name if self.lanes == 1 else f"{self._name}-{lane}"
+        thread = threading.Thread(target=self._run, args=(lane,), name=name, daemon=True)
+        self._lanes[lane] = thread
+        thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop the thread; whatever is still queued or in flight is reported as _DESTROY."""
+        """Stop every lane; whatever is still queued or in flight is reported as _DESTROY
+        (by each lane as it stops, and here for whatever no lane was left to report)."""
         with self.accumulator.cond:
             self._stopping = True
             self.accumulator.cond.notify_all()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+            threads = list(self._lanes.values())
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            if thread.is_alive() and threading.current_thread() is not thread:
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        with self.accumulator.cond:
+            self._purge(time.monotonic(), None)
 
     def wake(self) -> None:
         with self.accumulator.cond:
@@ -129,55 +166,84 @@ class Sender:
 
     # --- the loop ----------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, lane: int) -> None:
         while True:
             try:
-                if not self._step():
+                if not self._step(lane):
                     return
             except Exception:
                 # The thread must outlive any surprise, or flush() would wait forever.
                 log.exception("producer sender: unexpected error; continuing")
                 time.sleep(self.retry_backoff_s)
 
-    def _step(self) -> bool:
-        """Wait for work, then send it. False once stopped."""
+    def _step(self, lane: int) -> bool:
+        """Wait for ``lane``'s work, then send it: one request, so a lane has at most one
+        in flight. False once stopped."""
         acc = self.accumulator
+        renew = False
+        batches: list[Batch] = []
+        fresh: list[Batch] = []
         with acc.cond:
             while True:
                 now = time.monotonic()
                 if self._stopping:
-                    self._purge(now)
+                    self._purge(now, lane)
                     return False
-                expired = acc.expire(now, self.message_timeout_s) if self.message_timeout_s else []
+                expired = (
+                    acc.expire(now, self.message_timeout_s, lane) if self.message_timeout_s else []
+                )
+                if expired and self._transactions is not None:
+                    # Under the lock, before any lane can send a commit's EndTxn without them.
+                    self._transactions.records_expired(
+                        KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
+                    )
                 if self._needs_identity:
-                    break
-                retries = [
-                    b
-                    for b in acc.in_flight()
-                    if b.attempts and not b.sending_elsewhere and b.next_attempt <= now
-                ]
-                fresh: list[Batch] = []
+                    # One lane renews it; the others send nothing until it is renewed.
+                    renew = not self._renewing
+                    self._renewing = True
+                    if renew or expired:
+                        break
+                    oldest = acc.oldest_enqueued(lane)
+                    acc.wait(
+                        None
+                        if oldest is None or not self.message_timeout_s
+                        else max(0.0, oldest + self.message_timeout_s - now)
+                    )
+                    continue
+                retries = self._due_retries(lane, now)
                 next_ready = None
                 if self.identity.idempotent or not self.require_identity:
                     fresh, next_ready = acc.drain(
-                        now, self.identity, self.transactional_id, self.is_transactional
+                        now, self.identity, self.transactional_id, self.is_transactional, lane
                     )
-                if expired or retries or fresh:
+                batches = retries + fresh
+                if expired or batches:
                     break
-                acc.wait(self._wait_time(now, next_ready))
+                acc.wait(self._wait_time(now, next_ready, lane))
+            for batch in batches:
+                batch.sending = True
         if expired:
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
-            if self._transactions is not None:
-                self._transactions.records_expired(timed_out)  # before the reports can be served
             self.reports.push([Outcome(t, p, [r], -1, timed_out, now) for t, p, r in expired])
-        if self._needs_identity:
+        if renew:
             self._renew_identity()
             return True
         if self.on_batch_formed is not None:
             for batch in fresh:
                 self.on_batch_formed(batch)
-        self.send(retries + fresh)
+        self._attempt(batches)
         return True
+
+    def _attempt(self, batches: list[Batch]) -> None:
+        """``send``, then the batches are open to retries (and to a stopping purge) again."""
+        if not batches:
+            return
+        try:
+            self.send(batches)
+        finally:
+            with self.accumulator.cond:
+                for batch in batches:
+                    batch.sending = False
 
     def send_all_here(self) -> bool:
         """Send everything queued now, ignoring linger.ms, on the calling thread, if the
@@ -185,11 +251,11 @@ class Sender:
         whether it did (else nothing was sent, and ``flush`` is the way).
 
         For ``commit_transaction``: its last batches then go out (with the EndTxn) without
-        waking the sender thread and waiting to be woken by it, two thread hand-offs that
-        cost as much as the commit's statements. The batches are in flight as if the sender
-        had formed them, so the sender leaves their partitions alone; marked as being sent
-        elsewhere, they are not retried by the sender while this attempt runs. A retriable
-        failure leaves them to the sender's retries, as any attempt does.
+        waking the sender's lanes and waiting to be woken by them, two thread hand-offs
+        that cost as much as the commit's statements. The batches are in flight as if the
+        lanes had formed them, so the lanes leave their partitions alone; marked as being
+        sent, they are not retried by their lanes while this attempt runs. A retriable
+        failure leaves them to their lanes' retries, as any attempt does.
         """
         acc = self.accumulator
         with acc.cond:
@@ -201,7 +267,7 @@ class Sender:
                 or (self.require_identity and not self.identity.idempotent)
                 or acc.in_flight()
                 or not acc.fits_one_batch_each()
-                # Records past message.timeout.ms are the sender's to expire, not to send.
+                # Records past message.timeout.ms are the lanes' to expire, not to send.
                 or (
                     self.message_timeout_s
                     and oldest is not None
@@ -217,29 +283,43 @@ class Sender:
             finally:
                 acc.flushing -= 1
             for batch in fresh:
-                batch.sending_elsewhere = True
+                batch.sending = True
         try:
             if self.on_batch_formed is not None:
                 for batch in fresh:
                     self.on_batch_formed(batch)
-            self.send(fresh)
+            self._attempt(fresh)
         finally:
             with acc.cond:
-                for batch in fresh:
-                    batch.sending_elsewhere = False
                 if acc.in_flight():
-                    acc.cond.notify_all()  # a retry to make: the sender's from now on
+                    acc.cond.notify_all()  # a retry to make: its lane's from now on
         return True
 
-    def _wait_time(self, now: float, next_ready: float | None) -> float | None:
-        deadlines = [
-            b.next_attempt
-            for b in self.accumulator.in_flight()
-            if b.attempts and not b.sending_elsewhere
-        ]
+    def _retries(self, lane: int) -> list[Batch]:
+        """The batches in flight that ``lane`` is to retry (holding the lock): its own,
+        and those of a commit's last request whose first batch is its own."""
+        retries = []
+        for batch in self.accumulator.in_flight():
+            if batch.attempts and not batch.sending:
+                owner = batch.together[0].lane if batch.together else batch.lane
+                if owner == lane:
+                    retries.append(batch)
+        return retries
+
+    def _due_retries(self, lane: int, now: float) -> list[Batch]:
+        """The retries ``lane`` is to make now; the batches still in flight of a commit's
+        last request go again all together, as the request they went in."""
+        retries = self._retries(lane)
+        due = [b for b in retries if b.next_attempt <= now]
+        if any(b.together for b in due):
+            due = [b for b in retries if b.next_attempt <= now or b.together]
+        return due
+
+    def _wait_time(self, now: float, next_ready: float | None, lane: int) -> float | None:
+        deadlines = [b.next_attempt for b in self._retries(lane)]
         if next_ready is not None:
             deadlines.append(next_ready)
-        oldest = self.accumulator.oldest_enqueued()
+        oldest = self.accumulator.oldest_enqueued(lane)
         if self.message_timeout_s and oldest is not None:
             deadlines.append(oldest + self.message_timeout_s)
         if not deadlines:
@@ -352,9 +432,12 @@ class Sender:
 
     def _fail(self, batch: Batch, error: KafkaError) -> None:
         outcome = Outcome(batch.topic, batch.partition, batch.records, -1, error, time.monotonic())
-        if self._transactions is not None:
-            self._transactions.batch_failed(batch, error)
         with self.accumulator.cond:
+            # The transaction hears of it before the batch leaves the in-flight set, in one
+            # step: another lane deciding that its batches are a commit's last (nothing
+            # else in flight) must see the transaction failed, not merely the batch gone.
+            if self._transactions is not None:
+                self._transactions.batch_failed(batch, error)
             if batch.producer_id >= 0 and self.identity_provider is not None:
                 self._needs_identity = True
             self.accumulator.complete(batch)
@@ -367,20 +450,29 @@ class Sender:
         except Exception as exc:
             log.warning("producer sender: could not renew the producer id, retrying: %s", exc)
             time.sleep(self.retry_backoff_s)
+            with self.accumulator.cond:
+                self._renewing = False
             return
         with self.accumulator.cond:
             self.identity = identity
             self.accumulator.reset_sequences()
             self._needs_identity = False
+            self._renewing = False
+            self.accumulator.cond.notify_all()  # the other lanes wait for it
 
-    def _purge(self, now: float) -> None:
-        """Called holding the lock when stopping: report everything unsent as _DESTROY."""
+    def _purge(self, now: float, lane: int | None) -> None:
+        """Called holding the lock when stopping: report everything unsent (of ``lane``;
+        None: of every lane) as _DESTROY, but for batches an attempt is still sending,
+        whose lane reports them when it stops."""
         acc = self.accumulator
         destroyed = KafkaError(KafkaError._DESTROY, "Local: Producer closed before delivery")
         outcomes = [
-            Outcome(t, p, [r], -1, destroyed, now) for t, p, r in acc.expire(now, float("-inf"))
+            Outcome(t, p, [r], -1, destroyed, now)
+            for t, p, r in acc.expire(now, float("-inf"), lane)
         ]
-        for batch in acc.in_flight():
+        for batch in acc.in_flight(lane):
+            if batch.sending:
+                continue
             outcomes.append(
                 Outcome(batch.topic, batch.partition, batch.records, -1, destroyed, now)
             )

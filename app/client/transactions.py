@@ -311,8 +311,10 @@ class Transactions:
                 self.transactional_id, ident.producer_id, ident.producer_epoch, new
             )
         if end is not None:
+            together = list(batches)
             for batch in batches:
                 batch.ends_transaction = True
+                batch.together = together
         request = ProduceBatchesRequest([b.request() for b in batches], add, end)
         try:
             response = self.sender.transport(request)
@@ -335,16 +337,29 @@ class Transactions:
     def _final_commit(self, batches: list[Batch]) -> EndTxnRequest | None:
         """The EndTxn to send with ``batches`` if they are all a committing transaction
         still has to send (nothing queued, nothing else in flight); else None."""
-        if self.manager.state != tm.COMMITTING or not all(b.is_transactional for b in batches):
+        if not all(b.is_transactional for b in batches):
             return None
+        # One look under the lock the lanes settle their batches under: a batch of another
+        # lane that failed for good has moved the transaction out of COMMITTING before it
+        # left the in-flight set, so it is never mistaken for delivered.
         with self.accumulator.cond:
-            if self.accumulator.queued()[0] or len(self.accumulator.in_flight()) != len(batches):
+            if (
+                self.manager.state != tm.COMMITTING
+                or self.accumulator.queued()[0]
+                or len(self.accumulator.in_flight()) != len(batches)
+            ):
                 return None
         ident = self.identity
         return EndTxnRequest(self.transactional_id, ident.producer_id, ident.producer_epoch, True)
 
     def _unregistered(self, batches: list[Batch]) -> list[tuple[str, int]]:
-        return sorted({(b.topic, b.partition) for b in batches if b.is_transactional} - self._added)
+        """The batches' partitions not yet in the transaction. Lanes ask at once, each for
+        its own partitions (a partition is sent by one lane only), so no two requests in
+        flight register the same partition; each registers its own under the transactional
+        id's row lock, one after the other, and none loses another's."""
+        wanted = {(b.topic, b.partition) for b in batches if b.is_transactional}
+        with self._lock:
+            return sorted(wanted - self._added)
 
     def _registered(
         self, new: list[tuple[str, int]], r: AddPartitionsToTxnResponse
