@@ -138,10 +138,13 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting(
         "queue.buffering.max.kbytes", Type.INT, 1_048_576, kinds=_P, minimum=1, maximum=INT32_MAX
     ),
+    # 1, not Kafka's 5: one request in flight carries every partition's ready batches in
+    # one DB transaction, which already shares a commit among partitions; more lanes add
+    # requests and pay only where a commit's flush is slow (docs/design.md §7).
     Setting(
         "max.in.flight.requests.per.connection",
         Type.INT,
-        5,
+        1,
         kinds=_P,
         minimum=1,
         maximum=1_000_000,

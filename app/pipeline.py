@@ -45,7 +45,8 @@ class Copier:
     transform: Transform = upper
     batch_size: int = 500
     transaction_timeout_ms: int = 10_000
-    extra_config: dict[str, object] = field(default_factory=dict)
+    extra_config: dict[str, object] = field(default_factory=dict)  # the consumer's
+    producer_config: dict[str, object] = field(default_factory=dict)
     stats: CopierStats = field(default_factory=CopierStats)
     _running: bool = True
 
@@ -72,6 +73,7 @@ class Copier:
             # A copier that dies mid-transaction holds its input offsets pending (KIP-447:
             # the partition's next owner waits for them) until the transaction times out.
             "transaction.timeout.ms": self.transaction_timeout_ms,
+            **self.producer_config,
         }
         return consumer, producer
 
@@ -163,13 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("transactional_id")
     parser.add_argument("--idle-exit", type=float, default=None)
     parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument(
+        "--max-in-flight", type=int, default=None, help="the producer's max.in.flight"
+    )
     args = parser.parse_args(argv)
+    extra = {} if args.max_in_flight is None else {"max.in.flight": args.max_in_flight}
     copier = Copier(
         args.input_topic,
         args.output_topic,
         args.group_id,
         args.transactional_id,
         batch_size=args.batch_size,
+        producer_config=extra,
     )
     signal.signal(signal.SIGTERM, lambda *_: copier.stop())
     stats = copier.run(idle_exit_s=args.idle_exit)

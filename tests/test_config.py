@@ -50,7 +50,7 @@ def test_producer_defaults() -> None:
     assert cfg["message.timeout.ms"] == 300_000
     assert cfg["queue.buffering.max.messages"] == 100_000
     assert cfg["request.timeout.ms"] == 30_000
-    assert cfg["max.in.flight.requests.per.connection"] == 5
+    assert cfg["max.in.flight.requests.per.connection"] == 1
     assert cfg["partitioner"] == "murmur2_random"
     assert cfg["compression.type"] == "none"
     assert cfg["transactional.id"] is None

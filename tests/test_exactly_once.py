@@ -87,7 +87,8 @@ def test_copy_is_exactly_once_across_sigkills(db_url: str) -> None:
     killed = 0
     mid_stream = 0
     while killed < kills:
-        proc = start_copier(db_url, "copier-0")
+        # Five lanes: the output's four partitions each on its own, the riskiest setting.
+        proc = start_copier(db_url, "copier-0", "--max-in-flight", "5")
         time.sleep(rng.uniform(0.5, 2.0))
         if proc.poll() is not None:
             pytest.fail(f"copier exited early: {proc.stderr.read() if proc.stderr else ''}")

@@ -66,6 +66,8 @@ class TortureCopier:
                 "client.id": f"torture-{self.name}",
                 "transaction.timeout.ms": TXN_TIMEOUT_MS,
                 "linger.ms": 2,
+                # The riskiest setting: batches of several partitions on several lanes.
+                "max.in.flight": 5,
             }
         )
         self.hist.record(INVOKE, "init")
