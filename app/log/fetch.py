@@ -8,7 +8,9 @@ transaction: at READ COMMITTED every statement takes its own snapshot anyway, so
 runs in autocommit and saves the BEGIN and ROLLBACK round trips. read_committed is
 bounded by the LSO and filtered in SQL (markers and aborted transactions never leave the
 database). So is max_bytes: the statement stops returning records at the limit, and the
-values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``).
+values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``). A fetch of
+the log's batches (the wire protocol's) learns where the limit cuts its window with the
+partition's offsets and then reads the window up to there (see ``sql.PARTITION_FOR_FETCH``).
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
         "max_bytes": req.max_bytes,
         "min_one_record": req.min_one_record,
         "record_overhead": RECORD_OVERHEAD_BYTES,
+        "cut_wanted": req.batches,
     }
     with broker.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         authorize_all(conn, broker, needs.fetch(req.topic))
@@ -130,15 +133,19 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
             )
             if first < window_end
         ]
-        statement = sql.FETCH_UNCOMMITTED
-        if req.batches:
-            statement = sql.FETCH_LOG  # markers and aborted records too: the client filters
-        elif ranges:
-            statement = sql.FETCH_COMMITTED
-            params["aborted_pids"] = [pid for pid, _, _ in ranges]
-            params["aborted_firsts"] = [first for _, first, _ in ranges]
-            params["aborted_lasts"] = [last for _, _, last in ranges]
-        records = read_records(conn, statement, params)
+        if req.batches:  # markers and aborted records too: the client filters
+            # The window ends where max_bytes cuts it (the cut record is where the next
+            # fetch starts), or whole.
+            params["to_offset"] = window_end = part.cut if part.cut is not None else window_end
+            records = read_records(conn, sql.FETCH_LOG, params)
+        else:
+            statement = sql.FETCH_UNCOMMITTED
+            if ranges:
+                statement = sql.FETCH_COMMITTED
+                params["aborted_pids"] = [pid for pid, _, _ in ranges]
+                params["aborted_firsts"] = [first for _, first, _ in ranges]
+                params["aborted_lasts"] = [last for _, _, last in ranges]
+            records = read_records(conn, statement, params)
     # The whole window was examined unless max_bytes cut the read short: then the last row
     # is the first record left out (only its offset), where the next fetch starts.
     next_offset = window_end
