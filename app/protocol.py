@@ -229,6 +229,11 @@ class MetadataResponse:
     topics: list[TopicMetadata]
 
 
+# How many times ``fetch_max_records`` the window of a fetch of batches may span when its
+# caller asks: the cut at max_bytes bounds what it reads and returns.
+BATCHES_WINDOW_FACTOR: Final = 8
+
+
 @dataclass(frozen=True)
 class FetchRequest(Request["FetchResponse"]):
     topic: str
@@ -236,6 +241,8 @@ class FetchRequest(Request["FetchResponse"]):
     fetch_offset: int
     max_bytes: int = 1_048_576
     isolation_level: int = READ_COMMITTED
+    # The window of offsets read, at most the broker's ``fetch_max_records`` (a fetch of
+    # ``batches``, bounded by its bytes, up to BATCHES_WINDOW_FACTOR times it).
     max_records: int | None = None
     # Whether the first record comes back even when larger than max_bytes (Kafka's
     # minOneMessage): true but for the partitions of a consumer's fill after one that

@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
 from app.protocol import (
+    BATCHES_WINDOW_FACTOR,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
@@ -87,9 +88,9 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
         raise fail(
             KafkaError.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}"
         )
-    limit = min(
-        req.max_records or broker.settings.fetch_max_records, broker.settings.fetch_max_records
-    )
+    cap = broker.settings.fetch_max_records
+    # A fetch of batches is bounded by its bytes (the cut), so its window may be wider.
+    limit = min(req.max_records or cap, cap * BATCHES_WINDOW_FACTOR if req.batches else cap)
     read_committed = req.isolation_level == READ_COMMITTED
     params: dict[str, object] = {
         "topic": req.topic,
