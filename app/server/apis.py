@@ -21,6 +21,7 @@ from app.protocol import (
     BATCHES_WINDOW_FACTOR,
     COORDINATOR_GROUP,
     READ_COMMITTED,
+    RECORD_OVERHEAD_BYTES,
     AbortedTransaction,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -163,8 +164,8 @@ def _read(
     out = bytearray()
     aborted: dict[tuple[int, int], AbortedTransaction] = {}
     answer, read_request = None, first
-    window = broker.settings.fetch_max_records
-    widest = window * BATCHES_WINDOW_FACTOR
+    window = cap = broker.settings.fetch_max_records
+    widest = cap * BATCHES_WINDOW_FACTOR
     while True:
         read = broker.handle(read_request)
         if read.error_code != KafkaError.NO_ERROR and answer is not None:
@@ -182,7 +183,8 @@ def _read(
         left = max(1, first.max_bytes - len(out))
         if out:
             spanned = read.next_offset - first.fetch_offset
-            window = min(widest, max(window, left * spanned * 6 // (len(out) * 5)))
+            fits = left * spanned // (len(out) + RECORD_OVERHEAD_BYTES * spanned)
+            window = min(widest, fits) if fits > cap else cap
         read_request = replace(
             first,
             fetch_offset=read.next_offset,
