@@ -156,10 +156,11 @@ def _read(
     ``max_bytes`` are filled or what may be read is read. A Kafka client keeps one fetch in
     flight per broker, so the answer should fill max_bytes; each read costs a round trip
     and a look at the partition, so after the first (``fetch_max_records`` offsets) the
-    next spans as many offsets as the bytes left are likely to hold, by the bytes per offset
-    read so far, and a fifth more (the cut at max_bytes stops it where they end).
-    The answer is the last read's (its high watermark, LSO and log start); the aborted
-    transactions are every read's."""
+    next spans as many offsets as the bytes left will hold by the bytes per offset read so
+    far (each counted with the log's record overhead, so it fits whole: a read cut at
+    max_bytes pays a running sum up to the cut, dear over thousands of rows), and the last
+    ``fetch_max_records`` again, cut where the bytes end. The answer is the last read's
+    (its high watermark, LSO and log start); the aborted transactions are every read's."""
     committed = first.isolation_level == READ_COMMITTED
     out = bytearray()
     aborted: dict[tuple[int, int], AbortedTransaction] = {}
