@@ -17,7 +17,7 @@ import pytest
 from app.broker import Broker
 from app.client import Consumer, KafkaError, Producer, TopicPartition
 from app.log.topics import create_topic
-from app.protocol import RecordIn
+from app.protocol import ProduceRequest, RecordIn
 from app.server.process import free_port
 from tests.txn_driver import read_values
 from tests.wire_client import (
@@ -439,3 +439,43 @@ def test_a_fill_reads_whole_batches_up_to_its_bytes_in_few_reads(
     offsets, _, _ = fill(0, 1 << 20)
     assert offsets == list(range(end))
     assert len(reads) <= 3, [r.max_records for r in reads]
+
+
+def test_a_batch_whose_first_records_were_compacted_away_keeps_its_fields(
+    broker: Broker,
+) -> None:
+    """A fetch gives a batch's fields on the record its run starts with: its base, or the
+    fetch's first offset. Once the cleaner removed a batch's first records, the run starts
+    elsewhere, and the batch still comes back with its producer id, epoch and the base
+    sequence of the record it now starts with."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from app.broker.produce import produce
+    from app.cleaner.cleaner import clean_partition, partitions_to_clean
+    from app.protocol import FetchRequest
+    from app.server.records import encode_batches
+    from tests.identities import hand_out
+
+    create_topic(broker, "c", 1, {"cleanup.policy": "compact"})
+    for pid, seq, keys in ((800, 0, "abcd"), (801, 0, "ab")):
+        hand_out(broker, pid)
+        records = [RecordIn(k.encode(), f"{k}{pid}".encode(), 0) for k in keys]
+        request = ProduceRequest("c", 0, records, producer_id=pid, producer_epoch=0,
+                                 base_sequence=seq)  # fmt: skip
+        assert produce(broker, request).error_code == 0
+    (target,) = partitions_to_clean(broker, "c")
+    clean_partition(broker, "c", 0, target.config)
+
+    def batches(offset: int) -> list[tuple[int, int, int, list[int]]]:
+        answer = broker.handle(FetchRequest("c", 0, offset, batches=True, isolation_level=0))
+        records, out = MemoryRecords(encode_batches(answer.log_records)), []
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc() and batch.producer_epoch == 0
+            out.append((batch.base_offset, batch.producer_id, batch.base_sequence,
+                        [r.offset for r in batch]))  # fmt: skip
+        return out
+
+    # a and b of the first batch (offsets 0 and 1) gave way to the second's (4 and 5).
+    assert batches(0) == [(2, 800, 2, [2, 3]), (4, 801, 0, [4, 5])]
+    assert batches(3) == [(3, 800, 3, [3]), (4, 801, 0, [4, 5])]
+    assert batches(5) == [(5, 801, 1, [5])]

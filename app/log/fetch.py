@@ -15,6 +15,7 @@ partition's offsets and then reads the window up to there (see ``sql.PARTITION_F
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from operator import itemgetter
 from typing import Any
 
@@ -26,6 +27,8 @@ from app.protocol import (
     BATCHES_WINDOW_FACTOR,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    LOG_BATCH,
+    LOG_BATCH_BASE_OFFSET,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     RECORD_HEADERS,
@@ -46,6 +49,7 @@ from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 
+_batch_base = itemgetter(LOG_BATCH_BASE_OFFSET)
 _key_of = itemgetter(RECORD_KEY)
 _value_of = itemgetter(RECORD_VALUE)
 _headers_of = itemgetter(RECORD_HEADERS)
@@ -58,7 +62,7 @@ def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
     return row
 
 
-def read_records(conn: Connection, statement: str, params: dict[str, object]) -> list[RecordOut]:
+def read_records(conn: Connection, statement: str, params: dict[str, object]) -> list[Any]:
     """Run a fetch statement (sql.FETCH_*) on the connection's DBAPI cursor.
 
     psycopg builds each row as a plain tuple in C, so a record costs no Python call here;
@@ -70,8 +74,19 @@ def read_records(conn: Connection, statement: str, params: dict[str, object]) ->
     assert driver is not None, "a checked-out connection has its psycopg connection"
     with driver.cursor(binary=True) as cursor:
         cursor.execute(statement, params)
-        records: list[RecordOut] = cursor.fetchall()
-        return records
+        return cursor.fetchall()
+
+
+def _runs_have_batches(records: list[LogRecord]) -> bool:
+    """Whether the first record of every run of one batch has its batch's fields: not so
+    where the cleaner removed the records a batch started with (or the fetch's start)."""
+    start, end = 0, len(records)
+    while start < end:
+        if records[start][LOG_BATCH] is None:
+            return False
+        base = records[start][LOG_BATCH_BASE_OFFSET]
+        start = bisect_right(records, base, start, end, key=_batch_base)
+    return True
 
 
 def fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
@@ -138,27 +153,27 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
             # The window ends where max_bytes cuts it (the cut record is where the next
             # fetch starts), or whole.
             params["to_offset"] = window_end = part.cut if part.cut is not None else window_end
-            records = read_records(conn, sql.FETCH_LOG, params)
-        else:
-            statement = sql.FETCH_UNCOMMITTED
-            if ranges:
-                statement = sql.FETCH_COMMITTED
-                params["aborted_pids"] = [pid for pid, _, _ in ranges]
-                params["aborted_firsts"] = [first for _, first, _ in ranges]
-                params["aborted_lasts"] = [last for _, _, last in ranges]
-            records = read_records(conn, statement, params)
+            log_records: list[LogRecord] = read_records(conn, sql.FETCH_LOG, params)
+            if not _runs_have_batches(log_records):
+                log_records = read_records(conn, sql.FETCH_LOG_EVERY_BATCH, params)
+            aborted = [AbortedTransaction(pid, f) for pid, f, _ in ranges if f < window_end]
+            return FetchResponse(
+                KafkaError.NO_ERROR, hw, lso, log_start, [], window_end, aborted,
+                log_records=log_records,
+            )  # fmt: skip
+        statement = sql.FETCH_UNCOMMITTED
+        if ranges:
+            statement = sql.FETCH_COMMITTED
+            params["aborted_pids"] = [pid for pid, _, _ in ranges]
+            params["aborted_firsts"] = [first for _, first, _ in ranges]
+            params["aborted_lasts"] = [last for _, _, last in ranges]
+        records: list[RecordOut] = read_records(conn, statement, params)
     # The whole window was examined unless max_bytes cut the read short: then the last row
     # is the first record left out (only its offset), where the next fetch starts.
     next_offset = window_end
     if records and records[-1][RECORD_TIMESTAMP] is None:
         next_offset = records.pop()[RECORD_OFFSET]
     aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges if first < next_offset]
-    if req.batches:
-        log_records: list[LogRecord] = records  # type: ignore[assignment]
-        return FetchResponse(
-            KafkaError.NO_ERROR, hw, lso, log_start, [], next_offset, aborted,
-            log_records=log_records,
-        )  # fmt: skip
     return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, records, next_offset, aborted)
 
 

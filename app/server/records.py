@@ -28,6 +28,7 @@ from aiokafka.record.util import calc_crc32c
 
 from app.errors import KafkaError, fail
 from app.protocol import (
+    LOG_BATCH,
     LOG_BATCH_BASE_OFFSET,
     LogRecord,
     ProduceRequest,
@@ -105,9 +106,9 @@ def _rows(batch: Any) -> list[RecordIn]:
 
 def encode_batches(records: list[LogRecord]) -> bytes:
     """Stored records, in offset order, as record batches: one per run of records sharing
-    a ``batch_base_offset``. A batch's records have consecutive offsets from its base (a
-    marker is a batch of its own, based at its offset), so bases never decrease along the
-    log and a run ends where a bisection says, with no look at the records between."""
+    a ``batch_base_offset`` (bases never decrease along the log, so a run ends where a
+    bisection says, with no look at the records between), written with the fields its
+    first record carries."""
     out = bytearray()
     start, end = 0, len(records)
     while start < end:
@@ -118,16 +119,18 @@ def encode_batches(records: list[LogRecord]) -> bytes:
 
 
 def _batch(run: list[LogRecord]) -> bytearray:
-    (first_offset, _, _, _, _, producer_id, producer_epoch, sequence, _,
-     is_transactional, is_control, _, _) = run[0]  # fmt: skip
+    first_offset, batch = run[0][0], run[0][LOG_BATCH]
+    assert batch is not None, "a fetch gives the first record of a run its batch's fields"
+    (producer_id, producer_epoch, sequence, is_transactional, is_control, control_type,
+     coordinator_epoch) = batch  # fmt: skip
     builder = DefaultRecordBatchBuilder(
-        MAGIC, 0, int(is_transactional), producer_id, producer_epoch, sequence, _UNBOUNDED
+        MAGIC, 0, is_transactional, producer_id, producer_epoch, sequence, _UNBOUNDED
     )
     append = builder.append
-    if is_control:
-        for offset, timestamp, *_, control_type, coordinator_epoch in run:
-            key = _CONTROL_KEY.pack(0, control_type)
-            value = _CONTROL_VALUE.pack(0, coordinator_epoch or 0)
+    if is_control:  # a marker, a batch of its own
+        key = _CONTROL_KEY.pack(0, control_type)
+        value = _CONTROL_VALUE.pack(0, coordinator_epoch or 0)
+        for offset, timestamp, *_ in run:
             append(offset - first_offset, timestamp, key, value, [])
     else:  # once per record of every fetch: by columns, in C, with no per-record call here
         offsets, timestamps, keys, values, headers = _DATA_FIELDS(tuple(zip(*run, strict=True)))
@@ -136,10 +139,10 @@ def _batch(run: list[LogRecord]) -> bytearray:
         )
         deltas = map(sub, offsets, repeat(first_offset))
         deque(map(append, deltas, timestamps, keys, values, stored), 0)
-    batch = builder.build()
-    _BASE_OFFSET.pack_into(batch, 0, first_offset)
+    built = builder.build()
+    _BASE_OFFSET.pack_into(built, 0, first_offset)
     if is_control:
-        (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_OFFSET)
-        _ATTRIBUTES.pack_into(batch, ATTRIBUTES_OFFSET, attributes | CONTROL_MASK)
-        _CRC.pack_into(batch, CRC_OFFSET, calc_crc32c(bytes(batch[ATTRIBUTES_OFFSET:])))
-    return batch
+        (attributes,) = _ATTRIBUTES.unpack_from(built, ATTRIBUTES_OFFSET)
+        _ATTRIBUTES.pack_into(built, ATTRIBUTES_OFFSET, attributes | CONTROL_MASK)
+        _CRC.pack_into(built, CRC_OFFSET, calc_crc32c(bytes(built[ATTRIBUTES_OFFSET:])))
+    return built
