@@ -75,15 +75,17 @@ RECORD_VALUE: Final = 3
 RECORD_HEADERS: Final = 4
 RECORD_PRODUCER_ID: Final = 5
 
-# One record as stored, with what its batch was written with (a fetch with ``batches``):
-# (offset, timestamp, key, value, headers, producer_id, producer_epoch, sequence,
-#  batch_base_offset, is_transactional, is_control, control_type, coordinator_epoch).
-LogRecord = tuple[
-    int, int, bytes | None, bytes | None, str | None, int, int, int, int, bool, bool,
-    int | None, int | None,
-]  # fmt: skip
-LOG_BATCH_BASE_OFFSET: Final = 8
-LOG_IS_CONTROL: Final = 10
+# One record as stored (a fetch with ``batches``): (offset, timestamp, key, value, headers,
+# batch_base_offset, batch). ``batch`` is what the record's batch was written with, given on
+# the first record of each run of one batch in a fetch (None on the others, which share
+# it): [producer_id, producer_epoch, sequence (the record's own), is_transactional,
+# is_control, control_type, coordinator_epoch], the flags as 0 or 1. A batch's records
+# have consecutive offsets from its base and a marker is a batch of its own, so bases
+# never decrease along the log: a run ends where the base changes.
+LogBatch = list[int | None]
+LogRecord = tuple[int, int, bytes | None, bytes | None, str | None, int, LogBatch | None]
+LOG_BATCH_BASE_OFFSET: Final = 5
+LOG_BATCH: Final = 6
 
 _key_of = itemgetter(RECORD_KEY)
 _value_of = itemgetter(RECORD_VALUE)
@@ -229,6 +231,11 @@ class MetadataResponse:
     topics: list[TopicMetadata]
 
 
+# How many times ``fetch_max_records`` the window of a fetch of batches may span when its
+# caller asks: the cut at max_bytes bounds what it reads and returns.
+BATCHES_WINDOW_FACTOR: Final = 8
+
+
 @dataclass(frozen=True)
 class FetchRequest(Request["FetchResponse"]):
     topic: str
@@ -236,6 +243,8 @@ class FetchRequest(Request["FetchResponse"]):
     fetch_offset: int
     max_bytes: int = 1_048_576
     isolation_level: int = READ_COMMITTED
+    # The window of offsets read, at most the broker's ``fetch_max_records`` (a fetch of
+    # ``batches``, bounded by its bytes, up to BATCHES_WINDOW_FACTOR times it).
     max_records: int | None = None
     # Whether the first record comes back even when larger than max_bytes (Kafka's
     # minOneMessage): true but for the partitions of a consumer's fill after one that

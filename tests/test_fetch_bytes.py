@@ -17,11 +17,13 @@ from app.log import fetch as fetch_module
 from app.log.fetch import fetch
 from app.log.topics import create_topic
 from app.protocol import (
+    LOG_BATCH,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     RECORD_OFFSET,
     RECORD_VALUE,
     FetchRequest,
+    LogRecord,
     ProduceRequest,
     RecordIn,
     RecordOut,
@@ -224,3 +226,59 @@ def test_fetch_max_bytes_starves_no_partition(broker: Broker) -> None:
         for m in f.take(100):
             handed[m.partition() or 0].append(m.offset() or 0)
     assert handed == {p: [0, 1, 2, 3] for p in range(3)}
+
+
+def stored_size(record: LogRecord) -> int:
+    """What a fetch counts for a stored record: the overhead, key, value, headers' text."""
+    _, _, key, value, headers = record[:5]
+    return 24 + len(key or b"") + len(value or b"") + len(headers or "")
+
+
+def expected_cut(log: list[LogRecord], start: int, max_bytes: int, min_one: bool) -> int | None:
+    """Offset of the first record from ``start`` that max_bytes leaves out (None: none)."""
+    running = 0
+    for i, record in enumerate(r for r in log if r[0] >= start):
+        running += stored_size(record)
+        if running > max_bytes and not (i == 0 and min_one):
+            return record[0]
+    return None
+
+
+def test_a_log_fetch_stops_where_the_byte_limit_does(broker: Broker) -> None:
+    """A fetch of the log's batches (the wire protocol's) cuts at max_bytes with the same
+    rule as a records fetch, markers and aborted records counted as they are stored, whether
+    the window fits whole or is cut: every start, several limits, with and without
+    min_one_record, the window ending at the LSO or at ``fetch_max_records``."""
+    rng = random.Random(7)
+    d = TxnDriver(broker, "tx")
+    assert d.init() == 0
+    for i in range(8):
+        records = [RecordIn(b"k", rng.randbytes(rng.randrange(1, 300)), 0) for _ in range(5)]
+        assert d.send_records("t", 0, records).error_code == 0
+        assert d.end(commit=i % 3 != 1) == 0
+    open_txn = [RecordIn(b"k", b"open", 0)]
+    assert d.send_records("t", 0, open_txn).error_code == 0  # holds the LSO at 48
+    whole = fetch(broker, FetchRequest("t", 0, 0, max_bytes=1 << 30, batches=True))
+    log = whole.log_records
+    assert [r[0] for r in log] == list(range(48)) and whole.next_offset == 48
+    small = BrokerSettings(fetch_max_records=7, transactional_id_expiration_ms=3_600_000)
+    for b in (broker, Broker.connect(broker.engine.url, settings=small)):
+        window = b.settings.fetch_max_records
+        for start in range(48):
+            for max_bytes in (1, 24, 200, 400, 1000, 5000):
+                for min_one in (True, False):
+                    r = fetch(
+                        b,
+                        FetchRequest(
+                            "t", 0, start, max_bytes=max_bytes, min_one_record=min_one,
+                            batches=True,
+                        ),
+                    )  # fmt: skip
+                    end = min(48, start + window)
+                    cut = expected_cut([x for x in log if x[0] < end], start, max_bytes, min_one)
+                    stop = end if cut is None else cut
+                    assert [x[:6] for x in r.log_records] == [
+                        x[:6] for x in log if start <= x[0] < stop
+                    ], (start, max_bytes, min_one, window)
+                    assert not r.log_records or r.log_records[0][LOG_BATCH] is not None
+                    assert r.next_offset == stop, (start, max_bytes, min_one, window)

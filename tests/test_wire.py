@@ -9,6 +9,7 @@ import socket
 import struct
 import time
 import urllib.request
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from app.broker import Broker
 from app.client import Consumer, KafkaError, Producer, TopicPartition
 from app.log.topics import create_topic
+from app.protocol import ProduceRequest, RecordIn
 from app.server.process import free_port
 from tests.txn_driver import read_values
 from tests.wire_client import (
@@ -372,3 +374,108 @@ def test_a_batch_cut_by_max_bytes_goes_on_where_it_stopped(
     assert [o for p in parts for o in p] == list(range(10)) and len(parts) == 5
     tiny = broker.handle(FetchRequest("t", 0, 0, max_bytes=1, batches=True))
     assert [r[0] for r in tiny.log_records] == [0]  # at least one record
+
+
+def test_a_fill_reads_whole_batches_up_to_its_bytes_in_few_reads(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One partition's part of a fetch (``apis._read``) spans many windows of
+    ``fetch_max_records`` offsets: fills of any size, from any offset, hold the log from
+    there in order (batches of every kind, markers and aborted ones included), within their
+    bytes but for a first record larger than them, and, fill after fill, every record once.
+    After its first read, a fill sizes its windows by the bytes it has read, so a fill of
+    many windows takes a few reads, not one per window."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from app.protocol import READ_COMMITTED, FetchRequest
+    from app.server import apis
+    from app.server.records import BATCH_HEADER_BYTES
+    from app.settings import BrokerSettings
+    from tests.txn_driver import TxnDriver
+
+    broker = Broker.connect(db_url, settings=BrokerSettings(fetch_max_records=10))
+    create_topic(broker, "t", 1)
+    d = TxnDriver(broker, "tx")
+    assert d.init() == 0
+    for i in range(12):
+        records = [RecordIn(b"k", bytes([i]) * (50 + 10 * j), 0) for j in range(7)]
+        assert d.send_records("t", 0, records).error_code == 0
+        assert d.end(commit=i % 4 != 2) == 0
+    end = 12 * 8
+    reads: list[FetchRequest] = []
+    handle = broker.handle
+
+    def counted(request: Any) -> Any:
+        if isinstance(request, FetchRequest):
+            reads.append(request)
+        return handle(request)
+
+    monkeypatch.setattr(broker, "handle", counted)
+
+    def fill(offset: int, max_bytes: int) -> tuple[list[int], int, int]:
+        first = FetchRequest("t", 0, offset, max_bytes=max_bytes, batches=True,
+                             isolation_level=READ_COMMITTED)  # fmt: skip
+        answer, data, _ = apis._read(broker, first)
+        batches, offsets, headers = MemoryRecords(data), [], 0
+        while (batch := batches.next_batch()) is not None:
+            assert batch.validate_crc()
+            offsets.extend(r.offset for r in batch)
+            headers += BATCH_HEADER_BYTES
+        # Bytes are counted as the log counts its records (RECORD_OVERHEAD_BYTES each),
+        # which leaves out the batch headers.
+        return offsets, len(data) - headers, answer.next_offset
+
+    for max_bytes in (1, 300, 2_000, 7_000, 1 << 20):
+        for start in (0, 3, 7, 8, 41, 90):
+            offsets, size, next_offset = fill(start, max_bytes)
+            assert offsets == list(range(start, next_offset)) and offsets
+            assert size <= max_bytes or len(offsets) == 1, (start, max_bytes)
+        offset, seen = 0, []
+        while offset < end:
+            offsets, _, offset = fill(offset, max_bytes)
+            seen.extend(offsets)
+        assert seen == list(range(end)), max_bytes
+    reads.clear()
+    offsets, _, _ = fill(0, 1 << 20)
+    assert offsets == list(range(end))
+    assert len(reads) <= 3, [r.max_records for r in reads]
+
+
+def test_a_batch_whose_first_records_were_compacted_away_keeps_its_fields(
+    broker: Broker,
+) -> None:
+    """A fetch gives a batch's fields on the record its run starts with: its base, or the
+    fetch's first offset. Once the cleaner removed a batch's first records, the run starts
+    elsewhere, and the batch still comes back with its producer id, epoch and the base
+    sequence of the record it now starts with."""
+    from aiokafka.record.memory_records import MemoryRecords
+
+    from app.broker.produce import produce
+    from app.cleaner.cleaner import clean_partition, partitions_to_clean
+    from app.protocol import FetchRequest
+    from app.server.records import encode_batches
+    from tests.identities import hand_out
+
+    create_topic(broker, "c", 1, {"cleanup.policy": "compact"})
+    for pid, seq, keys in ((800, 0, "abcd"), (801, 0, "ab")):
+        hand_out(broker, pid)
+        records = [RecordIn(k.encode(), f"{k}{pid}".encode(), 0) for k in keys]
+        request = ProduceRequest("c", 0, records, producer_id=pid, producer_epoch=0,
+                                 base_sequence=seq)  # fmt: skip
+        assert produce(broker, request).error_code == 0
+    (target,) = partitions_to_clean(broker, "c")
+    clean_partition(broker, "c", 0, target.config)
+
+    def batches(offset: int) -> list[tuple[int, int, int, list[int]]]:
+        answer = broker.handle(FetchRequest("c", 0, offset, batches=True, isolation_level=0))
+        records, out = MemoryRecords(encode_batches(answer.log_records)), []
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc() and batch.producer_epoch == 0
+            out.append((batch.base_offset, batch.producer_id, batch.base_sequence,
+                        [r.offset for r in batch]))  # fmt: skip
+        return out
+
+    # a and b of the first batch (offsets 0 and 1) gave way to the second's (4 and 5).
+    assert batches(0) == [(2, 800, 2, [2, 3]), (4, 801, 0, [4, 5])]
+    assert batches(3) == [(3, 800, 3, [3]), (4, 801, 0, [4, 5])]
+    assert batches(5) == [(5, 801, 1, [5])]

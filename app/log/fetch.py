@@ -8,11 +8,14 @@ transaction: at READ COMMITTED every statement takes its own snapshot anyway, so
 runs in autocommit and saves the BEGIN and ROLLBACK round trips. read_committed is
 bounded by the LSO and filtered in SQL (markers and aborted transactions never leave the
 database). So is max_bytes: the statement stops returning records at the limit, and the
-values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``).
+values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``). A fetch of
+the log's batches (the wire protocol's) learns where the limit cuts its window with the
+partition's offsets and then reads the window up to there (see ``sql.PARTITION_FOR_FETCH``).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from operator import itemgetter
 from typing import Any
 
@@ -21,8 +24,11 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
 from app.protocol import (
+    BATCHES_WINDOW_FACTOR,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    LOG_BATCH,
+    LOG_BATCH_BASE_OFFSET,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     RECORD_HEADERS,
@@ -43,6 +49,7 @@ from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 
+_batch_base = itemgetter(LOG_BATCH_BASE_OFFSET)
 _key_of = itemgetter(RECORD_KEY)
 _value_of = itemgetter(RECORD_VALUE)
 _headers_of = itemgetter(RECORD_HEADERS)
@@ -55,7 +62,7 @@ def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
     return row
 
 
-def read_records(conn: Connection, statement: str, params: dict[str, object]) -> list[RecordOut]:
+def read_records(conn: Connection, statement: str, params: dict[str, object]) -> list[Any]:
     """Run a fetch statement (sql.FETCH_*) on the connection's DBAPI cursor.
 
     psycopg builds each row as a plain tuple in C, so a record costs no Python call here;
@@ -67,8 +74,19 @@ def read_records(conn: Connection, statement: str, params: dict[str, object]) ->
     assert driver is not None, "a checked-out connection has its psycopg connection"
     with driver.cursor(binary=True) as cursor:
         cursor.execute(statement, params)
-        records: list[RecordOut] = cursor.fetchall()
-        return records
+        return cursor.fetchall()
+
+
+def _runs_have_batches(records: list[LogRecord]) -> bool:
+    """Whether the first record of every run of one batch has its batch's fields: not so
+    where the cleaner removed the records a batch started with (or the fetch's start)."""
+    start, end = 0, len(records)
+    while start < end:
+        if records[start][LOG_BATCH] is None:
+            return False
+        base = records[start][LOG_BATCH_BASE_OFFSET]
+        start = bisect_right(records, base, start, end, key=_batch_base)
+    return True
 
 
 def fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
@@ -85,9 +103,9 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
         raise fail(
             KafkaError.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}"
         )
-    limit = min(
-        req.max_records or broker.settings.fetch_max_records, broker.settings.fetch_max_records
-    )
+    cap = broker.settings.fetch_max_records
+    # A fetch of batches is bounded by its bytes (the cut), so its window may be wider.
+    limit = min(req.max_records or cap, cap * BATCHES_WINDOW_FACTOR if req.batches else cap)
     read_committed = req.isolation_level == READ_COMMITTED
     params: dict[str, object] = {
         "topic": req.topic,
@@ -98,6 +116,7 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
         "max_bytes": req.max_bytes,
         "min_one_record": req.min_one_record,
         "record_overhead": RECORD_OVERHEAD_BYTES,
+        "cut_wanted": req.batches,
     }
     with broker.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         authorize_all(conn, broker, needs.fetch(req.topic))
@@ -130,27 +149,31 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
             )
             if first < window_end
         ]
+        if req.batches:  # markers and aborted records too: the client filters
+            # The window ends where max_bytes cuts it (the cut record is where the next
+            # fetch starts), or whole.
+            params["to_offset"] = window_end = part.cut if part.cut is not None else window_end
+            log_records: list[LogRecord] = read_records(conn, sql.FETCH_LOG, params)
+            if not _runs_have_batches(log_records):
+                log_records = read_records(conn, sql.FETCH_LOG_EVERY_BATCH, params)
+            aborted = [AbortedTransaction(pid, f) for pid, f, _ in ranges if f < window_end]
+            return FetchResponse(
+                KafkaError.NO_ERROR, hw, lso, log_start, [], window_end, aborted,
+                log_records=log_records,
+            )  # fmt: skip
         statement = sql.FETCH_UNCOMMITTED
-        if req.batches:
-            statement = sql.FETCH_LOG  # markers and aborted records too: the client filters
-        elif ranges:
+        if ranges:
             statement = sql.FETCH_COMMITTED
             params["aborted_pids"] = [pid for pid, _, _ in ranges]
             params["aborted_firsts"] = [first for _, first, _ in ranges]
             params["aborted_lasts"] = [last for _, _, last in ranges]
-        records = read_records(conn, statement, params)
+        records: list[RecordOut] = read_records(conn, statement, params)
     # The whole window was examined unless max_bytes cut the read short: then the last row
     # is the first record left out (only its offset), where the next fetch starts.
     next_offset = window_end
     if records and records[-1][RECORD_TIMESTAMP] is None:
         next_offset = records.pop()[RECORD_OFFSET]
     aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges if first < next_offset]
-    if req.batches:
-        log_records: list[LogRecord] = records  # type: ignore[assignment]
-        return FetchResponse(
-            KafkaError.NO_ERROR, hw, lso, log_start, [], next_offset, aborted,
-            log_records=log_records,
-        )  # fmt: skip
     return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, records, next_offset, aborted)
 
 

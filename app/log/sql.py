@@ -254,10 +254,8 @@ def _within_bytes(columns: tuple[str, ...], rows: str) -> str:
     return _FETCH_WITHIN_BYTES.format(columns=kept, rows=rows)
 
 
-# RecordOut's columns after the offset; the log's (LogRecord) add the batch's fields.
+# RecordOut's columns after the offset.
 _RECORD_COLUMNS = ('"timestamp"', "key", "value", "headers", "producer_id")
-_LOG_COLUMNS = (*_RECORD_COLUMNS, "producer_epoch", "sequence", "batch_base_offset",
-                "is_transactional", "is_control", "control_type", "coordinator_epoch")  # fmt: skip
 
 _RECORD_SIZE = """%(record_overhead)s + coalesce(octet_length(r.key), 0)
         + coalesce(octet_length(r.value), 0) + coalesce(octet_length(CAST(r.headers AS text)), 0)"""
@@ -302,28 +300,48 @@ FETCH_COMMITTED = _within_bytes(
 )
 
 # The log as Kafka's fetch gives it (``FetchRequest.batches``, the wire protocol's): every
-# record in the window, markers and aborted ones included, with its batch's fields.
-FETCH_LOG = _within_bytes(
-    _LOG_COLUMNS,
-    f"""
+# record of the window, markers and aborted ones included, as ``protocol.LogRecord``. The
+# window ends where PARTITION_FOR_FETCH's ``cut`` says max_bytes does, so no running sum
+# is needed here: over the wide rows, one cost as much as reading the rows themselves. A
+# batch's fields come once, in one array, on the record a run of it starts with in the
+# window: its base or the window's first offset. Sent on every record they cost a quarter
+# of the read. Where the cleaner removed a batch's first records, its run starts
+# elsewhere: FETCH_LOG_EVERY_BATCH gives the fields on every record.
+_LOG = """
     SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
-           r.producer_id, r.producer_epoch, r.sequence, r.batch_base_offset,
-           r.is_transactional, r.is_control, r.control_type, r.coordinator_epoch,
-           {_RECORD_SIZE} AS size
+           r.batch_base_offset, {batch}
     FROM records r
     WHERE r.topic = %(topic)s AND r.partition = %(partition)s
       AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s
-    """,
+    ORDER BY r."offset"
+"""
+_BATCH = """ARRAY[r.producer_id, r.producer_epoch, r.sequence, CAST(r.is_transactional AS int),
+                 CAST(r.is_control AS int), r.control_type, r.coordinator_epoch]"""
+FETCH_LOG = _LOG.format(
+    batch=f"""CASE WHEN r."offset" = r.batch_base_offset OR r."offset" = %(from_offset)s
+                  THEN {_BATCH} END"""
 )
+FETCH_LOG_EVERY_BATCH = _LOG.format(batch=_BATCH)
+
+_WINDOW_END = """least(CASE WHEN :read_committed THEN p.last_stable_offset ELSE p.next_offset END,
+                  CAST(:from_offset AS bigint) + :max_records)"""
+_SIZE = _RECORD_SIZE.replace("%(record_overhead)s", ":record_overhead")
 
 # A fetch's one look at the partition: its offsets and, in read_committed, the aborted
 # transactions that may overlap the window (as KIP-98's FetchResponse lists them), read in
 # one round trip and one snapshot. The window's end depends on the LSO read here, so the
 # ranges are bounded by the largest window and the caller drops those past the real end.
+#
+# With :cut_wanted (a fetch of the log's batches, FETCH_LOG), also where max_bytes cuts
+# the window (up to the LSO or high watermark read here): the first record left out, as
+# _FETCH_WITHIN_BYTES would leave it out, or NULL when the whole window fits. The window's
+# plain sum comes first and the running sum, over narrow rows, only when it is over (and
+# only up to the cut): most windows of a fetch filling max_bytes fit whole. Records can only leave the window
+# (cleaning) before FETCH_LOG reads it, never grow, so what fits here fits then.
 PARTITION_FOR_FETCH = text(
-    """
+    f"""
     SELECT p.next_offset, p.log_start_offset, p.last_stable_offset,
-           a.producer_ids, a.first_offsets, a.last_offsets
+           a.producer_ids, a.first_offsets, a.last_offsets, c.cut
     FROM partitions p
     LEFT JOIN LATERAL (
         SELECT array_agg(producer_id ORDER BY first_offset) AS producer_ids,
@@ -334,6 +352,27 @@ PARTITION_FOR_FETCH = text(
           AND last_offset >= :from_offset
           AND first_offset < CAST(:from_offset AS bigint) + :max_records
     ) a ON true
+    LEFT JOIN LATERAL (
+        SELECT sum({_SIZE}) AS window_bytes
+        FROM records r
+        WHERE :cut_wanted AND r.topic = p.topic AND r.partition = p.partition
+          AND r."offset" >= :from_offset AND r."offset" < {_WINDOW_END}
+    ) w ON true
+    LEFT JOIN LATERAL (
+        SELECT s."offset" AS cut
+        FROM (
+            SELECT r."offset",
+                   sum({_SIZE}) OVER running_sum AS running,
+                   row_number() OVER running_sum AS rn
+            FROM records r
+            WHERE w.window_bytes > :max_bytes
+              AND r.topic = p.topic AND r.partition = p.partition
+              AND r."offset" >= :from_offset AND r."offset" < {_WINDOW_END}
+            WINDOW running_sum AS (ORDER BY r."offset" ROWS UNBOUNDED PRECEDING)
+        ) s
+        WHERE s.running > :max_bytes AND NOT (s.rn = 1 AND :min_one_record)
+        ORDER BY s."offset" LIMIT 1
+    ) c ON true
     WHERE p.topic = :topic AND p.partition = :partition
     """
 )

@@ -18,8 +18,10 @@ from typing import Any
 from app.broker import Broker
 from app.errors import KafkaError, KafkaException
 from app.protocol import (
+    BATCHES_WINDOW_FACTOR,
     COORDINATOR_GROUP,
     READ_COMMITTED,
+    RECORD_OVERHEAD_BYTES,
     AbortedTransaction,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -151,16 +153,20 @@ def _read(
     broker: Broker, first: FetchRequest
 ) -> tuple[FetchResponse, bytes, list[AbortedTransaction] | None]:
     """One partition's part of a fetch: reads of the log from ``first`` until its
-    ``max_bytes`` are filled or what may be read is read. A read returns at most
-    ``fetch_max_records`` records, and a Kafka client keeps one fetch in flight per broker,
-    so one read per fetch would hold it to that many records per round trip. The answer is
-    the last read's (its high watermark, LSO and log start); the aborted transactions are
-    every read's."""
-    limit = broker.settings.fetch_max_records
+    ``max_bytes`` are filled or what may be read is read. A Kafka client keeps one fetch in
+    flight per broker, so the answer should fill max_bytes; each read costs a round trip
+    and a look at the partition, so after the first (``fetch_max_records`` offsets) the
+    next spans as many offsets as the bytes left will hold by the bytes per offset read so
+    far (each counted with the log's record overhead, so it fits whole: a read cut at
+    max_bytes pays a running sum up to the cut, dear over thousands of rows), and the last
+    ``fetch_max_records`` again, cut where the bytes end. The answer is the last read's
+    (its high watermark, LSO and log start); the aborted transactions are every read's."""
     committed = first.isolation_level == READ_COMMITTED
     out = bytearray()
     aborted: dict[tuple[int, int], AbortedTransaction] = {}
     answer, read_request = None, first
+    window = cap = broker.settings.fetch_max_records
+    widest = cap * BATCHES_WINDOW_FACTOR
     while True:
         read = broker.handle(read_request)
         if read.error_code != KafkaError.NO_ERROR and answer is not None:
@@ -170,15 +176,21 @@ def _read(
             aborted[(a.producer_id, a.first_offset)] = a
         out += encode_batches(read.log_records)
         readable = read.last_stable_offset if committed else read.high_watermark
-        # A whole read ends ``limit`` offsets on; one that ends sooner met the end of what
+        # A whole read ends ``window`` offsets on; one that ends sooner met the end of what
         # may be read or was cut by max_bytes.
         offset = read_request.fetch_offset
-        if read.error_code or read.next_offset >= readable or read.next_offset < offset + limit:
+        if read.error_code or read.next_offset >= readable or read.next_offset < offset + window:
             break
+        left = max(1, first.max_bytes - len(out))
+        if out:
+            spanned = read.next_offset - first.fetch_offset
+            fits = left * spanned // (len(out) + RECORD_OVERHEAD_BYTES * spanned)
+            window = min(widest, fits) if fits > cap else cap
         read_request = replace(
             first,
             fetch_offset=read.next_offset,
-            max_bytes=max(1, first.max_bytes - len(out)),
+            max_bytes=left,
+            max_records=window,
             min_one_record=False,
         )
     return answer, bytes(out), list(aborted.values()) if committed else None
