@@ -19,9 +19,9 @@ from app.torture.history import FAIL, INFO, INVOKE, OK, HistoryWriter
 from app.torture.workload import (
     COPY_TOPIC,
     TOPIC,
-    TXN_TIMEOUT_MS,
     StopFlag,
     describe,
+    producer_config,
     records_of,
     run_until_stopped,
 )
@@ -59,17 +59,7 @@ class TortureCopier:
     def _connect(self) -> None:
         base = {"database.url": self.args.url}
         tid = f"torture-copier-{self.args.index}"
-        self.producer = Producer(
-            {
-                **base,
-                "transactional.id": tid,
-                "client.id": f"torture-{self.name}",
-                "transaction.timeout.ms": TXN_TIMEOUT_MS,
-                "linger.ms": 2,
-                # The riskiest setting: batches of several partitions on several lanes.
-                "max.in.flight": 5,
-            }
-        )
+        self.producer = Producer(producer_config(self.args.url, tid, f"torture-{self.name}"))
         self.hist.record(INVOKE, "init")
         self.producer.init_transactions(30)
         self.hist.record(OK, "init")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from app.client import Producer
 from app.torture.history import INFO, INVOKE, OK, HistoryWriter
-from app.torture.workload import PARTITIONS, TOPIC, TXN_TIMEOUT_MS, StopFlag, describe
+from app.torture.workload import PARTITIONS, TOPIC, StopFlag, describe, producer_config
 
 RACERS = 2
 RACE_PERIOD_S = 1.5
@@ -67,15 +67,7 @@ class Racer:
         tid = f"torture-race-{slot}"
         txn = f"{self.name}-{self.args.incarnation}-{slot}"
         try:
-            producer = Producer(
-                {
-                    "database.url": self.args.url,
-                    "transactional.id": tid,
-                    "client.id": f"torture-{self.name}",
-                    "transaction.timeout.ms": TXN_TIMEOUT_MS,
-                    "linger.ms": 2,
-                }
-            )
+            producer = Producer(producer_config(self.args.url, tid, f"torture-{self.name}"))
         except Exception as exc:
             self.hist.record(INFO, "race-init", tid=tid, error=describe(exc))
             return

@@ -54,6 +54,19 @@ COMMIT_OFFSETS_P = 0.05
 IMPATIENT_P = 0.15
 
 
+def producer_config(url: str, transactional_id: str, client_id: str) -> dict[str, Any]:
+    """A torture process's transactional producer: short transactions, and the riskiest
+    sender setting, a lane per partition (several requests of one transaction in flight)."""
+    return {
+        "database.url": url,
+        "transactional.id": transactional_id,
+        "client.id": client_id,
+        "transaction.timeout.ms": TXN_TIMEOUT_MS,
+        "linger.ms": 2,
+        "max.in.flight": 5,
+    }
+
+
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
@@ -156,15 +169,7 @@ class Worker:
     def _connect(self) -> None:
         base = {"database.url": self.args.url}
         self.producer = Producer(
-            {
-                **base,
-                "transactional.id": f"torture-{self.args.index}",
-                "client.id": f"torture-{self.name}",
-                "transaction.timeout.ms": TXN_TIMEOUT_MS,
-                "linger.ms": 2,
-                # The riskiest setting: batches of several partitions on several lanes.
-                "max.in.flight": 5,
-            }
+            producer_config(self.args.url, f"torture-{self.args.index}", f"torture-{self.name}")
         )
         self.hist.record(INVOKE, "init")
         self.producer.init_transactions(30)
