@@ -10,7 +10,8 @@ bounded by the LSO and filtered in SQL (markers and aborted transactions never l
 database). So is max_bytes: the statement stops returning records at the limit, and the
 values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``). A fetch of
 the log's batches (the wire protocol's) learns where the limit cuts its window with the
-partition's offsets and then reads the window up to there (see ``sql.PARTITION_FOR_FETCH``).
+partition's offsets and then reads the window up to there (see
+``sql.PARTITION_FOR_BATCHES_FETCH``).
 """
 
 from __future__ import annotations
@@ -116,11 +117,11 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
         "max_bytes": req.max_bytes,
         "min_one_record": req.min_one_record,
         "record_overhead": RECORD_OVERHEAD_BYTES,
-        "cut_wanted": req.batches,
     }
     with broker.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         authorize_all(conn, broker, needs.fetch(req.topic))
-        part = conn.execute(sql.PARTITION_FOR_FETCH, params).first()
+        look = sql.PARTITION_FOR_BATCHES_FETCH if req.batches else sql.PARTITION_FOR_FETCH
+        part = conn.execute(look, params).first()
         if part is None:
             raise fail(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION,

@@ -301,7 +301,7 @@ FETCH_COMMITTED = _within_bytes(
 
 # The log as Kafka's fetch gives it (``FetchRequest.batches``, the wire protocol's): every
 # record of the window, markers and aborted ones included, as ``protocol.LogRecord``. The
-# window ends where PARTITION_FOR_FETCH's ``cut`` says max_bytes does, so no running sum
+# window ends where PARTITION_FOR_BATCHES_FETCH's ``cut`` says max_bytes does, so no running sum
 # is needed here: over the wide rows, one cost as much as reading the rows themselves. A
 # batch's fields come once, in one array, on the record a run of it starts with in the
 # window: its base or the window's first offset. Sent on every record they cost a quarter
@@ -331,17 +331,9 @@ _SIZE = _RECORD_SIZE.replace("%(record_overhead)s", ":record_overhead")
 # transactions that may overlap the window (as KIP-98's FetchResponse lists them), read in
 # one round trip and one snapshot. The window's end depends on the LSO read here, so the
 # ranges are bounded by the largest window and the caller drops those past the real end.
-#
-# With :cut_wanted (a fetch of the log's batches, FETCH_LOG), also where max_bytes cuts
-# the window (up to the LSO or high watermark read here): the first record left out, as
-# _FETCH_WITHIN_BYTES would leave it out, or NULL when the whole window fits. The window's
-# plain sum comes first and the running sum, over narrow rows, only when it is over (and
-# only up to the cut): most windows of a fetch filling max_bytes fit whole. Records can only leave the window
-# (cleaning) before FETCH_LOG reads it, never grow, so what fits here fits then.
-PARTITION_FOR_FETCH = text(
-    f"""
+_PARTITION_LOOK = """
     SELECT p.next_offset, p.log_start_offset, p.last_stable_offset,
-           a.producer_ids, a.first_offsets, a.last_offsets, c.cut
+           a.producer_ids, a.first_offsets, a.last_offsets{cut_column}
     FROM partitions p
     LEFT JOIN LATERAL (
         SELECT array_agg(producer_id ORDER BY first_offset) AS producer_ids,
@@ -351,11 +343,26 @@ PARTITION_FOR_FETCH = text(
         WHERE :read_committed AND topic = p.topic AND partition = p.partition
           AND last_offset >= :from_offset
           AND first_offset < CAST(:from_offset AS bigint) + :max_records
-    ) a ON true
+    ) a ON true{cut_join}
+    WHERE p.topic = :topic AND p.partition = :partition
+"""
+PARTITION_FOR_FETCH = text(_PARTITION_LOOK.format(cut_column="", cut_join=""))
+
+# The same look for a fetch of the log's batches (FETCH_LOG), with where max_bytes cuts
+# the window (up to the LSO or high watermark read here): the first record left out, as
+# _FETCH_WITHIN_BYTES would leave it out, or NULL when the whole window fits. The window's
+# plain sum comes first and the running sum, over narrow rows, only when it is over (and
+# only up to the cut): most windows of a fetch filling max_bytes fit whole. Records can
+# only leave the window (cleaning) before FETCH_LOG reads it, never grow, so what fits
+# here fits then. A native fetch cuts in its own statement and is spared these joins.
+PARTITION_FOR_BATCHES_FETCH = text(
+    _PARTITION_LOOK.format(
+        cut_column=", c.cut",
+        cut_join=f"""
     LEFT JOIN LATERAL (
         SELECT sum({_SIZE}) AS window_bytes
         FROM records r
-        WHERE :cut_wanted AND r.topic = p.topic AND r.partition = p.partition
+        WHERE r.topic = p.topic AND r.partition = p.partition
           AND r."offset" >= :from_offset AND r."offset" < {_WINDOW_END}
     ) w ON true
     LEFT JOIN LATERAL (
@@ -372,9 +379,8 @@ PARTITION_FOR_FETCH = text(
         ) s
         WHERE s.running > :max_bytes AND NOT (s.rn = 1 AND :min_one_record)
         ORDER BY s."offset" LIMIT 1
-    ) c ON true
-    WHERE p.topic = :topic AND p.partition = :partition
-    """
+    ) c ON true""",
+    )
 )
 
 OFFSET_FOR_TIMESTAMP = text(
