@@ -357,21 +357,26 @@ def test_compaction_plan_groups_consecutive_small_partitions() -> None:
     assert (merges[1].from_offset, merges[1].to_offset, merges[1].rows) == (0, 30, 28)
 
 
-def _compact_killed(crash_at: str) -> None:
-    code = (
-        "import os\n"
-        "from app.spark.compact import compact\n"
-        "compact(os.environ['KIP98_DATABASE_URL'], small_rows=100_000)\n"
-    )
+def _killed_at(crash_at: str, code: str, timeout: float) -> None:
+    """Run ``code`` in a child process that the crash point ``crash_at`` SIGKILLs."""
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
         env={**os.environ, "KIP98_CRASH_AT": crash_at, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert result.returncode == -9, result.stderr[-3000:]
+
+
+def _compact_killed(crash_at: str) -> None:
+    code = (
+        "import os\n"
+        "from app.spark.compact import compact\n"
+        "compact(os.environ['KIP98_DATABASE_URL'], small_rows=100_000)\n"
+    )
+    _killed_at(crash_at, code, 120)
 
 
 @pytest.mark.parametrize("crash_at", ["spark.compact.copied", "spark.compact.swap"])
@@ -521,15 +526,7 @@ def _run_killed(crash_at: str) -> None:
         "from app.spark.session import build_spark_session\n"
         "materialize(build_spark_session('kip98-crash'), os.environ['KIP98_DATABASE_URL'])\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env={**os.environ, "KIP98_CRASH_AT": crash_at, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert result.returncode == -9, result.stderr[-3000:]
+    _killed_at(crash_at, code, 240)
 
 
 def _wait_for_sessions_to_end(broker: Broker) -> None:

@@ -22,6 +22,7 @@ from app.spark import sql
 from app.spark.jdbc import jdbc_url
 from app.spark.materialize import (
     FETCH_SIZE,
+    OUTPUT_COLUMNS,
     WRITE_BATCH_SIZE,
     PartitionBounds,
     capture,
@@ -33,16 +34,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 BATCH = 1_000
-FLOOR_COLUMNS = (
-    "topic",
-    "partition",
-    "offset",
-    "key",
-    "value",
-    "headers",
-    "timestamp",
-    "producer_id",
-)
 # read_committed_records' shape, as a plain table.
 FLOOR_TABLE = """
     CREATE TABLE {table} (
@@ -100,7 +91,7 @@ def plain_read_append_seconds(
             sql.records_table(),
             predicates=slices(bounds, spark.sparkContext.defaultParallelism),
             properties={**props, "fetchsize": str(FETCH_SIZE)},
-        ).select(*FLOOR_COLUMNS)
+        ).select(*OUTPUT_COLUMNS)
         started = time.monotonic()
         frame.write.jdbc(
             url,
