@@ -261,16 +261,14 @@ _RECORD_SIZE = """%(record_overhead)s + coalesce(octet_length(r.key), 0)
         + coalesce(octet_length(r.value), 0) + coalesce(octet_length(CAST(r.headers AS text)), 0)"""
 
 # read_uncommitted: every data record in range. Markers are filtered here, in SQL.
-FETCH_UNCOMMITTED = _within_bytes(
-    _RECORD_COLUMNS,
-    f"""
+_DATA_RECORDS = f"""
     SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
            r.producer_id, {_RECORD_SIZE} AS size
     FROM records r
     WHERE r.topic = %(topic)s AND r.partition = %(partition)s
       AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
-    """,
-)
+"""
+FETCH_UNCOMMITTED = _within_bytes(_RECORD_COLUMNS, _DATA_RECORDS)
 
 # read_committed: below the LSO, without markers and without records of the aborted
 # transactions overlapping the range. Those few ranges are read first (PARTITION_FOR_FETCH)
@@ -281,12 +279,8 @@ FETCH_UNCOMMITTED = _within_bytes(
 # Records filtered out count no bytes: the running sum is over the records returned.
 FETCH_COMMITTED = _within_bytes(
     _RECORD_COLUMNS,
-    f"""
-    SELECT r."offset", r."timestamp", r.key, r.value, CAST(r.headers AS text) AS headers,
-           r.producer_id, {_RECORD_SIZE} AS size
-    FROM records r
-    WHERE r.topic = %(topic)s AND r.partition = %(partition)s
-      AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
+    _DATA_RECORDS
+    + """
       AND NOT (r.is_transactional
         AND r."offset" <@ (
           SELECT range_agg(int8range(first_offset, last_offset, '[]'))

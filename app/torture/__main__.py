@@ -76,20 +76,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "coordinator":
         _coordinator(args.url)
         return 0
-    if args.command == "worker":
-        from app.torture.workload import Worker, WorkerArgs
+    if args.command in ("worker", "racer", "copier"):
+        from app.torture.copier import TortureCopier
+        from app.torture.racer import Racer
+        from app.torture.workload import ProcessArgs, Worker
 
-        Worker(WorkerArgs(args.index, args.incarnation, args.seed, args.url, args.out)).run()
-        return 0
-    if args.command == "racer":
-        from app.torture.racer import Racer, RacerArgs
-
-        Racer(RacerArgs(args.index, args.incarnation, args.seed, args.url, args.out)).run()
-        return 0
-    if args.command == "copier":
-        from app.torture.copier import CopierArgs, TortureCopier
-
-        TortureCopier(CopierArgs(args.index, args.incarnation, args.url, args.out)).run()
+        started = ProcessArgs(
+            args.index, args.incarnation, getattr(args, "seed", 0), args.url, args.out
+        )
+        if args.command == "worker":
+            Worker(started).run()
+        elif args.command == "racer":
+            Racer(started).run()
+        else:
+            TortureCopier(started).run()
         return 0
     return 2
 

@@ -10,8 +10,6 @@ must equal input order.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from app.client import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
@@ -19,6 +17,7 @@ from app.torture.history import FAIL, INFO, INVOKE, OK, HistoryWriter
 from app.torture.workload import (
     COPY_TOPIC,
     TOPIC,
+    ProcessArgs,
     StopFlag,
     describe,
     producer_config,
@@ -34,16 +33,8 @@ def transform(value: str) -> str:
     return value.upper()
 
 
-@dataclass
-class CopierArgs:
-    index: int
-    incarnation: int
-    url: str
-    out: Path
-
-
 class TortureCopier:
-    def __init__(self, args: CopierArgs) -> None:
+    def __init__(self, args: ProcessArgs) -> None:
         self.args = args
         self.name = f"c{args.index}"
         self.hist = HistoryWriter.of_incarnation(args.out, self.name, args.incarnation)

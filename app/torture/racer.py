@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 from app.client import Producer
 from app.torture.history import INFO, INVOKE, OK, HistoryWriter
-from app.torture.workload import PARTITIONS, TOPIC, StopFlag, describe, producer_config
+from app.torture.workload import (
+    PARTITIONS,
+    TOPIC,
+    ProcessArgs,
+    StopFlag,
+    describe,
+    producer_config,
+)
 
 RACERS = 2
 RACE_PERIOD_S = 1.5
@@ -27,17 +32,8 @@ RACE_PERIOD_S = 1.5
 JITTER_S = 0.03
 
 
-@dataclass
-class RacerArgs:
-    index: int
-    incarnation: int
-    seed: int
-    url: str
-    out: Path
-
-
 class Racer:
-    def __init__(self, args: RacerArgs) -> None:
+    def __init__(self, args: ProcessArgs) -> None:
         self.args = args
         self.name = f"r{args.index}"
         self.hist = HistoryWriter.of_incarnation(args.out, self.name, args.incarnation)

@@ -140,7 +140,11 @@ def run_until_stopped(w: Reconnecting, step: Callable[[], None]) -> None:
 
 
 @dataclass
-class WorkerArgs:
+class ProcessArgs:
+    """What a worker, racer or copier process is started with: its role's index, which
+    restart of it this is, the run's seed (copiers draw nothing), the database and where
+    the run's history goes."""
+
     index: int
     incarnation: int
     seed: int
@@ -149,7 +153,7 @@ class WorkerArgs:
 
 
 class Worker:
-    def __init__(self, args: WorkerArgs) -> None:
+    def __init__(self, args: ProcessArgs) -> None:
         self.args = args
         self.name = f"w{args.index}"
         self.hist = HistoryWriter.of_incarnation(args.out, self.name, args.incarnation)
