@@ -43,6 +43,9 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "GROUP_AUTHORIZATION_FAILED": (30, False, "Group authorization failed"),
     "CLUSTER_AUTHORIZATION_FAILED": (31, False, "Cluster authorization failed"),
     "INVALID_TIMESTAMP": (32, False, "Invalid timestamp"),
+    "UNSUPPORTED_SASL_MECHANISM": (33, False, "Unsupported SASL mechanism"),
+    "ILLEGAL_SASL_STATE": (34, False, "Illegal SASL state"),
+    "SASL_AUTHENTICATION_FAILED": (58, False, "SASL authentication failed"),
     "TOPIC_ALREADY_EXISTS": (36, False, "Topic already exists"),
     "INVALID_PARTITIONS": (37, False, "Invalid number of partitions"),
     "INVALID_REPLICA_ASSIGNMENT": (39, False, "Replica assignment is invalid"),
@@ -165,6 +168,9 @@ class KafkaError:
     GROUP_AUTHORIZATION_FAILED: int
     CLUSTER_AUTHORIZATION_FAILED: int
     INVALID_TIMESTAMP: int
+    UNSUPPORTED_SASL_MECHANISM: int
+    ILLEGAL_SASL_STATE: int
+    SASL_AUTHENTICATION_FAILED: int
     TOPIC_ALREADY_EXISTS: int
     INVALID_PARTITIONS: int
     INVALID_REPLICA_ASSIGNMENT: int

@@ -11,25 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from pathlib import Path
 
 from app.broker import Broker
 from app.server.answer import Node
 from app.server.listener import Server
 from app.server.metrics import expose
+from app.server.sasl import load_users
 
-__all__ = ["Node", "Server", "parse_address", "serve"]
+__all__ = ["Node", "Server", "listener_scheme", "parse_address", "sasl_listener_users", "serve"]
 
 DEFAULT_LISTEN = "PLAINTEXT://127.0.0.1:9092"
 CLUSTER_ID = "kip98"
 
 
+# The listeners' security protocols served: as is, or SASL (PLAIN) first.
+SCHEMES = ("PLAINTEXT", "SASL_PLAINTEXT")
+
+
+def listener_scheme(text: str) -> str:
+    """The security protocol of a listener address (PLAINTEXT when none is given)."""
+    scheme, sep, _ = text.partition("://")
+    return scheme.upper() if sep else "PLAINTEXT"
+
+
 def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``PLAINTEXT://HOST:PORT`` (an IPv6 host in brackets) as (host,
-    port); ValueError if it is not one."""
+    """``HOST:PORT``, ``PLAINTEXT://HOST:PORT`` or ``SASL_PLAINTEXT://HOST:PORT`` (an IPv6
+    host in brackets) as (host, port); ValueError if it is not one."""
     scheme, sep, rest = text.partition("://")
     if sep:
-        if scheme.upper() != "PLAINTEXT":
-            raise ValueError(f"{text!r}: only PLAINTEXT listeners are served")
+        if scheme.upper() not in SCHEMES:
+            raise ValueError(f"{text!r}: only {' and '.join(SCHEMES)} listeners are served")
         text = rest
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -38,12 +50,20 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 def serve(
-    listen: str = DEFAULT_LISTEN, advertised: str | None = None, metrics: str | None = None
+    listen: str = DEFAULT_LISTEN,
+    advertised: str | None = None,
+    metrics: str | None = None,
+    sasl_users: Path | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; with ``metrics``, /metrics for Prometheus there."""
+    """Serve until SIGTERM or SIGINT; with ``metrics``, /metrics for Prometheus there. A
+    ``SASL_PLAINTEXT`` listener takes SASL/PLAIN with the users of ``sasl_users``
+    (``app.server.sasl``); ValueError if the two do not go together."""
     host, port = parse_address(listen)
     ad_host, ad_port = parse_address(advertised or listen)
-    server = Server(Broker.connect(), Node(ad_host, ad_port, CLUSTER_ID), (host, port))
+    users = sasl_listener_users(listen, sasl_users)
+    server = Server(
+        Broker.connect(), Node(ad_host, ad_port, CLUSTER_ID), (host, port), sasl_users=users
+    )
     if metrics is not None:
         expose(server, parse_address(metrics))
     # What is loaded by now lives as long as the process. Out of the collector's sight, it
@@ -55,3 +75,12 @@ def serve(
     gc.freeze()
     gc.set_threshold(20_000)
     asyncio.run(server.serve_until_stopped())
+
+
+def sasl_listener_users(listen: str, sasl_users: Path | None) -> dict[str, str] | None:
+    """The users a listener authenticates: those of ``sasl_users`` for SASL_PLAINTEXT,
+    none for PLAINTEXT; ValueError when only one of the two is given."""
+    sasl = listener_scheme(listen) == "SASL_PLAINTEXT"
+    if sasl != (sasl_users is not None):
+        raise ValueError("a SASL_PLAINTEXT listener and --sasl-users go together")
+    return load_users(sasl_users) if sasl_users is not None else None

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.broker import Broker
+
+if TYPE_CHECKING:
+    from app.server.sasl import Session
 
 NODE_ID = 0
 
@@ -19,13 +22,14 @@ NODE_ID = 0
 class Node:
     """The address clients are told to connect to (the advertised listener) and, for one
     request, who sent it: the client id of its header and the address it connects from,
-    as Kafka's group coordinator records them."""
+    as Kafka's group coordinator records them, and its connection's SASL session."""
 
     host: str
     port: int
     cluster_id: str
     client_id: str = ""
     client_host: str = ""
+    session: Session | None = None
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from app.server.groups import (
     sync_group,
 )
 from app.server.records import encode_batches, produce_request
+from app.server.sasl import sasl_authenticate, sasl_handshake
 
 
 def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -378,6 +379,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     14: (0, 5, sync_group),
     15: (0, 5, describe_groups),
     16: (0, 5, list_groups),
+    17: (1, 1, sasl_handshake),  # from v1: v0 sends the token outside Kafka's framing
     18: (0, 3, api_versions),
     19: (2, 7, topic_apis.create_topics),
     20: (1, 6, topic_apis.delete_topics),
@@ -391,6 +393,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     31: (1, 3, acl_apis.delete_acls),
     32: (1, 4, topic_apis.describe_configs),
     33: (0, 2, topic_apis.alter_configs),
+    36: (0, 2, sasl_authenticate),
     44: (0, 1, topic_apis.incremental_alter_configs),
     61: (0, 0, txn_apis.describe_producers),
     65: (0, 0, txn_apis.describe_transactions),

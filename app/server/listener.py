@@ -31,6 +31,7 @@ from app.broker import Broker
 from app.server import codec
 from app.server.answer import Answer, Node, Pending
 from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
+from app.server.sasl import BEFORE_AUTHENTICATION, Session
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,12 @@ class Server:
         listen: tuple[str, int],
         workers: int = 16,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        sasl_users: dict[str, str] | None = None,
     ) -> None:
         self.broker = broker
+        # SASL/PLAIN's users and passwords: a connection must authenticate first (None:
+        # the listener is PLAINTEXT and every connection acts as the server's principal).
+        self.sasl_users = sasl_users
         self.node = node
         self.listen = listen
         self.max_request_bytes = max_request_bytes
@@ -103,6 +108,7 @@ class Server:
         loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
         host = f"/{peer[0]}" if peer else ""  # as Kafka shows a client's address
+        session = Session(self.sasl_users)
         try:
             while not self._stopping:
                 size = codec.FRAME_SIZE.unpack(await reader.readexactly(codec.FRAME_SIZE.size))[0]
@@ -112,7 +118,9 @@ class Server:
                 frame = await reader.readexactly(size)
                 self._idle[writer] = False
                 try:
-                    response = await loop.run_in_executor(self.pool, self.answer, frame, host)
+                    response = await loop.run_in_executor(
+                        self.pool, self.answer, frame, host, session
+                    )
                     if codec.read_header(frame)[0] in WAKING_APIS:
                         self._changed.set()
                         self._changed = asyncio.Event()
@@ -127,6 +135,11 @@ class Server:
                     continue
                 writer.write(response)
                 await writer.drain()
+                if session.failed:
+                    self._refuse("authentication", "SASL authentication failed")
+                    return
+        except Unauthenticated as exc:
+            self._refuse("unauthenticated", str(exc))
         except asyncio.IncompleteReadError as exc:
             if exc.partial:  # a frame cut short, not a close between frames
                 self._refuse("truncated", f"a frame cut after {len(exc.partial)} bytes")
@@ -155,10 +168,17 @@ class Server:
         self.refused[reason] += 1
         log.info("kip98 serve: closing a connection: %s", what)
 
-    def answer(self, frame: bytes, client_host: str = "") -> bytes | Waiting | None:
-        """The response frame to one request frame from ``client_host`` (None when Kafka
-        sends none; Waiting for a long poll to look again)."""
+    def answer(
+        self, frame: bytes, client_host: str = "", session: Session | None = None
+    ) -> bytes | Waiting | None:
+        """The response frame to one request frame from ``client_host`` on a connection
+        whose SASL state is ``session`` (None when Kafka sends none; Waiting for a long
+        poll to look again). Raises Unauthenticated for a request a connection may not
+        make before it authenticates."""
         api_key, version, correlation_id = codec.read_header(frame)
+        session = session or Session(self.sasl_users)
+        if not session.admits and api_key not in BEFORE_AUTHENTICATION:
+            raise Unauthenticated(f"API key {api_key} before SASL authentication")
         supported = APIS.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
             if api_key == API_VERSIONS_KEY:
@@ -173,9 +193,20 @@ class Server:
         handler = supported[2]
         self.requests[handler.__name__] += 1
         node = replace(
-            self.node, client_id=getattr(header, "client_id", None) or "", client_host=client_host
+            self.node,
+            client_id=getattr(header, "client_id", None) or "",
+            client_host=client_host,
+            session=session,
         )
-        return _encoded(api_key, version, correlation_id, handler(self.broker, node, body))
+        broker = self.broker
+        if session.principal is not None:
+            broker = replace(broker, principal=session.principal)
+        return _encoded(api_key, version, correlation_id, handler(broker, node, body))
+
+
+class Unauthenticated(Exception):
+    """A request other than ApiVersions and the SASL ones before authentication: Kafka
+    closes such a connection."""
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,10 @@ class ServeProcess:
         host: str = HOST,
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        scheme: str | None = None,
     ) -> None:
         self.database_url = database_url
+        self.scheme = scheme
         self.env = env or {}
         self.host = host
         self.port = port or free_port(host)
@@ -54,12 +56,17 @@ class ServeProcess:
         """The clients' ``bootstrap.servers``."""
         return f"{self.host}:{self.port}"
 
+    @property
+    def listener(self) -> str:
+        """What ``--listen`` is given: the address, with its scheme if one was asked for."""
+        return f"{self.scheme}://{self.address}" if self.scheme else self.address
+
     def start(self, timeout: float = 30) -> None:
         """Start the server and return once it accepts connections."""
         root = str(Path(app.__file__).resolve().parents[1])
         path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.server", "--listen", self.address, *self.args],
+            [sys.executable, "-m", "app.server", "--listen", self.listener, *self.args],
             env={
                 **os.environ,
                 **self.env,
