@@ -46,6 +46,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "UNSUPPORTED_SASL_MECHANISM": (33, False, "Unsupported SASL mechanism"),
     "ILLEGAL_SASL_STATE": (34, False, "Illegal SASL state"),
     "SASL_AUTHENTICATION_FAILED": (58, False, "SASL authentication failed"),
+    "RESOURCE_NOT_FOUND": (91, False, "A request referred to a resource that does not exist"),
     "TOPIC_ALREADY_EXISTS": (36, False, "Topic already exists"),
     "INVALID_PARTITIONS": (37, False, "Invalid number of partitions"),
     "INVALID_REPLICA_ASSIGNMENT": (39, False, "Replica assignment is invalid"),
@@ -171,6 +172,7 @@ class KafkaError:
     UNSUPPORTED_SASL_MECHANISM: int
     ILLEGAL_SASL_STATE: int
     SASL_AUTHENTICATION_FAILED: int
+    RESOURCE_NOT_FOUND: int
     TOPIC_ALREADY_EXISTS: int
     INVALID_PARTITIONS: int
     INVALID_REPLICA_ASSIGNMENT: int

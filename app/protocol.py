@@ -951,6 +951,22 @@ def validate_filter(acl_filter: object) -> AclBindingFilter:
 
 
 @dataclass(frozen=True)
+class SaslPlainRequest(Request["SaslPlainResponse"]):
+    """A listener's check of a SASL/PLAIN user and password (``kip98 serve``)."""
+
+    username: str
+    password: str
+
+
+@dataclass(frozen=True)
+class SaslPlainResponse:
+    """NO_ERROR with the user's principal, or SASL_AUTHENTICATION_FAILED."""
+
+    error_code: int
+    principal: str | None = None
+
+
+@dataclass(frozen=True)
 class CreateAclsRequest(Request["CreateAclsResponse"]):
     """All or nothing: every ACL is checked before any is stored, and a refusal is every
     creation's answer."""

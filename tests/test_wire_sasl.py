@@ -8,9 +8,10 @@ connection and are counted.
 
 from __future__ import annotations
 
+import json
 import socket
 import urllib.request
-from pathlib import Path
+from collections.abc import Iterator
 
 import confluent_kafka as ck
 import pytest
@@ -18,15 +19,16 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from sqlalchemy import text
 
 from app.broker import Broker
-from app.errors import KafkaError
+from app.errors import KafkaError, KafkaException
 from app.log.topics import create_topic
 from app.security import acls
 from app.security.rules import AclBinding
-from app.server import sasl_listener_users
+from app.security.users import add_user, check_plain, delete_user
 from app.server.process import ServeProcess, free_port
-from app.server.sasl import UsersFileError, load_users, plain_user
+from app.server.sasl import plain_credentials
 from tests.cli_runner import run_kip98
 from tests.txn_driver import read_values
 from tests.wire_client import consume_all, delivered, read_response, request_frame
@@ -34,56 +36,69 @@ from tests.wire_client import consume_all, delivered, read_response, request_fra
 METADATA = MetadataRequest(
     topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
 )
-USERS = "# kip98 serve's SASL/PLAIN users\nalice=alice-secret\nbob = bob-secret\n\n"
+
+
+def test_plain_tokens() -> None:
+    assert plain_credentials(b"\0alice\0alice-secret") == ("alice", "alice-secret")
+    assert plain_credentials(b"alice\0alice\0alice-secret") == ("alice", "alice-secret")
+    assert plain_credentials(b"bob\0alice\0alice-secret") is None  # alice may not act as bob
+    assert plain_credentials(b"\0\0secret") is None
+    assert plain_credentials(b"\0alice") is None
+    assert plain_credentials(b"\0\xff\0x") is None
+
+
+def test_users_are_kept_salted_and_checked(db_url: str) -> None:
+    admin = Broker.connect(db_url)
+    add_user(admin, "alice", "alice-secret")
+    with admin.engine.connect() as conn:
+        stored = conn.execute(text("SELECT salt, salted_password FROM sasl_users")).one()
+    assert b"alice-secret" not in bytes(stored.salted_password) and len(stored.salt) == 16
+    assert check_plain(admin, "alice", "alice-secret")
+    assert not check_plain(admin, "alice", "wrong")
+    assert not check_plain(admin, "carol", "alice-secret")
+    add_user(admin, "alice", "new-secret")  # a new password replaces the old one
+    assert check_plain(admin, "alice", "new-secret")
+    assert not check_plain(admin, "alice", "alice-secret")
+    for name, password in (("", "x"), ("a\0b", "x"), ("bob", "")):
+        with pytest.raises(KafkaException) as refused:
+            add_user(admin, name, password)
+        assert refused.value.error.code() == KafkaError.INVALID_REQUEST
+    delete_user(admin, "alice")
+    assert not check_plain(admin, "alice", "new-secret")
+    with pytest.raises(KafkaException) as missing:
+        delete_user(admin, "alice")
+    assert missing.value.error.code() == KafkaError.RESOURCE_NOT_FOUND
+
+
+def test_kip98_users_add_list_delete(db_url: str) -> None:
+    env = {"KIP98_DATABASE_URL": db_url}
+    added = run_kip98("users", "add", "alice", "--password", "alice-secret", env=env)
+    assert added.returncode == 0, added.stderr
+    listed = run_kip98("users", "list", "--output", "json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    [alice] = json.loads(listed.stdout)
+    assert (alice["name"], alice["mechanism"]) == ("alice", "PLAIN")
+    scram = run_kip98("users", "add", "bob", "--password", "x", "--mechanism", "SCRAM-SHA-256",
+                      env=env)  # fmt: skip
+    assert scram.returncode != 0 and "Traceback" not in scram.stderr
+    empty = run_kip98("users", "add", "bob", "--password", "", env=env)
+    assert empty.returncode != 0 and "password" in empty.stderr and "Traceback" not in empty.stderr
+    assert run_kip98("users", "delete", "alice", env=env).returncode == 0
+    gone = run_kip98("users", "delete", "alice", env=env)
+    assert gone.returncode != 0 and "no user 'alice'" in gone.stderr
+    assert json.loads(run_kip98("users", "list", "--output", "json", env=env).stdout) == []
 
 
 @pytest.fixture
-def users_file(tmp_path: Path) -> Path:
-    path = tmp_path / "users"
-    path.write_text(USERS)
-    return path
-
-
-def test_plain_tokens_and_the_users_file(users_file: Path) -> None:
-    users = load_users(users_file)
-    assert users == {"alice": "alice-secret", "bob": "bob-secret"}
-    assert plain_user(b"\0alice\0alice-secret", users) == "alice"
-    assert plain_user(b"alice\0alice\0alice-secret", users) == "alice"
-    assert plain_user(b"bob\0alice\0alice-secret", users) is None  # alice may not act as bob
-    assert plain_user(b"\0alice\0wrong", users) is None
-    assert plain_user(b"\0carol\0alice-secret", users) is None
-    assert plain_user(b"\0alice", users) is None
-    assert plain_user(b"\0\xff\0x", users) is None
-    bad = users_file.with_name("bad")
-    for text in ("alice\n", "=x\n", "a=1\na=2\n"):
-        bad.write_text(text)
-        with pytest.raises(UsersFileError):
-            load_users(bad)
-    with pytest.raises(ValueError, match="go together"):
-        sasl_listener_users("SASL_PLAINTEXT://127.0.0.1:9093", None)
-    with pytest.raises(ValueError, match="go together"):
-        sasl_listener_users("127.0.0.1:9092", users_file)
-
-
-def test_serve_refuses_a_sasl_listener_without_users(users_file: Path) -> None:
-    missing = run_kip98("serve", "--listen", "SASL_PLAINTEXT://127.0.0.1:1")
-    assert missing.returncode != 0
-    assert "--sasl-users" in missing.stderr and "Traceback" not in missing.stderr
-    garbled = users_file.with_name("garbled")
-    garbled.write_text("no equals sign\n")
-    listen = "SASL_PLAINTEXT://127.0.0.1:1"
-    bad = run_kip98("serve", "--listen", listen, "--sasl-users", str(garbled))
-    assert bad.returncode != 0
-    assert "not a name=password line" in bad.stderr and "Traceback" not in bad.stderr
-
-
-@pytest.fixture
-def sasl_server(db_url: str, users_file: Path) -> tuple[ServeProcess, int]:
+def sasl_server(db_url: str) -> Iterator[tuple[ServeProcess, int]]:
+    admin = Broker.connect(db_url, principal="User:admin")
+    add_user(admin, "alice", "alice-secret")
+    add_user(admin, "bob", "bob-secret")
     metrics_port = free_port()
     serve = ServeProcess(
         db_url,
         scheme="SASL_PLAINTEXT",
-        args=("--sasl-users", str(users_file), "--metrics-listen", f"127.0.0.1:{metrics_port}"),
+        args=("--metrics-listen", f"127.0.0.1:{metrics_port}"),
         env={"KIP98_AUTHORIZATION": "1", "KIP98_SUPER_USERS": "User:admin"},
     )
     serve.start()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.broker.admin import acls, configs, topics, transactions
+from app.broker.authenticate import sasl_plain
 from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
 from app.coordinator.handlers import (
@@ -68,6 +69,7 @@ from app.protocol import (
     ProduceBatchesRequest,
     ProduceRequest,
     Request,
+    SaslPlainRequest,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
@@ -107,6 +109,7 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     CreateAclsRequest:            acls.create_acls,
     DescribeAclsRequest:          acls.describe_acls,
     DeleteAclsRequest:            acls.delete_acls,
+    SaslPlainRequest:             sasl_plain,
     ListTransactionsRequest:      transactions.list_transactions,
     DescribeTransactionsRequest:  transactions.describe_transactions,
     DescribeProducersRequest:     transactions.describe_producers,

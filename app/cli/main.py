@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "spark": "app.cli.spark:spark_group",
     "topics": "app.cli.topics:topics_group",
     "transactions": "app.cli.transactions:transactions_group",
+    "users": "app.cli.users:users_group",
 }
 
 

@@ -21,7 +21,7 @@ ADMIN_ROLE = "kip98_admin"
 CLIENT_ROLE = "kip98_client"
 
 # What the client-side handlers (Producer, Consumer, their coordinator loop) write, per
-# table. Every table and view may be read. SELECT … FOR UPDATE/SHARE needs UPDATE, and an
+# table. Every table and view may be read but those in CLIENT_HIDDEN. SELECT … FOR UPDATE/SHARE needs UPDATE, and an
 # upsert needs INSERT and UPDATE.
 CLIENT_WRITES: dict[str, tuple[str, ...]] = {
     "records": ("INSERT",),  # appends only: a record is never changed or removed by a client
@@ -39,6 +39,11 @@ CLIENT_WRITES: dict[str, tuple[str, ...]] = {
     "consumer_groups": ("INSERT", "UPDATE"),
     "group_members": ("INSERT", "UPDATE", "DELETE"),
 }
+
+
+# Tables a client may not even read: the SASL users' password hashes (an offline guess
+# needs no server). ``kip98 serve`` runs as an admin.
+CLIENT_HIDDEN = ("sasl_users",)
 
 
 def _create_role(name: str) -> str:
@@ -72,6 +77,8 @@ def roles_sql(schema: str = "public") -> str:
     ]
     for table, privileges in CLIENT_WRITES.items():
         lines.append(f"GRANT {', '.join(privileges)} ON {schema}.{table} TO {CLIENT_ROLE};")
+    for table in CLIENT_HIDDEN:
+        lines.append(f"REVOKE SELECT ON {schema}.{table} FROM {CLIENT_ROLE};")
     return "\n".join(lines) + "\n"
 
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from pathlib import Path
 
 from app.broker import Broker
 from app.server.answer import Node
 from app.server.listener import Server
 from app.server.metrics import expose
-from app.server.sasl import load_users
 
-__all__ = ["Node", "Server", "listener_scheme", "parse_address", "sasl_listener_users", "serve"]
+__all__ = ["Node", "Server", "listener_scheme", "parse_address", "serve"]
 
 DEFAULT_LISTEN = "PLAINTEXT://127.0.0.1:9092"
 CLUSTER_ID = "kip98"
@@ -50,20 +48,15 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 def serve(
-    listen: str = DEFAULT_LISTEN,
-    advertised: str | None = None,
-    metrics: str | None = None,
-    sasl_users: Path | None = None,
+    listen: str = DEFAULT_LISTEN, advertised: str | None = None, metrics: str | None = None
 ) -> None:
     """Serve until SIGTERM or SIGINT; with ``metrics``, /metrics for Prometheus there. A
-    ``SASL_PLAINTEXT`` listener takes SASL/PLAIN with the users of ``sasl_users``
-    (``app.server.sasl``); ValueError if the two do not go together."""
+    ``SASL_PLAINTEXT`` listener takes SASL/PLAIN with ``kip98 users``' users first
+    (``app.server.sasl``)."""
     host, port = parse_address(listen)
     ad_host, ad_port = parse_address(advertised or listen)
-    users = sasl_listener_users(listen, sasl_users)
-    server = Server(
-        Broker.connect(), Node(ad_host, ad_port, CLUSTER_ID), (host, port), sasl_users=users
-    )
+    sasl = listener_scheme(listen) == "SASL_PLAINTEXT"
+    server = Server(Broker.connect(), Node(ad_host, ad_port, CLUSTER_ID), (host, port), sasl=sasl)
     if metrics is not None:
         expose(server, parse_address(metrics))
     # What is loaded by now lives as long as the process. Out of the collector's sight, it
@@ -75,12 +68,3 @@ def serve(
     gc.freeze()
     gc.set_threshold(20_000)
     asyncio.run(server.serve_until_stopped())
-
-
-def sasl_listener_users(listen: str, sasl_users: Path | None) -> dict[str, str] | None:
-    """The users a listener authenticates: those of ``sasl_users`` for SASL_PLAINTEXT,
-    none for PLAINTEXT; ValueError when only one of the two is given."""
-    sasl = listener_scheme(listen) == "SASL_PLAINTEXT"
-    if sasl != (sasl_users is not None):
-        raise ValueError("a SASL_PLAINTEXT listener and --sasl-users go together")
-    return load_users(sasl_users) if sasl_users is not None else None

@@ -52,12 +52,12 @@ class Server:
         listen: tuple[str, int],
         workers: int = 16,
         max_request_bytes: int = MAX_REQUEST_BYTES,
-        sasl_users: dict[str, str] | None = None,
+        sasl: bool = False,
     ) -> None:
         self.broker = broker
-        # SASL/PLAIN's users and passwords: a connection must authenticate first (None:
-        # the listener is PLAINTEXT and every connection acts as the server's principal).
-        self.sasl_users = sasl_users
+        # A SASL_PLAINTEXT listener: a connection must authenticate first (otherwise every
+        # connection acts as the server's principal).
+        self.sasl = sasl
         self.node = node
         self.listen = listen
         self.max_request_bytes = max_request_bytes
@@ -108,7 +108,7 @@ class Server:
         loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
         host = f"/{peer[0]}" if peer else ""  # as Kafka shows a client's address
-        session = Session(self.sasl_users)
+        session = Session(self.sasl)
         try:
             while not self._stopping:
                 size = codec.FRAME_SIZE.unpack(await reader.readexactly(codec.FRAME_SIZE.size))[0]
@@ -176,7 +176,7 @@ class Server:
         poll to look again). Raises Unauthenticated for a request a connection may not
         make before it authenticates."""
         api_key, version, correlation_id = codec.read_header(frame)
-        session = session or Session(self.sasl_users)
+        session = session or Session(self.sasl)
         if not session.admits and api_key not in BEFORE_AUTHENTICATION:
             raise Unauthenticated(f"API key {api_key} before SASL authentication")
         supported = APIS.get(api_key)

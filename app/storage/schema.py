@@ -452,3 +452,17 @@ acls = Table(
     ),
     CheckConstraint("permission IN ('allow', 'deny')", name="permission"),
 )
+
+# SASL users of ``kip98 serve``: a salted, iterated hash of each password, never the
+# password itself (PBKDF2-HMAC-SHA256, as SCRAM derives its salted password).
+sasl_users = Table(
+    "sasl_users",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("mechanism", Text, nullable=False),
+    Column("salt", LargeBinary, nullable=False),
+    Column("iterations", Integer, nullable=False),
+    Column("salted_password", LargeBinary, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+    CheckConstraint("mechanism IN ('PLAIN')", name="mechanism"),
+)

@@ -1,0 +1,45 @@
+"""``kip98 users``: the SASL users of ``kip98 serve`` (a SASL_PLAINTEXT listener)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import click
+
+from app.broker import Broker
+from app.cli.output import emit, output_option
+from app.security.users import MECHANISMS, add_user, delete_user, list_users
+
+
+@click.group("users")
+def users_group() -> None:
+    """SASL users: each authenticates to kip98 serve and acts as User:NAME."""
+
+
+@users_group.command("add")
+@click.argument("name")
+@click.option("--password", required=True, help="The password (kept only salted and hashed).")
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default="PLAIN", show_default=True)
+def add(name: str, password: str, mechanism: str) -> None:
+    """Create NAME, or give it a new password."""
+    add_user(Broker.connect(), name, password, mechanism)
+    click.echo(f"user {name} ({mechanism})")
+
+
+@users_group.command("delete")
+@click.argument("name")
+def delete(name: str) -> None:
+    """Remove NAME: its connections already open stay authenticated until they close."""
+    delete_user(Broker.connect(), name)
+    click.echo(f"deleted user {name}")
+
+
+@users_group.command("list")
+@output_option
+def list_(output: str) -> None:
+    """The users, with their mechanism and when they were created (epoch ms)."""
+    emit(
+        [asdict(u) for u in list_users(Broker.connect())],
+        output,
+        columns=["name", "mechanism", "created_ms"],
+    )
