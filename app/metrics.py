@@ -8,8 +8,9 @@ prometheus-client registry, read at each scrape.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,6 +18,8 @@ from sqlalchemy import Engine, text
 
 from app.broker.loop import ITEM_WORK
 from app.coordinator.machines import DEAD, TXN_STATES
+
+M = TypeVar("M", CounterMetricFamily, GaugeMetricFamily)
 
 OUTCOMES = ("started", "committed", "aborted", "timed_out")
 
@@ -192,20 +195,17 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         removed_bytes.add_metric(values, p.bytes_removed)
         cleaner_lag.add_metric(values, p.cleaner_lag)
     yield from (hw, lso, lag, open_txns, log_start, removed, removed_bytes, cleaner_lag)
-    states = GaugeMetricFamily(
-        "kip98_transactional_ids", "Transactional ids by coordinator state.", labels=["state"]
-    )
-    for state, count in snap.transactional_ids.items():
-        states.add_metric([state], count)
-    yield states
-    outcomes = CounterMetricFamily(
-        "kip98_transactions",
-        "Transactions by outcome since the transaction log began.",
-        labels=["outcome"],
-    )
-    for outcome, count in snap.transactions.items():
-        outcomes.add_metric([outcome], count)
-    yield outcomes
+    yield labelled(
+        GaugeMetricFamily("kip98_transactional_ids", "Transactional ids by coordinator state.",
+                          labels=["state"]),
+        snap.transactional_ids,
+    )  # fmt: skip
+    yield labelled(
+        CounterMetricFamily("kip98_transactions",
+                            "Transactions by outcome since the transaction log began.",
+                            labels=["outcome"]),
+        snap.transactions,
+    )  # fmt: skip
     yield GaugeMetricFamily(
         "kip98_partitions_with_late_transactions",
         "Partitions with a hanging transaction: open past its timeout or with no live "
@@ -218,9 +218,15 @@ def families(snap: Snapshot) -> Iterator[Metric]:
         "expiry; cleaning) that failed and were skipped, by kind of work.",
         labels=["work"],
     )
-    for work, count in snap.coordinator_item_failures.items():
-        failures.add_metric([work], count)
-    yield failures
+    yield labelled(failures, snap.coordinator_item_failures)
+
+
+def labelled(family: M, counts: Mapping[str, float]) -> M:
+    """``family`` (with one label) holding a sample per label value of ``counts``, in
+    their order."""
+    for value, count in counts.items():
+        family.add_metric([value], count)
+    return family
 
 
 def prometheus_text(snap: Snapshot) -> bytes:

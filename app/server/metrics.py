@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from app.metrics import labelled
+
 if TYPE_CHECKING:
     from app.server.listener import Server
 
@@ -24,20 +26,20 @@ class ServerCollector:
         self.server = server
 
     def collect(self) -> Iterator[Metric]:
-        requests = CounterMetricFamily(
-            "kip98_server_requests", "Requests answered, by API.", labels=["api"]
+        yield labelled(
+            CounterMetricFamily("kip98_server_requests", "Requests answered, by API.",
+                                labels=["api"]),
+            dict(sorted(self.server.requests.items())),
+        )  # fmt: skip
+        yield labelled(
+            CounterMetricFamily(
+                "kip98_server_refused",
+                "Connections closed on bad input (size, malformed, truncated, failed) or "
+                "refused authentication (authentication, unauthenticated), by reason.",
+                labels=["reason"],
+            ),
+            dict(sorted(self.server.refused.items())),
         )
-        for api, n in sorted(self.server.requests.items()):
-            requests.add_metric([api], n)
-        yield requests
-        refused = CounterMetricFamily(
-            "kip98_server_refused",
-            "Connections closed on bad input (size, malformed, failed), by reason.",
-            labels=["reason"],
-        )
-        for reason, n in sorted(self.server.refused.items()):
-            refused.add_metric([reason], n)
-        yield refused
         yield GaugeMetricFamily(
             "kip98_server_connections", "Connections open.", value=self.server.connections
         )
