@@ -4,10 +4,11 @@ anything else.
 As a Kafka broker with ``sasl.enabled.mechanisms=PLAIN``: a client sends SaslHandshake
 (v1: the token then travels in SaslAuthenticate) and SaslAuthenticate with RFC 4616's
 message, ``[authzid] NUL authcid NUL passwd``. The users are ``kip98 users``'
-(``app.security.users``, asked through the broker's SaslPlainRequest). A connection that authenticates acts as ``User:NAME`` from then on, which the ACLs
-decide about; one that fails is answered SASL_AUTHENTICATION_FAILED and closed; any other
-request before authentication closes the connection (the listener counts it as
-``unauthenticated``), as Kafka's brokers do.
+(``app.security.users``, asked through the broker's SaslPlainRequest). A connection that
+authenticates acts as ``User:NAME`` from then on, which the ACLs decide about; one that
+fails is answered SASL_AUTHENTICATION_FAILED and closed; any other request before
+authentication closes the connection (the listener counts it as ``unauthenticated``), as
+Kafka's brokers do (docs/design.md rule 30).
 """
 
 from __future__ import annotations
