@@ -126,7 +126,7 @@ def test_only_the_admin_role_cleans_the_log(login_roles: dict[str, str]) -> None
         "UPDATE acls SET permission = 'allow'",
         "INSERT INTO acls VALUES ('User:eve', 'cluster', 'kafka-cluster', 'literal', 'all', 'allow')",
         "INSERT INTO topics (topic, num_partitions, created_ms) VALUES ('x', 1, 0)",
-        "SELECT salted_password FROM sasl_users",  # not even read: no offline guessing
+        "SELECT stored_key FROM sasl_users",  # not even read: no offline guessing
         "DELETE FROM sasl_users",
     ],
 )

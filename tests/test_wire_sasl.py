@@ -8,6 +8,8 @@ connection and are counted.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import socket
 import urllib.request
@@ -51,8 +53,15 @@ def test_users_are_kept_salted_and_checked(db_url: str) -> None:
     admin = Broker.connect(db_url)
     add_user(admin, "alice", "alice-secret")
     with admin.engine.connect() as conn:
-        stored = conn.execute(text("SELECT salt, salted_password FROM sasl_users")).one()
-    assert b"alice-secret" not in bytes(stored.salted_password) and len(stored.salt) == 16
+        stored = conn.execute(
+            text("SELECT salt, iterations, stored_key, server_key FROM sasl_users")
+        ).one()
+    # RFC 5802's keys, not the password: what a SCRAM-SHA-256 server keeps.
+    salted = hashlib.pbkdf2_hmac("sha256", b"alice-secret", bytes(stored.salt), stored.iterations)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    assert bytes(stored.stored_key) == hashlib.sha256(client_key).digest()
+    assert bytes(stored.server_key) == hmac.digest(salted, b"Server Key", "sha256")
+    assert len(stored.salt) == 16 and stored.iterations >= 4096
     assert check_plain(admin, "alice", "alice-secret")
     assert not check_plain(admin, "alice", "wrong")
     assert not check_plain(admin, "carol", "alice-secret")

@@ -18,7 +18,7 @@ def users_group() -> None:
 
 @users_group.command("add")
 @click.argument("name")
-@click.option("--password", required=True, help="The password (kept only salted and hashed).")
+@click.option("--password", required=True, help="The password (kept only as derived keys).")
 @click.option("--mechanism", type=click.Choice(MECHANISMS), default="PLAIN", show_default=True)
 def add(name: str, password: str, mechanism: str) -> None:
     """Create NAME, or give it a new password."""

@@ -40,14 +40,14 @@ DELETE_ACLS = text(f"DELETE FROM acls WHERE {_FILTER} RETURNING {_COLUMNS}")
 # ---------------------------------------------------------------- SASL users (``users``)
 
 UPSERT_SASL_USER = text(
-    "INSERT INTO sasl_users (name, mechanism, salt, iterations, salted_password, created_ms) "
-    "VALUES (:name, :mechanism, :salt, :iterations, :salted_password, :now) "
+    "INSERT INTO sasl_users (name, mechanism, salt, iterations, stored_key, server_key, "
+    "created_ms) VALUES (:name, :mechanism, :salt, :iterations, :stored_key, :server_key, :now) "
     "ON CONFLICT (name) DO UPDATE SET mechanism = EXCLUDED.mechanism, salt = EXCLUDED.salt, "
-    "iterations = EXCLUDED.iterations, salted_password = EXCLUDED.salted_password, "
-    "created_ms = EXCLUDED.created_ms"
+    "iterations = EXCLUDED.iterations, stored_key = EXCLUDED.stored_key, "
+    "server_key = EXCLUDED.server_key, created_ms = EXCLUDED.created_ms"
 )
 DELETE_SASL_USER = text("DELETE FROM sasl_users WHERE name = :name RETURNING name")
 SASL_USERS = text("SELECT name, mechanism, created_ms FROM sasl_users ORDER BY name")
 SASL_USER = text(
-    "SELECT mechanism, salt, iterations, salted_password FROM sasl_users WHERE name = :name"
+    "SELECT mechanism, salt, iterations, stored_key FROM sasl_users WHERE name = :name"
 )

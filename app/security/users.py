@@ -1,7 +1,10 @@
 """SASL users of ``kip98 serve``: ``kip98 users add|delete|list``, and checking a password.
 
-A password is kept only as PBKDF2-HMAC-SHA256 of itself with a random salt (the salted
-password SCRAM derives), so the table never holds what a client sends. Managing users
+A password is kept as SCRAM-SHA-256 keeps a credential (RFC 5802, as Kafka's SCRAM
+credentials are): a random salt, the iteration count, StoredKey = H(HMAC(SaltedPassword,
+"Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key"), where SaltedPassword is
+PBKDF2-HMAC-SHA256 of the password. Neither key is the password nor logs anyone in; a
+PLAIN login is checked by deriving StoredKey from the password given. Managing users
 needs Alter on the cluster, as Kafka's AlterUserScramCredentials does.
 """
 
@@ -20,7 +23,7 @@ from app.storage.context import BrokerContext
 MECHANISMS = ("PLAIN",)
 ITERATIONS = 4096  # SCRAM's minimum, and Kafka's default for SCRAM credentials
 _SALT_BYTES = 16
-# A PLAIN check for a user that does not exist still derives a hash, so the time it takes
+# A PLAIN check for a user that does not exist still derives a key, so the time it takes
 # does not tell whether the user exists.
 _DECOY = (b"\0" * _SALT_BYTES, ITERATIONS, b"")
 
@@ -32,8 +35,12 @@ class SaslUser:
     created_ms: int
 
 
-def salted_password(password: str, salt: bytes, iterations: int) -> bytes:
-    return hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+def scram_keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
+    """(StoredKey, ServerKey) of ``password`` for SCRAM-SHA-256 (RFC 5802 §3)."""
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    server_key = hmac.digest(salted, b"Server Key", "sha256")
+    return hashlib.sha256(client_key).digest(), server_key
 
 
 def validate_user(name: str, password: str, mechanism: str) -> None:
@@ -53,6 +60,7 @@ def add_user(broker: BrokerContext, name: str, password: str, mechanism: str = "
     """Create ``name``, or give it a new password."""
     validate_user(name, password, mechanism)
     salt = os.urandom(_SALT_BYTES)
+    stored_key, server_key = scram_keys(password, salt, ITERATIONS)
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.alter_acls())
         conn.execute(
@@ -62,7 +70,8 @@ def add_user(broker: BrokerContext, name: str, password: str, mechanism: str = "
                 "mechanism": mechanism,
                 "salt": salt,
                 "iterations": ITERATIONS,
-                "salted_password": salted_password(password, salt, ITERATIONS),
+                "stored_key": stored_key,
+                "server_key": server_key,
                 "now": broker.clock.now_ms(),
             },
         )
@@ -85,8 +94,6 @@ def check_plain(broker: BrokerContext, name: str, password: str) -> bool:
     """Whether ``password`` is ``name``'s (the server's own check: no ACL asked)."""
     with broker.engine.connect() as conn:
         row = conn.execute(sql.SASL_USER, {"name": name}).first()
-    salt, iterations, stored = (
-        _DECOY if row is None else (row.salt, row.iterations, row.salted_password)
-    )
-    derived = salted_password(password, bytes(salt), iterations)
+    salt, iterations, stored = _DECOY if row is None else (row.salt, row.iterations, row.stored_key)
+    derived, _ = scram_keys(password, bytes(salt), iterations)
     return hmac.compare_digest(derived, bytes(stored)) and row is not None

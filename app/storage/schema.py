@@ -453,8 +453,9 @@ acls = Table(
     CheckConstraint("permission IN ('allow', 'deny')", name="permission"),
 )
 
-# SASL users of ``kip98 serve``: a salted, iterated hash of each password, never the
-# password itself (PBKDF2-HMAC-SHA256, as SCRAM derives its salted password).
+# SASL users of ``kip98 serve``, kept as SCRAM-SHA-256 keeps a credential (RFC 5802): the
+# salt, the iteration count, StoredKey and ServerKey, never the password nor anything a
+# client could log in with.
 sasl_users = Table(
     "sasl_users",
     metadata,
@@ -462,7 +463,8 @@ sasl_users = Table(
     Column("mechanism", Text, nullable=False),
     Column("salt", LargeBinary, nullable=False),
     Column("iterations", Integer, nullable=False),
-    Column("salted_password", LargeBinary, nullable=False),
+    Column("stored_key", LargeBinary, nullable=False),
+    Column("server_key", LargeBinary, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
     CheckConstraint("mechanism IN ('PLAIN')", name="mechanism"),
 )

@@ -1,4 +1,5 @@
-"""SASL users of kip98 serve: salted, iterated password hashes
+"""SASL users of kip98 serve: SCRAM-style credentials (salt, iterations, StoredKey,
+ServerKey)
 
 Revision ID: 0014
 Revises: 0013
@@ -23,7 +24,8 @@ def upgrade() -> None:
         sa.Column("mechanism", sa.Text(), nullable=False),
         sa.Column("salt", sa.LargeBinary(), nullable=False),
         sa.Column("iterations", sa.Integer(), nullable=False),
-        sa.Column("salted_password", sa.LargeBinary(), nullable=False),
+        sa.Column("stored_key", sa.LargeBinary(), nullable=False),
+        sa.Column("server_key", sa.LargeBinary(), nullable=False),
         sa.Column("created_ms", sa.BigInteger(), nullable=False),
         sa.CheckConstraint("mechanism IN ('PLAIN')", name=op.f("ck_sasl_users_mechanism")),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_sasl_users")),
