@@ -144,16 +144,18 @@ def raw_copy_batched(url: str, data: list[tuple[bytes, bytes]], batch: int) -> f
         return timed(run, url)
 
 
-def _floor_payloads(data: list[tuple[bytes, bytes]], batch: int) -> list[bytes]:
+def _floor_payloads(
+    data: list[tuple[bytes, bytes]], batch: int, topic: str = "floor", partition: int = 0
+) -> list[bytes]:
     """The COPY payloads a produce of ``data`` in ``batch``-record batches writes to
-    partition 0 of topic ``floor``, encoded as the Produce handler encodes them."""
+    ``partition`` of ``topic``, encoded as the Produce handler encodes them."""
     now = int(time.time() * 1000)
     payloads = []
     for start in range(0, len(data), batch):
         records = [RecordIn(k, v, now) for k, v in data[start : start + batch]]
         columns = Columns(records)
         req = ProduceRequest(
-            "floor", 0, records, producer_id=1, producer_epoch=0, base_sequence=start
+            topic, partition, records, producer_id=1, producer_epoch=0, base_sequence=start
         )
         payloads.append(copy_payload_of([encode_rows(req, start, columns, columns.timestamps)]))
     return payloads
@@ -198,6 +200,51 @@ def records_copy(url: str, data: list[tuple[bytes, bytes]], batch: int, sql: boo
                 conn.commit()
 
         return timed(run, url)
+
+
+def records_copy_side_by_side(
+    url: str, data: list[tuple[bytes, bytes]], partitions: int, side_by_side: bool
+) -> float:
+    """The floor of in-flight requests: ``data`` dealt over ``partitions`` partitions, the
+    rows COPYed into ``records`` 1000 per partition at a time. Side by side, one connection
+    per partition COPYs and commits its own rows (lanes, their commits overlapping); else
+    one connection COPYs every partition's next 1000 and commits them together (one lane).
+    No produce logic: what PostgreSQL alone gains from overlapping commits here."""
+    topic = f"lanes-{uuid.uuid4().hex[:6]}"
+    create_topic(Broker.connect(url), topic, partitions)
+    share = len(data) // partitions
+    payloads = [
+        _floor_payloads(data[p * share : (p + 1) * share], 1000, topic, p)
+        for p in range(partitions)
+    ]
+    connections = [psycopg.connect(conninfo(url)) for _ in range(partitions)]
+
+    def lane(conn: psycopg.Connection[Any], mine: list[list[bytes]]) -> None:
+        for round_ in zip(*mine, strict=True):
+            with conn.cursor() as cur:
+                for payload in round_:
+                    with cur.copy(COPY_RECORDS) as copy:
+                        copy.write(payload)
+            conn.commit()
+
+    def run() -> None:
+        if not side_by_side:
+            lane(connections[0], payloads)
+            return
+        threads = [
+            threading.Thread(target=lane, args=(conn, [mine]))
+            for conn, mine in zip(connections, payloads, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    try:
+        return timed(run, url)
+    finally:
+        for conn in connections:
+            conn.close()
 
 
 def raw_select(url: str, topic: str, partition: int) -> tuple[float, int]:
@@ -619,6 +666,17 @@ def core_cases(
                 rounds.append((times[1], times[5]))
             results["inflight_rounds_s"] = rounds
             ratios = [one / five for one, five in rounds]
+            with fresh_database(server) as url:
+                together = best_of(
+                    args.repeats, lambda: records_copy_side_by_side(url, data, 4, False)
+                )
+                apart = best_of(args.repeats, lambda: records_copy_side_by_side(url, data, 4, True))
+            add(
+                "floor: 4 partitions' rows COPYed, a connection each committing side by side / "
+                "one connection committing them together",
+                together / apart,
+                "{:.2f}",
+            )
             add(
                 "idempotent Producer, 4 partitions: in-flight 5 / in-flight 1 (median of rounds)",
                 statistics.median(ratios),

@@ -589,6 +589,8 @@ def test_cli_acls(db_url: str) -> None:
     both = run_kip98("acls", "add", "--principal", ALICE, "--operation", "read", "--topic",
                      "t", "--group", "g", env=env)  # fmt: skip
     assert both.returncode != 0 and "only one of" in both.stderr
+    everything = run_kip98("acls", "remove", "--principal", ALICE, env=env)
+    assert everything.returncode != 0 and "give one of --topic" in everything.stderr
     removed = run_kip98(
         "acls", "remove", "--principal", ALICE, "--operation", "write", "--topic", "orders-",
         "--prefixed", env=env,

@@ -12,7 +12,7 @@ import pytest
 
 from app.broker import Broker
 from app.broker.produce import produce
-from app.client.fetcher import Fetcher
+from app.client.fetcher import Fetcher, FetchSettings
 from app.log import fetch as fetch_module
 from app.log.fetch import fetch
 from app.log.topics import create_topic
@@ -191,14 +191,8 @@ def test_read_committed_within_bytes_skips_aborted_records(broker: Broker) -> No
 
 
 def fetcher(broker: Broker, max_bytes: int) -> Fetcher:
-    f = Fetcher(
-        broker,
-        isolation_level=READ_UNCOMMITTED,
-        max_partition_bytes=1 << 20,
-        max_bytes=max_bytes,
-        auto_offset_reset="earliest",
-        partition_eof=False,
-    )
+    settings = FetchSettings(READ_UNCOMMITTED, 1 << 20, "earliest", False, max_bytes)
+    f = Fetcher(broker, settings)
     f.assign([("t", p, 0) for p in range(3)])
     return f
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.broker import Broker
-from app.client.fetcher import Fetcher
+from app.client.fetcher import Fetcher, FetchSettings
 from app.client.message import FetchedMessage, Message
 from app.errors import KafkaError
 from app.protocol import READ_COMMITTED, RecordOut
@@ -18,13 +18,8 @@ from app.protocol import READ_COMMITTED, RecordOut
 
 def fetcher_with(buffers: list[int], turn: int = 0) -> Fetcher:
     """A fetcher whose partition p holds ``buffers[p]`` records at offsets 0, 1, ..."""
-    f = Fetcher(
-        cast(Broker, None),  # take() never talks to the broker
-        isolation_level=READ_COMMITTED,
-        max_partition_bytes=1 << 20,
-        auto_offset_reset="earliest",
-        partition_eof=False,
-    )
+    settings = FetchSettings(READ_COMMITTED, 1 << 20, "earliest", partition_eof=False)
+    f = Fetcher(cast(Broker, None), settings)  # take() never talks to the broker
     f.assign([("t", p, 0) for p in range(len(buffers))])
     for p, size in enumerate(buffers):
         cursor = f.cursors[("t", p)]

@@ -6,7 +6,10 @@ on the cluster (a super user, ``User:admin`` by default, always has it).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 import click
 
@@ -45,27 +48,39 @@ def _resource(
     return chosen[0] if chosen else None
 
 
-def _required_resource(
-    topic: str | None, group: str | None, transactional_id: str | None, cluster: bool
-) -> tuple[str, str]:
-    resource = _resource(topic, group, transactional_id, cluster)
-    if resource is None:
-        raise CliError("give one of --topic, --group, --transactional-id, --cluster")
-    return resource
+Command = Callable[..., None]
 
 
-def _resource_options(fn):  # type: ignore[no-untyped-def]
-    for option in reversed(
-        [
-            click.option("--topic", help="A topic name (or prefix with --prefixed; * for all)."),
-            click.option("--group", help="A consumer group id."),
-            click.option("--transactional-id", help="A producer's transactional.id."),
-            click.option("--cluster", is_flag=True, help="The cluster resource."),
+def _resource_options(required: bool) -> Callable[[Command], Command]:
+    """--topic/--group/--transactional-id/--cluster, handed to the command as one
+    ``resource`` (type, name), None when none was given unless ``required``; and
+    --prefixed."""
+
+    def decorate(command: Command) -> Command:
+        @functools.wraps(command)
+        def chosen(
+            topic: str | None,
+            group: str | None,
+            transactional_id: str | None,
+            cluster: bool,
+            **rest: Any,
+        ) -> None:
+            resource = _resource(topic, group, transactional_id, cluster)
+            if resource is None and required:
+                raise CliError("give one of --topic, --group, --transactional-id, --cluster")
+            command(resource=resource, **rest)
+
+        for option in (
             click.option("--prefixed", is_flag=True, help="The name is a prefix."),
-        ]
-    ):
-        fn = option(fn)
-    return fn
+            click.option("--cluster", is_flag=True, help="The cluster resource."),
+            click.option("--transactional-id", help="A producer's transactional.id."),
+            click.option("--group", help="A consumer group id."),
+            click.option("--topic", help="A topic name (or prefix with --prefixed; * for all)."),
+        ):
+            chosen = option(chosen)
+        return chosen
+
+    return decorate
 
 
 _OPERATION = click.Choice(rules.OPERATIONS)
@@ -81,19 +96,15 @@ def acls_group() -> None:
 @click.option("--principal", required=True, help="Who, as User:name (User:* for everyone).")
 @click.option("--operation", "operations", type=_OPERATION, multiple=True, required=True)
 @click.option("--permission", type=_PERMISSION, default=rules.ALLOW, show_default=True)
-@_resource_options
+@_resource_options(required=True)
 def add(
     principal: str,
     operations: tuple[str, ...],
     permission: str,
-    topic: str | None,
-    group: str | None,
-    transactional_id: str | None,
-    cluster: bool,
+    resource: tuple[str, str],
     prefixed: bool,
 ) -> None:
     """Add ACLs: PRINCIPAL may (or may not) perform OPERATION on one resource."""
-    resource = _required_resource(topic, group, transactional_id, cluster)
     pattern = rules.PREFIXED if prefixed else rules.LITERAL
     bindings = [
         AclBinding(principal, resource[0], resource[1], op, permission, pattern)
@@ -123,49 +134,49 @@ def _filter(
     )
 
 
+def _filter_options(resource_required: bool) -> Callable[[Command], Command]:
+    """The options that select ACLs (principal, operation, permission, one resource),
+    handed to the command as one ``AclBindingFilter``; ``remove`` needs the resource, so
+    that it cannot remove every ACL by omission."""
+
+    def decorate(command: Command) -> Command:
+        @functools.wraps(command)
+        def selected(
+            principal: str | None,
+            operation: str | None,
+            permission: str | None,
+            resource: tuple[str, str] | None,
+            prefixed: bool,
+            **rest: Any,
+        ) -> None:
+            command(_filter(principal, operation, permission, resource, prefixed), **rest)
+
+        selecting = _resource_options(resource_required)(selected)
+        for option in (
+            click.option("--permission", type=_PERMISSION),
+            click.option("--operation", type=_OPERATION),
+            click.option("--principal"),
+        ):
+            selecting = option(selecting)
+        return selecting
+
+    return decorate
+
+
 @acls_group.command("list")
-@click.option("--principal")
-@click.option("--operation", type=_OPERATION)
-@click.option("--permission", type=_PERMISSION)
-@_resource_options
+@_filter_options(resource_required=False)
 @output_option
-def list_(
-    principal: str | None,
-    operation: str | None,
-    permission: str | None,
-    topic: str | None,
-    group: str | None,
-    transactional_id: str | None,
-    cluster: bool,
-    prefixed: bool,
-    output: str,
-) -> None:
+def list_(acl_filter: AclBindingFilter, output: str) -> None:
     """List ACLs, optionally only those matching the options given."""
-    resource = _resource(topic, group, transactional_id, cluster)
-    acl_filter = _filter(principal, operation, permission, resource, prefixed)
     with AdminClient() as admin:
         found = admin.describe_acls(acl_filter).result()
     emit([asdict(b) for b in found], output, columns=_COLUMNS)
 
 
 @acls_group.command()
-@click.option("--principal")
-@click.option("--operation", type=_OPERATION)
-@click.option("--permission", type=_PERMISSION)
-@_resource_options
-def remove(
-    principal: str | None,
-    operation: str | None,
-    permission: str | None,
-    topic: str | None,
-    group: str | None,
-    transactional_id: str | None,
-    cluster: bool,
-    prefixed: bool,
-) -> None:
+@_filter_options(resource_required=True)
+def remove(acl_filter: AclBindingFilter) -> None:
     """Remove the ACLs of one resource (narrowed by --principal/--operation/--permission)."""
-    resource = _required_resource(topic, group, transactional_id, cluster)
-    acl_filter = _filter(principal, operation, permission, resource, prefixed)
     with AdminClient() as admin:
         removed = admin.delete_acls([acl_filter])[acl_filter].result()
     for b in removed:

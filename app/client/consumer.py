@@ -19,7 +19,7 @@ from app.broker import Broker
 from app.client.args import partition_arg, partitions_arg
 from app.client.closing import ClientClosedError
 from app.client.connection import client_broker, retry_connection_loss
-from app.client.fetcher import Fetcher, StoredOffsetPending
+from app.client.fetcher import Fetcher, FetchSettings, StoredOffsetPending
 from app.client.group import GroupMember, RebalanceCallback
 from app.client.message import (
     OFFSET_BEGINNING,
@@ -34,7 +34,6 @@ from app.errors import KafkaError, KafkaException, fail
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    READ_COMMITTED,
     READ_UNCOMMITTED,
     ListOffsetsRequest,
 )
@@ -64,19 +63,9 @@ class Consumer:
         self._broker = broker or client_broker(
             cfg.get_str("database.url"), cfg.get_str("client.id"), cfg.get_str("principal")
         )
-        self._isolation_level = (
-            READ_COMMITTED if cfg["isolation.level"] == "read_committed" else READ_UNCOMMITTED
-        )
         self._request_timeout_s = cfg.get_int("request.timeout.ms") / 1000.0
         self._retry_backoff_s = cfg.get_int("retry.backoff.ms") / 1000.0
-        self._fetcher = Fetcher(
-            self._broker,
-            isolation_level=self._isolation_level,
-            max_partition_bytes=cfg.get_int("max.partition.fetch.bytes"),
-            max_bytes=cfg.get_int("fetch.max.bytes"),
-            auto_offset_reset=str(cfg["auto.offset.reset"]),
-            partition_eof=cfg.get_bool("enable.partition.eof"),
-        )
+        self._fetcher = Fetcher(self._broker, FetchSettings.from_config(cfg))
         # Held for each call; released while poll waits, so other threads are not blocked.
         self._lock = threading.RLock()
         self._closed = False

@@ -31,11 +31,13 @@ from app.client.message import (
     FetchedMessage,
     Message,
 )
+from app.config import ClientConfig
 from app.errors import KafkaError
 from app.protocol import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
+    READ_UNCOMMITTED,
     RECORD_OFFSET,
     FetchRequest,
     ListOffsetsRequest,
@@ -125,25 +127,38 @@ class PartitionCursor:
         )
 
 
+@dataclass(frozen=True)
+class FetchSettings:
+    """The consumer's fetch configuration, read once from its config."""
+
+    isolation_level: int
+    max_partition_bytes: int
+    auto_offset_reset: str
+    partition_eof: bool
+    # fetch.max.bytes: what one fill may bring in over all partitions.
+    max_bytes: int = 52_428_800
+
+    @classmethod
+    def from_config(cls, cfg: ClientConfig) -> FetchSettings:
+        read_committed = cfg["isolation.level"] == "read_committed"
+        return cls(
+            isolation_level=READ_COMMITTED if read_committed else READ_UNCOMMITTED,
+            max_partition_bytes=cfg.get_int("max.partition.fetch.bytes"),
+            max_bytes=cfg.get_int("fetch.max.bytes"),
+            auto_offset_reset=str(cfg["auto.offset.reset"]),
+            partition_eof=cfg.get_bool("enable.partition.eof"),
+        )
+
+
 class Fetcher:
     def __init__(
         self,
         broker: Broker,
-        *,
-        isolation_level: int,
-        max_partition_bytes: int,
-        auto_offset_reset: str,
-        partition_eof: bool,
+        settings: FetchSettings,
         stored_offset: StoredOffsetLookup | None = None,
-        max_bytes: int = 52_428_800,
     ) -> None:
         self.broker = broker
-        self.isolation_level = isolation_level
-        self.max_partition_bytes = max_partition_bytes
-        # fetch.max.bytes: what one fill may bring in over all partitions.
-        self.max_bytes = max_bytes
-        self.auto_offset_reset = auto_offset_reset
-        self.partition_eof = partition_eof
+        self.settings = settings
         self.stored_offset = stored_offset
         self.cursors: dict[tuple[str, int], PartitionCursor] = {}
         self._order: list[PartitionCursor] = []
@@ -196,7 +211,7 @@ class Fetcher:
 
     def _eof_due(self, cursor: PartitionCursor) -> bool:
         return (
-            self.partition_eof
+            self.settings.partition_eof
             and not cursor.eof_reported
             and cursor.end_offset is not None
             and cursor.resolved
@@ -239,7 +254,7 @@ class Fetcher:
         """
         cursors = self._order
         n = len(cursors)
-        left = self.max_bytes
+        left = self.settings.max_bytes
         first = True  # no partition has returned records yet
         start = self._fill_turn
         for index in [(start + i) % n for i in range(n)]:
@@ -251,7 +266,9 @@ class Fetcher:
             try:
                 if not cursor.resolved and not self._resolve(cursor):
                     continue
-                records = self._fetch(cursor, max(1, min(self.max_partition_bytes, left)), first)
+                records = self._fetch(
+                    cursor, max(1, min(self.settings.max_partition_bytes, left)), first
+                )
             except Exception as exc:
                 if not is_connection_error(exc):
                     raise_as_kafka(exc)
@@ -277,7 +294,7 @@ class Fetcher:
                 cursor.partition,
                 cursor.fetch_offset,
                 max_bytes=max_bytes,
-                isolation_level=self.isolation_level,
+                isolation_level=self.settings.isolation_level,
                 min_one_record=min_one_record,
             ),
         )
@@ -293,7 +310,7 @@ class Fetcher:
         cursor.last_stable_offset = response.last_stable_offset
         cursor.end_offset = (
             response.last_stable_offset
-            if self.isolation_level == READ_COMMITTED
+            if self.settings.isolation_level == READ_COMMITTED
             else response.high_watermark
         )
         if response.records:
@@ -304,7 +321,7 @@ class Fetcher:
         return response.records
 
     def _out_of_range(self, cursor: PartitionCursor, error: KafkaError) -> None:
-        if self.auto_offset_reset == RESET_ERROR:
+        if self.settings.auto_offset_reset == RESET_ERROR:
             cursor.error_event(error, stall=True)
             return
         log.info(
@@ -312,9 +329,11 @@ class Fetcher:
             cursor.topic,
             cursor.partition,
             error.str(),
-            self.auto_offset_reset,
+            self.settings.auto_offset_reset,
         )
-        cursor.reset(OFFSET_BEGINNING if self.auto_offset_reset == RESET_EARLIEST else OFFSET_END)
+        cursor.reset(
+            OFFSET_BEGINNING if self.settings.auto_offset_reset == RESET_EARLIEST else OFFSET_END
+        )
 
     def _resolve(self, cursor: PartitionCursor) -> bool:
         """Turn a logical starting offset into an absolute one; False if it cannot be."""
@@ -331,7 +350,7 @@ class Fetcher:
             if stored is not None and stored >= 0:
                 cursor.fetch_offset = stored
                 return True
-            if self.auto_offset_reset == RESET_ERROR:
+            if self.settings.auto_offset_reset == RESET_ERROR:
                 cursor.error_event(
                     KafkaError(
                         KafkaError.OFFSET_OUT_OF_RANGE,
@@ -341,7 +360,11 @@ class Fetcher:
                     stall=True,
                 )
                 return False
-            offset = OFFSET_BEGINNING if self.auto_offset_reset == RESET_EARLIEST else OFFSET_END
+            offset = (
+                OFFSET_BEGINNING
+                if self.settings.auto_offset_reset == RESET_EARLIEST
+                else OFFSET_END
+            )
         resolved = self.list_offset(cursor.topic, cursor.partition, offset)
         if isinstance(resolved, KafkaError):
             cursor.error_event(resolved)
@@ -357,7 +380,7 @@ class Fetcher:
                 topic,
                 partition,
                 EARLIEST_TIMESTAMP if logical == OFFSET_BEGINNING else LATEST_TIMESTAMP,
-                isolation_level=self.isolation_level,
+                isolation_level=self.settings.isolation_level,
             ),
         )
         if response.error_code != KafkaError.NO_ERROR:

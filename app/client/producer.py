@@ -36,7 +36,7 @@ from app.client.message import (
 )
 from app.client.partitioner import KeylessPartitioner, choose_partition
 from app.client.sender import Sender
-from app.client.transactions import Transactions
+from app.client.transactions import Transactions, TxnSettings
 from app.client.txn_manager import IN_TRANSACTION
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.errors import KafkaError, KafkaException, fail
@@ -131,18 +131,18 @@ class Producer:
         )
         self._txn: Transactions | None = None
         if self.transactional_id is not None:
+            settings = TxnSettings(
+                self.transactional_id,
+                self._transaction_timeout_ms,
+                self._request_timeout_s,
+                self._retry_backoff_s,
+            )
             self._txn = Transactions(
-                broker=self._broker,
-                database_url=self._broker.engine.url.render_as_string(hide_password=False),
-                transactional_id=self.transactional_id,
-                timeout_ms=self._transaction_timeout_ms,
-                sender=self._sender,
-                accumulator=self._accumulator,
-                reports=self._reports,
+                self._broker,
+                settings,
+                self._sender,
                 flush=self.flush,
                 await_delivery=self._await_delivery,
-                request_timeout_s=self._request_timeout_s,
-                retry_backoff_s=self._retry_backoff_s,
             )
         self._sender.start()
 

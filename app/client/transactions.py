@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 
 from app.broker import Broker, background
 from app.client import txn_manager as tm
-from app.client.batching import Batch, ProducerIdentity, RecordAccumulator
+from app.client.batching import Batch, ProducerIdentity
 from app.client.connection import is_connection_error, retry_connection_loss
-from app.client.delivery import DeliveryReports, Outcome
+from app.client.delivery import Outcome
 from app.client.message import TopicPartition
 from app.client.sender import Sender
 from app.errors import KafkaError, KafkaException
@@ -70,33 +70,34 @@ class ConsumerGroupMetadata:
     member_id: str = ""
 
 
+@dataclass(frozen=True)
+class TxnSettings:
+    """The transactional producer's configuration, read once from its config."""
+
+    transactional_id: str
+    # transaction.timeout.ms: what InitProducerId asks the coordinator for.
+    timeout_ms: int
+    request_timeout_s: float
+    retry_backoff_s: float
+
+
 class Transactions:
     def __init__(
         self,
-        *,
         broker: Broker,
-        database_url: str,
-        transactional_id: str,
-        timeout_ms: int,
+        settings: TxnSettings,
         sender: Sender,
-        accumulator: RecordAccumulator,
-        reports: DeliveryReports,
+        *,
         flush: Callable[[float | None], int],
         await_delivery: Callable[[float | None], int],
-        request_timeout_s: float,
-        retry_backoff_s: float,
     ) -> None:
-        self.broker = broker
-        self.database_url = database_url
-        self.transactional_id = transactional_id
-        self.timeout_ms = timeout_ms
-        self.sender = sender
-        self.accumulator = accumulator
-        self.reports = reports
+        """``flush`` and ``await_delivery`` are the producer's: a commit flushes first, an
+        abort waits for what is in flight."""
+        self.broker, self.settings, self.sender = broker, settings, sender
+        self.transactional_id = settings.transactional_id
+        self.accumulator, self.reports = sender.accumulator, sender.reports
         self._flush = flush
         self._await_delivery = await_delivery
-        self.request_timeout_s = request_timeout_s
-        self.retry_backoff_s = retry_backoff_s
         self.manager = tm.TransactionManager()
         self.identity = ProducerIdentity()
         self._added: set[tuple[str, int]] = set()
@@ -115,14 +116,14 @@ class Transactions:
         """Call a handler, retrying lost connections and retriable answers until timeout
         (then a retriable ``_TIMED_OUT``)."""
         deadline = time.monotonic() + (
-            self.request_timeout_s if timeout is None or timeout < 0 else timeout
+            self.settings.request_timeout_s if timeout is None or timeout < 0 else timeout
         )
 
         def retriable(response: R) -> KafkaError | None:
             return KafkaError(code_of(response)) if code_of(response) in RETRY_CODES else None
 
         return retry_connection_loss(
-            fn, deadline, self.retry_backoff_s, KafkaError._TIMED_OUT, retriable
+            fn, deadline, self.settings.retry_backoff_s, KafkaError._TIMED_OUT, retriable
         )
 
     def _raise(self, code: int, message: str | None) -> None:
@@ -141,14 +142,16 @@ class Transactions:
             raise KafkaException(
                 KafkaError(KafkaError._STATE, f"init_transactions in state {self.manager.state}")
             )
-        request = InitProducerIdRequest(self.transactional_id, self.timeout_ms)
+        request = InitProducerIdRequest(self.transactional_id, self.settings.timeout_ms)
         r = self._call(lambda: self.broker.handle(request), lambda x: x.error_code, timeout)
         if r.error_code != KafkaError.NO_ERROR:
             self._raise(r.error_code, r.error_message)
         self._set_identity(r.producer_id, r.producer_epoch)
         self.manager.fire("initialized", "init_transactions")
         if self._loop_key is None:
-            self._loop_key = background.acquire(self.database_url, self.broker)
+            self._loop_key = background.acquire(
+                self.broker.engine.url.render_as_string(hide_password=False), self.broker
+            )
 
     def begin_transaction(self) -> None:
         self.manager.fire("begin", "begin_transaction")

@@ -7,13 +7,13 @@ import logging
 
 import click
 
-from app.server import DEFAULT_LISTEN, parse_address, serve
+from app.server import DEFAULT_LISTEN, Listener, serve
 
 
 def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is not None:
         try:
-            parse_address(value)
+            Listener.parse(value)
         except ValueError as exc:
             raise click.BadParameter(str(exc)) from exc
     return value

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 
 from app.broker import Broker
 from app.server import codec
+from app.server.address import Listener
 from app.server.answer import Answer, Node, Pending
 from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
 from app.server.sasl import BEFORE_AUTHENTICATION, Session
@@ -49,17 +50,11 @@ class Server:
         self,
         broker: Broker,
         node: Node,
-        listen: tuple[str, int],
+        listener: Listener,
         workers: int = 16,
         max_request_bytes: int = MAX_REQUEST_BYTES,
-        sasl: bool = False,
     ) -> None:
-        self.broker = broker
-        # A SASL_PLAINTEXT listener: a connection must authenticate first (otherwise every
-        # connection acts as the server's principal).
-        self.sasl = sasl
-        self.node = node
-        self.listen = listen
+        self.broker, self.node, self.listener = broker, node, listener
         self.max_request_bytes = max_request_bytes
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="kip98-serve")
         # What was answered, by API name, and what was refused, by reason.
@@ -68,7 +63,7 @@ class Server:
         self._server: asyncio.Server | None = None
         self._idle: dict[asyncio.StreamWriter, bool] = {}
         self._stopping = False
-        self.port = listen[1]
+        self.port = listener.port
         # Set (and replaced) when a request of this server may have answered a long poll.
         self._changed = asyncio.Event()
 
@@ -77,7 +72,7 @@ class Server:
         return len(self._idle)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, *self.listen)
+        self._server = await asyncio.start_server(self._connection, *self.listener.address)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def serve_until_stopped(self) -> None:
@@ -108,7 +103,7 @@ class Server:
         loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
         host = f"/{peer[0]}" if peer else ""  # as Kafka shows a client's address
-        session = Session(self.sasl)
+        session = Session(self.listener.sasl)
         try:
             while not self._stopping:
                 size = codec.FRAME_SIZE.unpack(await reader.readexactly(codec.FRAME_SIZE.size))[0]
@@ -176,7 +171,7 @@ class Server:
         poll to look again). Raises Unauthenticated for a request a connection may not
         make before it authenticates."""
         api_key, version, correlation_id = codec.read_header(frame)
-        session = session or Session(self.sasl)
+        session = session or Session(self.listener.sasl)
         if not session.admits and api_key not in BEFORE_AUTHENTICATION:
             raise Unauthenticated(f"API key {api_key} before SASL authentication")
         supported = APIS.get(api_key)

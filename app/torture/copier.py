@@ -19,6 +19,7 @@ from app.torture.workload import (
     TOPIC,
     ProcessArgs,
     StopFlag,
+    close_clients,
     describe,
     producer_config,
     records_of,
@@ -77,14 +78,7 @@ class TortureCopier:
         self.hist.record(OK, "revoke", partitions=[[tp.topic, tp.partition] for tp in partitions])
 
     def _disconnect(self) -> None:
-        for client in (self.producer, self.consumer):
-            if client is None:
-                continue
-            try:
-                client.close()
-            except Exception:
-                pass
-        self.producer = self.consumer = None
+        close_clients(self)
 
     def _rewind(self) -> None:
         """After an abort, read again from the committed offsets."""

@@ -111,6 +111,7 @@ class Reconnecting(Protocol):
     hist: HistoryWriter
     flags: StopFlag
     producer: Any
+    consumer: Any
 
     @property
     def incarnation(self) -> int: ...
@@ -118,6 +119,19 @@ class Reconnecting(Protocol):
     def _connect(self) -> None: ...
 
     def _disconnect(self) -> None: ...
+
+
+def close_clients(w: Reconnecting) -> None:
+    """Close both clients, whatever state a fault left them in: the next step makes them
+    again."""
+    for client in (w.producer, w.consumer):
+        if client is None:
+            continue
+        try:
+            client.close()
+        except Exception as exc:
+            log.info("close failed: %s", describe(exc))
+    w.producer = w.consumer = None
 
 
 def run_until_stopped(w: Reconnecting, step: Callable[[], None]) -> None:
@@ -191,14 +205,7 @@ class Worker:
         self._reassign()
 
     def _disconnect(self) -> None:
-        for client in (self.producer, self.consumer):
-            if client is None:
-                continue
-            try:
-                client.close()
-            except Exception as exc:
-                log.info("close failed: %s", describe(exc))
-        self.producer = self.consumer = None
+        close_clients(self)
 
     def _committed_starts(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         assert self.consumer is not None
