@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.client.args import int_arg, name_arg, names_arg, partitions_arg
+from app.client.closing import Closing
 from app.client.connection import client_broker, kafka_errors
 from app.client.message import TopicPartition
 from app.config import ADMIN, parse_config
@@ -167,7 +168,7 @@ def _incremental(r: ConfigResource) -> IncrementalAlterConfigsResource:
     return IncrementalAlterConfigsResource(RESOURCE_TOPIC, r.name, ops)
 
 
-class AdminClient:
+class AdminClient(Closing):
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         self._config = parse_config(ADMIN, config or {})
         self._broker = client_broker(
@@ -383,9 +384,3 @@ class AdminClient:
 
     def close(self) -> None:
         self._broker.engine.dispose()
-
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -12,12 +12,11 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 from app.broker import Broker
 from app.client.args import partition_arg, partitions_arg
-from app.client.closing import ClientClosedError
+from app.client.closing import ClientClosedError, Closing
 from app.client.connection import client_broker, retry_connection_loss
 from app.client.fetcher import Fetcher, FetchSettings, StoredOffsetPending
 from app.client.group import GroupMember, RebalanceCallback
@@ -47,7 +46,7 @@ IDLE_BACKOFF_MAX_S = 0.1
 MAX_CONSUME_MESSAGES = 1_000_000
 
 
-class Consumer:
+class Consumer(Closing):
     """A consumer of explicitly assigned partitions.
 
     ``client.id`` becomes the PostgreSQL ``application_name`` of the consumer's own
@@ -391,29 +390,3 @@ class Consumer:
             self._fetcher.assign([])
         if self._owns_broker:
             self._broker.engine.dispose()
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    # --- for consumer groups --------------------------------------------------------------
-
-    @property
-    def broker(self) -> Broker:
-        return self._broker
-
-    @property
-    def config(self) -> ClientConfig:
-        return self._config
-
-    @property
-    def fetcher(self) -> Fetcher:
-        """Per-partition cursors (positions) and the stored-offset hook, for group code."""
-        return self._fetcher

@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, TypeVar
 
 from app.broker import Broker
@@ -24,7 +23,7 @@ from app.client.batching import (
     ProducerIdentity,
     RecordAccumulator,
 )
-from app.client.closing import ClientClosedError
+from app.client.closing import ClientClosedError, Closing
 from app.client.connection import client_broker, retry_connection_loss
 from app.client.delivery import DeliveryReports
 from app.client.message import (
@@ -50,7 +49,7 @@ R = TypeVar("R")
 MAX_LANES = 8
 
 
-class Producer:
+class Producer(Closing):
     """An asynchronous, by default idempotent, producer.
 
     Partition choice follows confluent-kafka: an explicit ``partition`` must exist
@@ -319,17 +318,6 @@ class Producer:
         if self._owns_broker:
             self._broker.engine.dispose()
         return remaining
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --- transactions (transactional.id set) ---------------------------------------------
 
