@@ -967,6 +967,29 @@ class SaslPlainResponse:
 
 
 @dataclass(frozen=True)
+class SaslScramRequest(Request["SaslScramResponse"]):
+    """A listener's lookup of a SCRAM user's credential, for the exchange it runs with the
+    client (``kip98 serve``)."""
+
+    username: str
+    mechanism: str
+
+
+@dataclass(frozen=True)
+class SaslScramResponse:
+    """NO_ERROR with the user's principal and credential (salt, iterations, StoredKey,
+    ServerKey: RFC 5802's, never the password), or SASL_AUTHENTICATION_FAILED when there
+    is no such user of that mechanism."""
+
+    error_code: int
+    principal: str | None = None
+    salt: bytes = b""
+    iterations: int = 0
+    stored_key: bytes = b""
+    server_key: bytes = b""
+
+
+@dataclass(frozen=True)
 class CreateAclsRequest(Request["CreateAclsResponse"]):
     """All or nothing: every ACL is checked before any is stored, and a refusal is every
     creation's answer."""

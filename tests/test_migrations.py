@@ -185,3 +185,35 @@ def test_0012_partitions_materialised_rows_and_back(empty_db: str) -> None:
 
     _alembic(empty_db, "upgrade", "head")
     assert _rows(empty_db, everything) == before
+
+
+def test_0015_downgrade_refuses_while_scram_users_exist(empty_db: str) -> None:
+    """SCRAM users cannot go back to 0014 (its users are PLAIN only, and a SCRAM user's
+    password is not known): the downgrade refuses, naming them, and changes nothing; once
+    they are deleted it goes back."""
+    _alembic(empty_db, "upgrade", "head")
+    insert = "INSERT INTO sasl_users VALUES (:name, :mechanism, '\\x00', 4096, '\\x00', '\\x00', 0)"
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            for name, mechanism in (("alice", "PLAIN"), ("carol", "SCRAM-SHA-512")):
+                conn.execute(text(insert), {"name": name, "mechanism": mechanism})
+    finally:
+        engine.dispose()
+    refused = subprocess.run(
+        [str(ALEMBIC), "-c", str(ROOT / "alembic.ini"), "downgrade", "0014"],
+        cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": empty_db},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "SCRAM users carol exist" in refused.stderr
+    assert _rows(empty_db, "SELECT name FROM sasl_users ORDER BY name") == [("alice",), ("carol",)]
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM sasl_users WHERE name = 'carol'"))
+    finally:
+        engine.dispose()
+    _alembic(empty_db, "downgrade", "0014")
+    assert _rows(empty_db, "SELECT name, mechanism FROM sasl_users") == [("alice", "PLAIN")]
+    with pytest.raises(IntegrityError, match="ck_sasl_users_mechanism"):
+        _rows(empty_db, insert.replace(":name", "'x'").replace(":mechanism", "'SCRAM-SHA-256'"))

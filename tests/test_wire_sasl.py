@@ -1,5 +1,6 @@
-"""SASL/PLAIN on a ``SASL_PLAINTEXT`` listener of ``kip98 serve``, with librdkafka
-(confluent-kafka) and raw frames against a real server process.
+"""SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) on a ``SASL_PLAINTEXT`` listener of
+``kip98 serve``, with librdkafka (confluent-kafka), kafka-python and raw frames against a
+real server process.
 
 A connection authenticates before anything else; afterwards it acts as ``User:NAME``, which
 the ACLs decide about; a wrong password and a request before authentication close the
@@ -14,6 +15,7 @@ import json
 import socket
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import confluent_kafka as ck
 import pytest
@@ -21,6 +23,7 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from scramp import ScramClient
 from sqlalchemy import text
 
 from app.broker import Broker
@@ -28,7 +31,7 @@ from app.errors import KafkaError, KafkaException
 from app.log.topics import create_topic
 from app.security import acls
 from app.security.rules import AclBinding
-from app.security.users import add_user, check_plain, delete_user
+from app.security.users import add_user, check_plain, delete_user, scram_user
 from app.server.process import ServeProcess, free_port
 from app.server.sasl import plain_credentials
 from tests.cli_runner import run_kip98
@@ -72,6 +75,18 @@ def test_users_are_kept_salted_and_checked(db_url: str) -> None:
         with pytest.raises(KafkaException) as refused:
             add_user(admin, name, password)
         assert refused.value.error.code() == KafkaError.INVALID_REQUEST
+    # A SCRAM-SHA-512 user: SHA-512 keys, for its own mechanism only (not PLAIN's check).
+    add_user(admin, "dave", "dave-secret", "SCRAM-SHA-512")
+    dave = scram_user(admin, "dave", "SCRAM-SHA-512")
+    assert dave is not None and len(dave.stored_key) == len(dave.server_key) == 64
+    salted = hashlib.pbkdf2_hmac("sha512", b"dave-secret", dave.salt, dave.iterations)
+    assert dave.stored_key == hashlib.sha512(hmac.digest(salted, b"Client Key", "sha512")).digest()
+    assert scram_user(admin, "dave", "SCRAM-SHA-256") is None
+    assert scram_user(admin, "alice", "SCRAM-SHA-256") is None  # a PLAIN user
+    assert not check_plain(admin, "dave", "dave-secret")
+    with pytest.raises(KafkaException) as mechanism:
+        add_user(admin, "erin", "x", "GSSAPI")
+    assert mechanism.value.error.code() == KafkaError.UNSUPPORTED_SASL_MECHANISM
     delete_user(admin, "alice")
     assert not check_plain(admin, "alice", "new-secret")
     with pytest.raises(KafkaException) as missing:
@@ -87,12 +102,21 @@ def test_kip98_users_add_list_delete(db_url: str) -> None:
     assert listed.returncode == 0, listed.stderr
     [alice] = json.loads(listed.stdout)
     assert (alice["name"], alice["mechanism"]) == ("alice", "PLAIN")
-    scram = run_kip98("users", "add", "bob", "--password", "x", "--mechanism", "SCRAM-SHA-256",
+    scram = run_kip98("users", "add", "carol", "--password", "x", "--mechanism", "SCRAM-SHA-512",
                       env=env)  # fmt: skip
-    assert scram.returncode != 0 and "Traceback" not in scram.stderr
+    assert scram.returncode == 0, scram.stderr
+    listed = run_kip98("users", "list", "--output", "json", env=env)
+    assert [(u["name"], u["mechanism"]) for u in json.loads(listed.stdout)] == [
+        ("alice", "PLAIN"),
+        ("carol", "SCRAM-SHA-512"),
+    ]
+    unknown = run_kip98("users", "add", "bob", "--password", "x", "--mechanism", "GSSAPI",
+                        env=env)  # fmt: skip
+    assert unknown.returncode != 0 and "Traceback" not in unknown.stderr
     empty = run_kip98("users", "add", "bob", "--password", "", env=env)
     assert empty.returncode != 0 and "password" in empty.stderr and "Traceback" not in empty.stderr
     assert run_kip98("users", "delete", "alice", env=env).returncode == 0
+    assert run_kip98("users", "delete", "carol", env=env).returncode == 0
     gone = run_kip98("users", "delete", "alice", env=env)
     assert gone.returncode != 0 and "no user 'alice'" in gone.stderr
     assert json.loads(run_kip98("users", "list", "--output", "json", env=env).stdout) == []
@@ -103,6 +127,8 @@ def sasl_server(db_url: str) -> Iterator[tuple[ServeProcess, int]]:
     admin = Broker.connect(db_url, principal="User:admin")
     add_user(admin, "alice", "alice-secret")
     add_user(admin, "bob", "bob-secret")
+    add_user(admin, "carol", "carol-secret", "SCRAM-SHA-256")
+    add_user(admin, "dave", "dave-secret", "SCRAM-SHA-512")
     metrics_port = free_port()
     serve = ServeProcess(
         db_url,
@@ -118,11 +144,11 @@ def sasl_server(db_url: str) -> Iterator[tuple[ServeProcess, int]]:
         serve.kill()
 
 
-def _client(server: str, user: str, password: str) -> dict[str, str]:
+def _client(server: str, user: str, password: str, mechanism: str = "PLAIN") -> dict[str, str]:
     return {
         "bootstrap.servers": server,
         "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "PLAIN",
+        "sasl.mechanisms": mechanism,
         "sasl.username": user,
         "sasl.password": password,
     }
@@ -206,8 +232,10 @@ def test_a_request_before_authentication_closes_the_connection(
     # Authenticated, the same request is answered on the same connection.
     with socket.create_connection((host, port), 5) as s:
         s.settimeout(10)
-        s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-256")))
-        assert read_response(s, 17, 1).error_code == KafkaError.UNSUPPORTED_SASL_MECHANISM
+        s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="GSSAPI")))
+        refused = read_response(s, 17, 1)
+        assert refused.error_code == KafkaError.UNSUPPORTED_SASL_MECHANISM
+        assert refused.mechanisms == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
         s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="PLAIN")))
         assert read_response(s, 17, 1).error_code == KafkaError.NO_ERROR
         s.sendall(request_frame(36, 2, SaslAuthenticateRequest(auth_bytes=b"\0bob\0bob-secret")))
@@ -226,6 +254,94 @@ def test_a_request_before_authentication_closes_the_connection(
     counted = _scraped(metrics_port)
     assert counted['kip98_server_refused_total{reason="unauthenticated"}'] == 1
     assert counted['kip98_server_refused_total{reason="authentication"}'] == 1
+
+
+@pytest.mark.parametrize(
+    ("user", "mechanism"), [("carol", "SCRAM-SHA-256"), ("dave", "SCRAM-SHA-512")]
+)
+def test_librdkafka_authenticates_by_scram(
+    db_url: str, sasl_server: tuple[ServeProcess, int], user: str, mechanism: str
+) -> None:
+    """Both SCRAM mechanisms with librdkafka: the user's ACLs apply; a wrong password, a
+    user of the other mechanism and a SCRAM user trying PLAIN are refused."""
+    serve, _ = sasl_server
+    admin = Broker.connect(db_url, principal="User:admin")
+    create_topic(admin, "s", 1)
+    acls.create_acls(admin, [AclBinding(f"User:{user}", "topic", "s", "write")])
+    good = _client(serve.address, user, f"{user}-secret", mechanism)
+    writer = ck.Producer({**good, "linger.ms": 5})
+    assert [err for err, _ in delivered(writer, 2, topic="s", partition=0)] == [None] * 2
+    assert read_values(admin, "s", 0) == ["v0", "v1"]
+    other = "SCRAM-SHA-512" if mechanism == "SCRAM-SHA-256" else "SCRAM-SHA-256"
+    for bad in (
+        {**good, "sasl.password": "guess"},
+        {**good, "sasl.mechanisms": other},
+        {**good, "sasl.mechanisms": "PLAIN"},
+        _client(serve.address, "alice", "alice-secret", mechanism),  # a PLAIN user
+    ):
+        failures: list[ck.KafkaError] = []
+        refused = ck.Producer({**bad, "error_cb": failures.append, "message.timeout.ms": 3000})
+        [(err, _)] = delivered_or_failed(refused, "s")
+        assert err is not None
+        assert any(f.code() == ck.KafkaError._AUTHENTICATION for f in failures), (bad, failures)
+    assert read_values(admin, "s", 0) == ["v0", "v1"]
+
+
+def test_kafka_python_authenticates_by_scram(
+    db_url: str, sasl_server: tuple[ServeProcess, int]
+) -> None:
+    """A second SCRAM client implementation (kafka-python's, in Python)."""
+    from kafka import KafkaProducer
+
+    serve, _ = sasl_server
+    admin = Broker.connect(db_url, principal="User:admin")
+    create_topic(admin, "k", 1)
+    acls.create_acls(admin, [AclBinding("User:dave", "topic", "k", "write")])
+    producer = KafkaProducer(
+        bootstrap_servers=serve.address, security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="dave",
+        sasl_plain_password="dave-secret", api_version=(2, 8),
+    )  # fmt: skip
+    try:
+        producer.send("k", b"kp", partition=0).get(timeout=30)
+    finally:
+        producer.close()
+    assert read_values(admin, "k", 0) == ["kp"]
+
+
+def test_a_scram_exchange_in_frames(sasl_server: tuple[ServeProcess, int]) -> None:
+    """The two SaslAuthenticate rounds: the server's final message carries its signature
+    (which the client checks: the server knew the credential); a forged proof is refused
+    and the connection closed."""
+    serve, _ = sasl_server
+
+    def exchange(s: socket.socket, client: ScramClient, forge: bool = False) -> Any:
+        s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-256")))
+        assert read_response(s, 17, 1).error_code == KafkaError.NO_ERROR
+        first = client.get_client_first().encode()
+        s.sendall(request_frame(36, 2, SaslAuthenticateRequest(auth_bytes=first)))
+        answer = read_response(s, 36, 2)
+        assert answer.error_code == KafkaError.NO_ERROR
+        client.set_server_first(bytes(answer.auth_bytes).decode())
+        final = client.get_client_final()
+        if forge:
+            final = final[: final.index(",p=")] + ",p=" + "A" * 44
+        s.sendall(request_frame(36, 2, SaslAuthenticateRequest(auth_bytes=final.encode())))
+        return read_response(s, 36, 2)
+
+    with socket.create_connection((serve.host, serve.port), 5) as s:
+        s.settimeout(10)
+        client = ScramClient(["SCRAM-SHA-256"], "carol", "carol-secret")
+        done = exchange(s, client)
+        assert done.error_code == KafkaError.NO_ERROR
+        client.set_server_final(bytes(done.auth_bytes).decode())  # raises if not signed right
+        s.sendall(request_frame(3, 12, METADATA))
+        assert read_response(s, 3, 12).brokers[0].port == serve.port
+    with socket.create_connection((serve.host, serve.port), 5) as s:
+        s.settimeout(10)
+        forged = exchange(s, ScramClient(["SCRAM-SHA-256"], "carol", "x"), forge=True)
+        assert forged.error_code == KafkaError.SASL_AUTHENTICATION_FAILED
+        assert s.recv(100) == b""
 
 
 def _scraped(port: int) -> dict[str, float]:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.broker.admin import acls, configs, topics, transactions
-from app.broker.authenticate import sasl_plain
+from app.broker.authenticate import sasl_plain, sasl_scram
 from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
 from app.coordinator.handlers import (
@@ -70,6 +70,7 @@ from app.protocol import (
     ProduceRequest,
     Request,
     SaslPlainRequest,
+    SaslScramRequest,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
@@ -110,6 +111,7 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     DescribeAclsRequest:          acls.describe_acls,
     DeleteAclsRequest:            acls.delete_acls,
     SaslPlainRequest:             sasl_plain,
+    SaslScramRequest:             sasl_scram,
     ListTransactionsRequest:      transactions.list_transactions,
     DescribeTransactionsRequest:  transactions.describe_transactions,
     DescribeProducersRequest:     transactions.describe_producers,

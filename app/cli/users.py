@@ -19,7 +19,8 @@ def users_group() -> None:
 @users_group.command("add")
 @click.argument("name")
 @click.option("--password", required=True, help="The password (kept only as derived keys).")
-@click.option("--mechanism", type=click.Choice(MECHANISMS), default="PLAIN", show_default=True)
+@click.option("--mechanism", type=click.Choice(MECHANISMS), default="PLAIN", show_default=True,
+              help="The SASL mechanism NAME logs in by.")  # fmt: skip
 def add(name: str, password: str, mechanism: str) -> None:
     """Create NAME, or give it a new password."""
     add_user(Broker.connect(), name, password, mechanism)

@@ -49,5 +49,5 @@ UPSERT_SASL_USER = text(
 DELETE_SASL_USER = text("DELETE FROM sasl_users WHERE name = :name RETURNING name")
 SASL_USERS = text("SELECT name, mechanism, created_ms FROM sasl_users ORDER BY name")
 SASL_USER = text(
-    "SELECT mechanism, salt, iterations, stored_key FROM sasl_users WHERE name = :name"
+    "SELECT mechanism, salt, iterations, stored_key, server_key FROM sasl_users WHERE name = :name"
 )

@@ -1,26 +1,33 @@
-"""SASL users of ``kip98 serve``: ``kip98 users add|delete|list``, and checking a password.
+"""SASL users of ``kip98 serve``: ``kip98 users add|delete|list``, checking a PLAIN
+password, and the SCRAM credential a listener's exchange needs.
 
-A password is kept as SCRAM-SHA-256 keeps a credential (RFC 5802, as Kafka's SCRAM
-credentials are): a random salt, the iteration count, StoredKey = H(HMAC(SaltedPassword,
-"Client Key")) and ServerKey = HMAC(SaltedPassword, "Server Key"), where SaltedPassword is
-PBKDF2-HMAC-SHA256 of the password. Neither key is the password nor logs anyone in; a
-PLAIN login is checked by deriving StoredKey from the password given. Managing users
-needs Alter on the cluster, as Kafka's AlterUserScramCredentials does.
+A password is kept as SCRAM keeps a credential (RFC 5802, as Kafka's SCRAM credentials
+are): a random salt, the iteration count, StoredKey and ServerKey, derived by ``scramp``
+(SASLprep, PBKDF2, HMAC). Neither key is the password nor logs anyone in. A user logs in
+by the mechanism it was added with, as Kafka keeps a credential per mechanism: SCRAM-SHA-256
+or SCRAM-SHA-512 users by that exchange (the listener runs it with these keys), PLAIN users
+by their password, checked by deriving StoredKey (SHA-256) from it. Managing users needs
+Alter on the cluster, as Kafka's AlterUserScramCredentials does.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 from dataclasses import dataclass
+
+from scramp import ScramException, ScramMechanism
 
 from app.errors import KafkaError, fail
 from app.security import needs, sql
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 
-MECHANISMS = ("PLAIN",)
+PLAIN = "PLAIN"
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = (PLAIN, *SCRAM_MECHANISMS)
+# The SCRAM keys a mechanism's users are kept with (PLAIN's: SCRAM-SHA-256's).
+_KEYS_OF = {PLAIN: "SCRAM-SHA-256", **{m: m for m in SCRAM_MECHANISMS}}
 ITERATIONS = 4096  # SCRAM's minimum, and Kafka's default for SCRAM credentials
 _SALT_BYTES = 16
 # A PLAIN check for a user that does not exist still derives a key, so the time it takes
@@ -35,12 +42,26 @@ class SaslUser:
     created_ms: int
 
 
-def scram_keys(password: str, salt: bytes, iterations: int) -> tuple[bytes, bytes]:
-    """(StoredKey, ServerKey) of ``password`` for SCRAM-SHA-256 (RFC 5802 §3)."""
-    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
-    client_key = hmac.digest(salted, b"Client Key", "sha256")
-    server_key = hmac.digest(salted, b"Server Key", "sha256")
-    return hashlib.sha256(client_key).digest(), server_key
+@dataclass(frozen=True)
+class ScramCredential:
+    """What a SCRAM server keeps of a user (RFC 5802 §2.2): enough to check a proof and
+    sign the answer, never enough to log in."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+
+def scram_credential(
+    password: str, mechanism: str, salt: bytes | None = None, iterations: int = ITERATIONS
+) -> ScramCredential:
+    """``password``'s credential for ``mechanism`` (a fresh salt unless one is given)."""
+    keys = ScramMechanism(_KEYS_OF[mechanism])
+    salt, stored_key, server_key, iterations = keys.make_auth_info(
+        password, iteration_count=iterations, salt=salt or os.urandom(_SALT_BYTES)
+    )
+    return ScramCredential(salt, iterations, stored_key, server_key)
 
 
 def validate_user(name: str, password: str, mechanism: str) -> None:
@@ -59,8 +80,10 @@ def validate_user(name: str, password: str, mechanism: str) -> None:
 def add_user(broker: BrokerContext, name: str, password: str, mechanism: str = "PLAIN") -> None:
     """Create ``name``, or give it a new password."""
     validate_user(name, password, mechanism)
-    salt = os.urandom(_SALT_BYTES)
-    stored_key, server_key = scram_keys(password, salt, ITERATIONS)
+    try:
+        credential = scram_credential(password, mechanism)
+    except ScramException as exc:  # SASLprep refused the password
+        raise fail(KafkaError.INVALID_REQUEST, f"the password cannot be used: {exc}") from exc
     with broker.engine.begin() as conn:
         authorize_all(conn, broker, needs.alter_acls())
         conn.execute(
@@ -68,10 +91,10 @@ def add_user(broker: BrokerContext, name: str, password: str, mechanism: str = "
             {
                 "name": name,
                 "mechanism": mechanism,
-                "salt": salt,
-                "iterations": ITERATIONS,
-                "stored_key": stored_key,
-                "server_key": server_key,
+                "salt": credential.salt,
+                "iterations": credential.iterations,
+                "stored_key": credential.stored_key,
+                "server_key": credential.server_key,
                 "now": broker.clock.now_ms(),
             },
         )
@@ -91,9 +114,27 @@ def list_users(broker: BrokerContext) -> list[SaslUser]:
 
 
 def check_plain(broker: BrokerContext, name: str, password: str) -> bool:
-    """Whether ``password`` is ``name``'s (the server's own check: no ACL asked)."""
+    """Whether ``password`` is PLAIN user ``name``'s (the server's own check: no ACL
+    asked)."""
     with broker.engine.connect() as conn:
         row = conn.execute(sql.SASL_USER, {"name": name}).first()
-    salt, iterations, stored = _DECOY if row is None else (row.salt, row.iterations, row.stored_key)
-    derived, _ = scram_keys(password, bytes(salt), iterations)
-    return hmac.compare_digest(derived, bytes(stored)) and row is not None
+    known = row is not None and row.mechanism == PLAIN
+    salt, iterations, stored = _DECOY
+    if row is not None and known:
+        salt, iterations, stored = row.salt, row.iterations, row.stored_key
+    try:
+        derived = scram_credential(password, PLAIN, bytes(salt), iterations).stored_key
+    except ScramException:  # not a password SASLprep accepts: no user has it
+        return False
+    return hmac.compare_digest(derived, bytes(stored)) and known
+
+
+def scram_user(broker: BrokerContext, name: str, mechanism: str) -> ScramCredential | None:
+    """``name``'s credential if it is a ``mechanism`` user (the server's own lookup)."""
+    with broker.engine.connect() as conn:
+        row = conn.execute(sql.SASL_USER, {"name": name}).first()
+    if row is None or row.mechanism != mechanism or mechanism not in SCRAM_MECHANISMS:
+        return None
+    return ScramCredential(
+        bytes(row.salt), row.iterations, bytes(row.stored_key), bytes(row.server_key)
+    )

@@ -1,10 +1,14 @@
-"""SASL/PLAIN on a ``SASL_PLAINTEXT`` listener: who a connection is, before it may ask
-anything else.
+"""SASL on a ``SASL_PLAINTEXT`` listener: who a connection is, before it may ask anything
+else.
 
-As a Kafka broker with ``sasl.enabled.mechanisms=PLAIN``: a client sends SaslHandshake
-(v1: the token then travels in SaslAuthenticate) and SaslAuthenticate with RFC 4616's
-message, ``[authzid] NUL authcid NUL passwd``. The users are ``kip98 users``'
-(``app.security.users``, asked through the broker's SaslPlainRequest). A connection that
+As a Kafka broker with ``sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512``: a
+client sends SaslHandshake naming its mechanism (v1: the tokens then travel in
+SaslAuthenticate), then SaslAuthenticate: for PLAIN once, with RFC 4616's message
+``[authzid] NUL authcid NUL passwd``; for SCRAM twice, the client-first then the
+client-final message of RFC 5802, each answered with the server's (``scramp`` runs the
+exchange with the user's stored credential; the password never travels). The users are
+``kip98 users``' (``app.security.users``, asked through the broker's SaslPlainRequest and
+SaslScramRequest); a user logs in by the mechanism it was added with. A connection that
 authenticates acts as ``User:NAME`` from then on, which the ACLs decide about; one that
 fails is answered SASL_AUTHENTICATION_FAILED and closed; any other request before
 authentication closes the connection (the listener counts it as ``unauthenticated``), as
@@ -16,12 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from scramp import ScramException, ScramMechanism
+from scramp.core import ScramServer
+
 from app.broker import Broker
 from app.errors import KafkaError
-from app.protocol import SaslPlainRequest
+from app.protocol import SaslPlainRequest, SaslScramRequest
 from app.server.answer import Node
 
 PLAIN = "PLAIN"
+SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = [PLAIN, *SCRAM]
+FAILED = "Authentication failed: Invalid username or password"
 # What a connection may send before it has authenticated.
 SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY, API_VERSIONS_KEY = 17, 36, 18
 BEFORE_AUTHENTICATION = frozenset({SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY, API_VERSIONS_KEY})
@@ -52,6 +62,9 @@ class Session:
     mechanism: str | None = None
     principal: str | None = None
     failed: bool = False
+    # A SCRAM exchange between its first and final messages, with the principal it is for.
+    scram: ScramServer | None = None
+    scram_principal: str | None = None
 
     @property
     def admits(self) -> bool:
@@ -63,31 +76,84 @@ def sasl_handshake(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     session = node.session
     if session is None or not session.enabled:
         return {"error_code": KafkaError.UNSUPPORTED_SASL_MECHANISM, "mechanisms": []}
-    if session.principal is not None:
-        return {"error_code": KafkaError.ILLEGAL_SASL_STATE, "mechanisms": [PLAIN]}
-    if request.mechanism != PLAIN:
-        return {"error_code": KafkaError.UNSUPPORTED_SASL_MECHANISM, "mechanisms": [PLAIN]}
-    session.mechanism = PLAIN
-    return {"error_code": KafkaError.NO_ERROR, "mechanisms": [PLAIN]}
+    if session.principal is not None or session.mechanism is not None:
+        return {"error_code": KafkaError.ILLEGAL_SASL_STATE, "mechanisms": MECHANISMS}
+    if request.mechanism not in MECHANISMS:
+        return {"error_code": KafkaError.UNSUPPORTED_SASL_MECHANISM, "mechanisms": MECHANISMS}
+    session.mechanism = request.mechanism
+    return {"error_code": KafkaError.NO_ERROR, "mechanisms": MECHANISMS}
 
 
 def sasl_authenticate(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     session = node.session
-    if session is None or not session.enabled or session.mechanism != PLAIN:
-        return _authenticated(KafkaError.ILLEGAL_SASL_STATE, "no SaslHandshake for PLAIN first")
+    if session is None or not session.enabled or session.mechanism is None:
+        return _authenticated(KafkaError.ILLEGAL_SASL_STATE, "no SaslHandshake first")
     if session.principal is not None:
         return _authenticated(KafkaError.ILLEGAL_SASL_STATE, "already authenticated")
-    credentials = plain_credentials(bytes(request.auth_bytes))
+    token = bytes(request.auth_bytes)
+    if session.mechanism == PLAIN:
+        return _plain(broker, session, token)
+    if session.scram is None:
+        return _scram_first(broker, session, token)
+    return _scram_final(session, token)
+
+
+def _plain(broker: Broker, session: Session, token: bytes) -> dict[str, Any]:
+    credentials = plain_credentials(token)
     answer = None if credentials is None else broker.handle(SaslPlainRequest(*credentials))
     if answer is None or answer.error_code != KafkaError.NO_ERROR:
-        session.failed = True
-        return _authenticated(
-            KafkaError.SASL_AUTHENTICATION_FAILED,
-            "Authentication failed: Invalid username or password",
-        )
+        return _failed(session)
     session.principal = answer.principal
     return _authenticated(KafkaError.NO_ERROR, None)
 
 
-def _authenticated(code: int, message: str | None) -> dict[str, Any]:
-    return {"error_code": code, "error_message": message, "auth_bytes": b"", "session_lifetime": 0}
+def _scram_first(broker: Broker, session: Session, token: bytes) -> dict[str, Any]:
+    """The client-first message: the user's credential is looked up and the server-first
+    message (the salt, the iteration count, the nonce) answered. An unknown user fails
+    here, as Kafka's SCRAM server fails it."""
+    assert session.mechanism is not None
+
+    def credential(username: str) -> tuple[bytes, bytes, bytes, int] | None:
+        answer = broker.handle(SaslScramRequest(username, str(session.mechanism)))
+        if answer.error_code != KafkaError.NO_ERROR:
+            return None
+        session.scram_principal = answer.principal
+        return answer.salt, answer.stored_key, answer.server_key, answer.iterations
+
+    server = ScramMechanism(session.mechanism).make_server(credential)
+    try:
+        server.set_client_first(token.decode())
+        first = server.get_server_first()
+    except (ScramException, UnicodeDecodeError):
+        return _failed(session)
+    session.scram = server
+    return _authenticated(KafkaError.NO_ERROR, None, first.encode())
+
+
+def _scram_final(session: Session, token: bytes) -> dict[str, Any]:
+    """The client-final message: its proof checked against StoredKey; the answer carries
+    the server's signature, which proves to the client that the server knew its
+    credential."""
+    assert session.scram is not None
+    try:
+        session.scram.set_client_final(token.decode())
+        final = session.scram.get_server_final()
+    except (ScramException, UnicodeDecodeError):
+        return _failed(session)
+    session.principal, session.scram = session.scram_principal, None
+    return _authenticated(KafkaError.NO_ERROR, None, final.encode())
+
+
+def _failed(session: Session) -> dict[str, Any]:
+    """SASL_AUTHENTICATION_FAILED, after which the listener closes the connection."""
+    session.failed, session.scram = True, None
+    return _authenticated(KafkaError.SASL_AUTHENTICATION_FAILED, FAILED)
+
+
+def _authenticated(code: int, message: str | None, token: bytes = b"") -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "auth_bytes": token,
+        "session_lifetime": 0,
+    }

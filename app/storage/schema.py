@@ -453,9 +453,9 @@ acls = Table(
     CheckConstraint("permission IN ('allow', 'deny')", name="permission"),
 )
 
-# SASL users of ``kip98 serve``, kept as SCRAM-SHA-256 keeps a credential (RFC 5802): the
-# salt, the iteration count, StoredKey and ServerKey, never the password nor anything a
-# client could log in with.
+# SASL users of ``kip98 serve``, kept as SCRAM keeps a credential (RFC 5802; SHA-512 keys
+# for SCRAM-SHA-512 users, SHA-256 for the others): the salt, the iteration count,
+# StoredKey and ServerKey, never the password nor anything a client could log in with.
 sasl_users = Table(
     "sasl_users",
     metadata,
@@ -466,5 +466,5 @@ sasl_users = Table(
     Column("stored_key", LargeBinary, nullable=False),
     Column("server_key", LargeBinary, nullable=False),
     Column("created_ms", BigInteger, nullable=False),
-    CheckConstraint("mechanism IN ('PLAIN')", name="mechanism"),
+    CheckConstraint("mechanism IN ('PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512')", name="mechanism"),
 )
