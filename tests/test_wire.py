@@ -312,10 +312,12 @@ def test_long_polls_hold_no_worker(broker: Broker, topics: None) -> None:
 
     from kio.schema.fetch.v12 import request as fetch_v12
 
-    from app.server import Listener, Node, Server
+    from app.server import Endpoint, Listener, Node, Server
 
     port = free_port()
-    server = Server(broker, Node("127.0.0.1", port, "test"), Listener("127.0.0.1", port), workers=2)
+    server = Server(
+        broker, [Endpoint(Listener("127.0.0.1", port), Node("127.0.0.1", port, "test"))], workers=2
+    )
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
     asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)

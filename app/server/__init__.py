@@ -11,28 +11,56 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from dataclasses import replace
 
 from app.broker import Broker
-from app.server.address import Listener
+from app.server.address import Listener, advertised_for
 from app.server.answer import Node
-from app.server.listener import Server
+from app.server.listener import Endpoint, Server
 from app.server.metrics import expose
+from app.server.tls import server_context
+from app.settings import BrokerSettings
 
-__all__ = ["Listener", "Node", "Server", "serve"]
+__all__ = ["Endpoint", "Listener", "Node", "Server", "endpoints_of", "serve"]
 
 DEFAULT_LISTEN = "PLAINTEXT://127.0.0.1:9092"
 CLUSTER_ID = "kip98"
 
 
+def endpoints_of(listens: list[str], advertised: list[str]) -> list[Endpoint]:
+    """Each ``--listen`` with the node it advertises (``--advertised-listener`` of its
+    protocol, or itself). ValueError for an address that is not one, a protocol listened
+    on twice, or an advertised address without a listener of its protocol."""
+    listeners = [Listener.parse(text) for text in listens]
+    shown = advertised_for(
+        listeners,
+        [Listener.parse(text) for text in advertised],
+        bare=len(advertised) == 1 and "://" not in advertised[0],
+    )
+    return [
+        Endpoint(listener, Node(shown[listener].host, shown[listener].port, CLUSTER_ID))
+        for listener in listeners
+    ]
+
+
 def serve(
-    listen: str = DEFAULT_LISTEN, advertised: str | None = None, metrics: str | None = None
+    listens: list[str] | None = None,
+    advertised: list[str] | None = None,
+    metrics: str | None = None,
+    tls: tuple[str, str] | None = None,
+    super_users: list[str] | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT; with ``metrics``, /metrics for Prometheus there. A
-    ``SASL_PLAINTEXT`` listener takes SASL/PLAIN with ``kip98 users``' users first
-    (``app.server.sasl``)."""
-    listener = Listener.parse(listen)
-    shown = Listener.parse(advertised or listen)
-    server = Server(Broker.connect(), Node(shown.host, shown.port, CLUSTER_ID), listener)
+    """Serve until SIGTERM or SIGINT, on every listener of ``listens`` (one per security
+    protocol); with ``metrics``, /metrics for Prometheus there. SASL listeners take
+    ``kip98 users``' users first (``app.server.sasl``); SSL ones need ``tls``, the
+    certificate and key files (``app.server.tls``). ``super_users`` replace
+    ``KIP98_SUPER_USERS``. ValueError for listeners that do not go together."""
+    endpoints = endpoints_of(listens or [DEFAULT_LISTEN], advertised or [])
+    context = None if tls is None else server_context(*tls)
+    settings = BrokerSettings.from_env()
+    if super_users:
+        settings = replace(settings, super_users=",".join(super_users))
+    server = Server(Broker.connect(settings=settings), endpoints, tls=context)
     if metrics is not None:
         expose(server, Listener.parse(metrics).address)
     # What is loaded by now lives as long as the process. Out of the collector's sight, it

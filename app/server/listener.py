@@ -21,8 +21,10 @@ finish), and closes.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
+import ssl
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -45,35 +47,58 @@ UNSUPPORTED_VERSION = 35
 WAKING_APIS = frozenset({0, 11, 13, 14, 26})
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """Where connections are accepted, and the node their requests are answered as (the
+    address Metadata gives them: the advertised listener of the same protocol)."""
+
+    listener: Listener
+    node: Node
+
+
 class Server:
     def __init__(
         self,
         broker: Broker,
-        node: Node,
-        listener: Listener,
+        endpoints: list[Endpoint],
         workers: int = 16,
         max_request_bytes: int = MAX_REQUEST_BYTES,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.broker, self.node, self.listener = broker, node, listener
+        """``tls``: the context of the endpoints whose protocol is SSL or SASL_SSL."""
+        if any(e.listener.tls for e in endpoints) and tls is None:
+            raise ValueError("an SSL or SASL_SSL listener needs a TLS certificate and key")
+        self.broker, self.endpoints, self.tls = broker, endpoints, tls
         self.max_request_bytes = max_request_bytes
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="kip98-serve")
         # What was answered, by API name, and what was refused, by reason.
         self.requests: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._idle: dict[asyncio.StreamWriter, bool] = {}
         self._stopping = False
-        self.port = listener.port
+        # The ports listened on, in the endpoints' order (known once started for port 0).
+        self.ports = [e.listener.port for e in endpoints]
         # Set (and replaced) when a request of this server may have answered a long poll.
         self._changed = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        return self.ports[0]
 
     @property
     def connections(self) -> int:
         return len(self._idle)
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, *self.listener.address)
-        self.port = self._server.sockets[0].getsockname()[1]
+        for i, endpoint in enumerate(self.endpoints):
+            server = await asyncio.start_server(
+                functools.partial(self._connection, endpoint),
+                *endpoint.listener.address,
+                ssl=self.tls if endpoint.listener.tls else None,
+            )
+            self._servers.append(server)
+            self.ports[i] = server.sockets[0].getsockname()[1]
 
     async def serve_until_stopped(self) -> None:
         """Serve until SIGTERM or SIGINT, then stop cleanly."""
@@ -87,23 +112,26 @@ class Server:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for writer, idle in list(self._idle.items()):
             if idle:
                 writer.close()
         while self._idle:
             await asyncio.sleep(0.01)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         self.pool.shutdown(wait=True)
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(
+        self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self._idle[writer] = True
         loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
         host = f"/{peer[0]}" if peer else ""  # as Kafka shows a client's address
-        session = Session(self.listener.sasl)
+        session = Session(endpoint.listener.sasl)
+        node = replace(endpoint.node, client_host=host, session=session)
         try:
             while not self._stopping:
                 size = codec.FRAME_SIZE.unpack(await reader.readexactly(codec.FRAME_SIZE.size))[0]
@@ -113,9 +141,7 @@ class Server:
                 frame = await reader.readexactly(size)
                 self._idle[writer] = False
                 try:
-                    response = await loop.run_in_executor(
-                        self.pool, self.answer, frame, host, session
-                    )
+                    response = await loop.run_in_executor(self.pool, self.answer, frame, node)
                     if codec.read_header(frame)[0] in WAKING_APIS:
                         self._changed.set()
                         self._changed = asyncio.Event()
@@ -163,21 +189,23 @@ class Server:
         self.refused[reason] += 1
         log.info("kip98 serve: closing a connection: %s", what)
 
-    def answer(
-        self, frame: bytes, client_host: str = "", session: Session | None = None
-    ) -> bytes | Waiting | None:
-        """The response frame to one request frame from ``client_host`` on a connection
-        whose SASL state is ``session`` (None when Kafka sends none; Waiting for a long
-        poll to look again). Raises Unauthenticated for a request a connection may not
-        make before it authenticates."""
+    def answer(self, frame: bytes, node: Node | None = None) -> bytes | Waiting | None:
+        """The response frame to one request frame from a connection answered as ``node``
+        (its client's address and SASL session on it; the first endpoint's, unauthenticated,
+        when None), or Waiting for a long poll to look again. Raises Unauthenticated for a
+        request a connection may not make before it authenticates."""
         api_key, version, correlation_id = codec.read_header(frame)
-        session = session or Session(self.listener.sasl)
+        if node is None:
+            first = self.endpoints[0]
+            node = replace(first.node, session=Session(first.listener.sasl))
+        session = node.session
+        assert session is not None
         if not session.admits and api_key not in BEFORE_AUTHENTICATION:
             raise Unauthenticated(f"API key {api_key} before SASL authentication")
         supported = APIS.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
             if api_key == API_VERSIONS_KEY:
-                versions = {**api_versions(self.broker, self.node, None)}
+                versions = {**api_versions(self.broker, node, None)}
                 versions["error_code"] = UNSUPPORTED_VERSION
                 return codec.encode_response(api_key, 0, correlation_id, versions)
             raise codec.MalformedRequest(f"API key {api_key} version {version} is not served")
@@ -187,12 +215,7 @@ class Server:
         header, body = codec.parse_request(frame, schema)
         handler = supported[2]
         self.requests[handler.__name__] += 1
-        node = replace(
-            self.node,
-            client_id=getattr(header, "client_id", None) or "",
-            client_host=client_host,
-            session=session,
-        )
+        node = replace(node, client_id=getattr(header, "client_id", None) or "")
         broker = self.broker
         if session.principal is not None:
             broker = replace(broker, principal=session.principal)
