@@ -13,7 +13,7 @@ import pytest
 from app.client.batching import BatchLimits, PendingRecords, ProducerIdentity, RecordAccumulator
 from app.client.delivery import DeliveryReports, Outcome
 from app.errors import KafkaError
-from app.protocol import RecordFields, stored_headers
+from app.protocol import RecordFields, record_size_bytes, stored_headers
 
 Served = list[tuple[KafkaError | None, Any]]
 
@@ -142,3 +142,69 @@ def test_append_tells_when_a_batch_worth_is_complete() -> None:
     with by_size.lock:
         filled = [append(by_size, b"x", size=20) for _ in range(5)]
     assert filled == [False, False, True, False, True]  # 60 bytes pass 45, 100 pass 90
+
+
+def test_expiry_takes_the_old_front_of_a_run_and_leaves_the_rest_to_send() -> None:
+    """message.timeout.ms drops only the records that waited too long, from the front of
+    their partition's queue, with their bytes; the rest still go out as one batch."""
+    acc = RecordAccumulator(BatchLimits(max_records=10, max_bytes=1000, linger_s=0))
+    with acc.lock:
+        for i, enqueued in enumerate([1.0, 2.0, 5.0, 6.0]):
+            fields = (b"k", str(i).encode(), 1_000, None)
+            acc.append("t", 0, fields, record_size_bytes(b"k", fields[1], None), None, enqueued)
+        ((topic, partition, expired),) = acc.expire(now=7.0, timeout_s=4.5)
+        assert (topic, partition) == ("t", 0)
+        assert [r[1] for r in expired.records] == [b"0", b"1"] and expired.enqueued == [1.0, 2.0]
+        assert expired.size == 2 * record_size_bytes(b"k", b"0", None)
+        assert acc.queued() == (2, expired.size)
+        (batch,), _ = acc.drain(7.0, ProducerIdentity(3, 0))
+    assert [r[1] for r in batch.records.records] == [b"2", b"3"] and batch.base_sequence == 0
+    assert acc.queued() == (0, 0)
+
+
+def test_records_are_cut_into_batches_as_they_are_queued() -> None:
+    """Each run is one batch's worth (records and bytes), so a drain takes the first whole."""
+    acc = RecordAccumulator(BatchLimits(max_records=3, max_bytes=25, linger_s=0))
+    identity = ProducerIdentity(1, 0)
+    with acc.lock:
+        for i in range(7):
+            append(acc, str(i).encode())
+        batches = []
+        while acc.queued()[0]:
+            (batch,), _ = acc.drain(time.monotonic(), identity)
+            batches.append(batch)
+            acc.complete(batch)
+    assert [[r[1] for r in b.records.records] for b in batches] == [
+        [b"0", b"1"], [b"2", b"3"], [b"4", b"5"], [b"6"]
+    ]  # fmt: skip
+    assert [b.base_sequence for b in batches] == [0, 2, 4, 6]
+
+
+def test_a_raising_callback_keeps_later_outcomes_in_order_with_their_errors() -> None:
+    """Reports are counted out in bulk when a poll takes them; a callback that raises puts
+    the unserved ones back, outstanding, in their order, each with its own outcome."""
+    reports = DeliveryReports()
+    seen: list[tuple[str, int, int | None]] = []
+    failed = KafkaError(KafkaError._MSG_TIMED_OUT, "timed out")
+
+    def callback(err: KafkaError | None, msg: Any) -> None:
+        seen.append((msg.value().decode(), msg.offset(), err.code() if err else None))
+        if msg.value() == b"b":  # the sender delivers more meanwhile: those come after
+            reports.push([Outcome("t", 0, run(b"g"), 24, None, now)])
+            raise ValueError("boom")
+
+    now = time.monotonic()
+    reports.accepted(7)
+    reports.push([Outcome("t", 0, run(b"a", b"b", b"c"), 20, None, now)])
+    reports.push([Outcome("t", 1, run(b"d", b"e"), -1, failed, now)])
+    reports.push([Outcome("t", 0, run(b"f"), 23, None, now)])
+    with pytest.raises(ValueError, match="boom"):
+        reports.serve(0, callback)
+    assert len(reports) == 5
+    assert reports.serve(0, callback) == 5
+    assert len(reports) == 0
+    assert seen == [
+        ("a", 20, None), ("b", 21, None), ("c", 22, None),
+        ("d", -1, KafkaError._MSG_TIMED_OUT), ("e", -1, KafkaError._MSG_TIMED_OUT),
+        ("f", 23, None), ("g", 24, None),
+    ]  # fmt: skip
