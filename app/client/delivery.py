@@ -34,16 +34,6 @@ class Outcome:
     error: KafkaError | None
     completed: float  # time.monotonic() when the outcome was known
 
-    def message(self, index: int) -> DeliveredMessage:
-        return DeliveredMessage(
-            self.topic,
-            self.partition,
-            self.base_offset + index if self.error is None else -1,
-            self.records.records[index],
-            self.error,
-            self.completed - self.records.enqueued[index],
-        )
-
     def rest(self, start: int) -> Outcome:
         """The outcome of ``records[start:]``."""
         offset = self.base_offset + start if self.error is None else self.base_offset
@@ -107,9 +97,10 @@ class DeliveryReports:
         (None: without limit) for the first. Returns how many were served.
 
         The reports taken are counted as served at once, under the one lock that takes
-        them, rather than one lock per record; what ``len()`` says meanwhile is the same
-        to the thread running the callbacks, and a thread that ``flush``es concurrently
-        could always return while the last callback was still running.
+        them, rather than with one lock per record. The one difference it makes: a
+        callback asking ``len()`` no longer counts the reports this poll serves after its
+        own. (A thread that ``flush``es concurrently could always return while another's
+        last callback still ran.)
 
         A callback that raises stops the serving and the exception propagates, as from
         confluent-kafka's poll(); the remaining reports stay queued, in their order, and
