@@ -20,34 +20,82 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.client.message import Header
 from app.errors import KafkaError
 from app.protocol import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     ProduceRequest,
-    RecordIn,
+    RecordFields,
     increment_sequence,
+    record_size_bytes,
 )
 
 DeliveryCallback = Callable[[KafkaError | None, Any], Any]
 
 
-@dataclass(slots=True)
-class PendingRecord:
-    """One produced record from ``produce()`` until its delivery report is served.
+class PendingRecords:
+    """A run of one partition's produced records, in produce order, from ``produce()`` until
+    their delivery reports are served: what one batch sends and one outcome reports.
 
-    ``record`` is already what the Produce handler takes (headers encoded for storage), so
-    forming a request costs no per-record work; ``headers`` are the caller's, for the
-    delivery report's Message.
+    Kept as columns, not as an object per record. ``produce()`` runs once per record on the
+    application's thread, where building a dataclass or a NamedTuple (through its Python
+    ``__new__``) costs more than the appends here; and any object but a plain tuple of
+    plain values (an object holding a callback, a tuple subclass) stays tracked by the
+    garbage collector, whose full collections then walk every queued record again each
+    time the queue grows by a quarter: measured, half of ``produce()``'s time. A record is
+    one plain ``RecordFields`` tuple, which the collector stops tracking at its first
+    look, and one entry in each of two lists.
+
+    ``records`` are what the Produce handler takes (headers encoded for storage), so a
+    request costs no per-record work; ``callbacks`` are each record's ``on_delivery`` (None:
+    the config's); ``enqueued`` each record's ``time.monotonic()`` at ``produce()``, for
+    linger.ms, message.timeout.ms and the report's latency; ``size`` the run's bytes as
+    ``record_size_bytes`` counts them. A run is never empty.
     """
 
-    record: RecordIn
-    headers: list[Header] | None
-    on_delivery: DeliveryCallback | None
-    enqueued: float
-    size: int
+    __slots__ = ("callbacks", "enqueued", "records", "size")
+
+    def __init__(
+        self,
+        records: list[RecordFields] | None = None,
+        callbacks: list[DeliveryCallback | None] | None = None,
+        enqueued: list[float] | None = None,
+        size: int = 0,
+    ) -> None:
+        self.records: list[RecordFields] = records if records is not None else []
+        self.callbacks: list[DeliveryCallback | None] = callbacks if callbacks is not None else []
+        self.enqueued: list[float] = enqueued if enqueued is not None else []
+        self.size = size
+
+    @classmethod
+    def one(
+        cls, record: RecordFields, callback: DeliveryCallback | None, enqueued: float, size: int
+    ) -> PendingRecords:
+        return cls([record], [callback], [enqueued], size)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def tail(self, start: int) -> PendingRecords:
+        """``records[start:]`` as a run of its own (a report left unserved)."""
+        records = self.records[start:]
+        return PendingRecords(
+            records, self.callbacks[start:], self.enqueued[start:], _size_of(records)
+        )
+
+    def take_head(self, count: int) -> PendingRecords:
+        """Remove the first ``count`` records and return them as a run (expired ones)."""
+        head = PendingRecords(self.records[:count], self.callbacks[:count], self.enqueued[:count])
+        head.size = _size_of(head.records)
+        del self.records[:count], self.callbacks[:count], self.enqueued[:count]
+        self.size -= head.size
+        return head
+
+
+def _size_of(records: list[RecordFields]) -> int:
+    """The bytes of ``records`` as ``produce()`` counted them (rare paths only)."""
+    return sum(record_size_bytes(key, value, headers) for key, value, _, headers in records)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +114,7 @@ class ProducerIdentity:
 class Batch:
     topic: str
     partition: int
-    records: list[PendingRecord]
+    records: PendingRecords
     producer_id: int
     producer_epoch: int
     base_sequence: int
@@ -94,14 +142,14 @@ class Batch:
 
     @property
     def first_enqueued(self) -> float:
-        return self.records[0].enqueued
+        return self.records.enqueued[0]
 
     def request(self) -> ProduceRequest:
         if self._request is None:
             self._request = ProduceRequest(
                 topic=self.topic,
                 partition=self.partition,
-                records=[r.record for r in self.records],
+                records=self.records.records,
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=self.base_sequence,
@@ -113,8 +161,11 @@ class Batch:
 
 @dataclass(slots=True)
 class PartitionQueue:
-    records: deque[PendingRecord] = field(default_factory=deque)
-    size: int = 0
+    # Each run within one batch's limits, cut as records arrive: the first is the next
+    # batch, formed without touching its records (``RecordAccumulator.append``).
+    runs: deque[PendingRecords] = field(default_factory=deque)
+    count: int = 0  # records queued
+    size: int = 0  # their bytes
     in_flight: Batch | None = None
     # The sender lane that sends this partition's batches, for the producer's life.
     lane: int = 0
@@ -158,7 +209,8 @@ class RecordAccumulator:
         self.cond = threading.Condition(self.lock)
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self._queued_records = 0
-        self._queued_bytes = 0
+        # Public for ``produce()``'s queue.buffering.max.kbytes check (holding lock).
+        self.queued_bytes = 0
         # While positive, batches are sent without waiting for linger.ms (flush, close).
         self.flushing = 0
         # Lanes waiting on ``cond`` and not woken yet: only then can a new record be news.
@@ -175,31 +227,56 @@ class RecordAccumulator:
 
     def queued(self) -> tuple[int, int]:
         """(records, bytes) not yet formed into a batch."""
-        return self._queued_records, self._queued_bytes
+        return self._queued_records, self.queued_bytes
 
-    def append(self, topic: str, partition: int, record: PendingRecord) -> bool:
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        record: RecordFields,
+        size: int,
+        callback: DeliveryCallback | None,
+        enqueued: float,
+    ) -> bool:
         """Queue a record; returns whether it completed a batch's worth of records or bytes
         in its partition's queue (the sticky partitioner moves on then, as Kafka's does
-        when a batch fills, however fast records arrive)."""
+        when a batch fills, however fast records arrive).
+
+        The record joins its queue's last run unless that run is a batch's worth already
+        (``max_records``, or ``max_bytes`` with this record; a record bigger than that
+        alone makes a run), so runs are the batches a drain takes, largest first, as
+        ``drain`` once cut them; this costs a comparison here instead of a record's move
+        on the sender's side, which holds the GIL the caller needs too.
+        """
         limits = self.limits
         queue = self._queues.get((topic, partition))
         if queue is None:
             queue = self._new_queue(topic, partition)
-        queue.records.append(record)
+        runs = queue.runs
+        if (
+            not runs
+            or len((run := runs[-1]).records) >= limits.max_records
+            or run.size + size > limits.max_bytes
+        ):
+            run = PendingRecords()
+            runs.append(run)
+        run.records.append(record)
+        run.callbacks.append(callback)
+        run.enqueued.append(enqueued)
+        run.size += size
         before = queue.size
-        queue.size += record.size
+        queue.size = after = before + size
+        queue.count = count = queue.count + 1
         self._queued_records += 1
-        self._queued_bytes += record.size
+        self.queued_bytes += size
         # Wake a waiting sender when its deadline changes (first record) or a batch is full.
         # A busy sender looks at every queue again before it waits, so it needs no wake-up:
         # notifying it per record would cost the caller a Python call each time.
-        if self.sender_waiting and (
-            len(queue.records) == 1 or self._full(queue) or limits.linger_s <= 0
-        ):
+        if self.sender_waiting and (count == 1 or self._full(queue) or limits.linger_s <= 0):
             self._wake_waiting()  # woken: each looks at its queues before waiting again
         return (
-            len(queue.records) % limits.max_records == 0
-            or before // limits.max_bytes != queue.size // limits.max_bytes
+            count % limits.max_records == 0
+            or before // limits.max_bytes != after // limits.max_bytes
         )
 
     def _new_queue(self, topic: str, partition: int) -> PartitionQueue:
@@ -216,11 +293,7 @@ class RecordAccumulator:
 
     def fits_one_batch_each(self) -> bool:
         """Whether every partition's queued records fit in one batch (holding lock)."""
-        limits = self.limits
-        return all(
-            len(q.records) <= limits.max_records and q.size <= limits.max_bytes
-            for q in self._queues.values()
-        )
+        return all(len(q.runs) <= 1 for q in self._queues.values())
 
     def wait(self, timeout: float | None) -> None:
         """A sender lane's wait for work (holding lock)."""
@@ -235,7 +308,7 @@ class RecordAccumulator:
     # --- sender side (holding cond) ------------------------------------------------------
 
     def _full(self, queue: PartitionQueue) -> bool:
-        return len(queue.records) >= self.limits.max_records or queue.size >= self.limits.max_bytes
+        return queue.count >= self.limits.max_records or queue.size >= self.limits.max_bytes
 
     def drain(
         self,
@@ -250,11 +323,11 @@ class RecordAccumulator:
         batches: list[Batch] = []
         next_ready: float | None = None
         for (topic, partition), queue in self._queues.items():
-            if queue.in_flight is not None or not queue.records:
+            if queue.in_flight is not None or not queue.runs:
                 continue
             if lane is not None and queue.lane != lane:
                 continue
-            ready_at = queue.records[0].enqueued + self.limits.linger_s
+            ready_at = queue.runs[0].enqueued[0] + self.limits.linger_s
             if not (self.flushing or ready_at <= now or self._full(queue)):
                 next_ready = ready_at if next_ready is None else min(next_ready, ready_at)
                 continue
@@ -274,24 +347,13 @@ class RecordAccumulator:
             batches.append(batch)
         return batches, next_ready
 
-    def _take(self, queue: PartitionQueue) -> list[PendingRecord]:
-        """The next batch's records: up to max_records, within max_bytes (at least one)."""
-        limits = self.limits
-        if len(queue.records) <= limits.max_records and queue.size <= limits.max_bytes:
-            records = list(queue.records)  # the common case: everything, no per-record work
-            queue.records.clear()
-            size = queue.size
-        else:
-            popleft = queue.records.popleft
-            records = [popleft() for _ in range(min(len(queue.records), limits.max_records))]
-            size = sum(r.size for r in records)
-            while size > limits.max_bytes and len(records) > 1:
-                record = records.pop()
-                queue.records.appendleft(record)
-                size -= record.size
-        queue.size -= size
-        self._queued_records -= len(records)
-        self._queued_bytes -= size
+    def _take(self, queue: PartitionQueue) -> PendingRecords:
+        """The next batch's records: the queue's first run, as ``append`` cut it."""
+        records = queue.runs.popleft()
+        queue.count -= len(records.records)
+        queue.size -= records.size
+        self._queued_records -= len(records.records)
+        self.queued_bytes -= records.size
         return records
 
     def complete(self, batch: Batch) -> None:
@@ -300,7 +362,7 @@ class RecordAccumulator:
         if queue.in_flight is batch:
             queue.in_flight = None
         # News to a waiting lane only if the partition has records to send now.
-        if queue.records and self.sender_waiting:
+        if queue.runs and self.sender_waiting:
             self._wake_waiting()
 
     def in_flight(self, lane: int | None = None) -> list[Batch]:
@@ -313,30 +375,37 @@ class RecordAccumulator:
 
     def expire(
         self, now: float, timeout_s: float, lane: int | None = None
-    ) -> list[tuple[str, int, PendingRecord]]:
+    ) -> list[tuple[str, int, PendingRecords]]:
         """Remove records (of ``lane``; None: of every lane) that waited longer than
-        message.timeout.ms without being sent.
+        message.timeout.ms without being sent, as runs in their queues' order.
 
         Only records not yet in a batch: they have no sequence number, so dropping them
         leaves no gap for the broker to see.
         """
-        expired: list[tuple[str, int, PendingRecord]] = []
+        expired: list[tuple[str, int, PendingRecords]] = []
         for (topic, partition), queue in self._queues.items():
             if lane is not None and queue.lane != lane:
                 continue
-            while queue.records and now - queue.records[0].enqueued >= timeout_s:
-                record = queue.records.popleft()
-                queue.size -= record.size
-                self._queued_records -= 1
-                self._queued_bytes -= record.size
-                expired.append((topic, partition, record))
+            runs = queue.runs
+            while runs and now - runs[0].enqueued[0] >= timeout_s:
+                run = runs[0]
+                old = _leading_at_least(run.enqueued, now - timeout_s)
+                if old == len(run.records):
+                    runs.popleft()
+                else:
+                    run = run.take_head(old)
+                queue.count -= len(run.records)
+                queue.size -= run.size
+                self._queued_records -= len(run.records)
+                self.queued_bytes -= run.size
+                expired.append((topic, partition, run))
         return expired
 
     def oldest_enqueued(self, lane: int | None = None) -> float | None:
         oldest = [
-            q.records[0].enqueued
+            q.runs[0].enqueued[0]
             for q in self._queues.values()
-            if q.records and (lane is None or q.lane == lane)
+            if q.runs and (lane is None or q.lane == lane)
         ]
         return min(oldest) if oldest else None
 
@@ -345,3 +414,12 @@ class RecordAccumulator:
         for queue in self._queues.values():
             queue.sequence_owner = ProducerIdentity()
             queue.next_sequence = 0
+
+
+def _leading_at_least(enqueued: list[float], cutoff: float) -> int:
+    """How many of the first ``enqueued`` times are at or before ``cutoff``, up to the first
+    later one (records leave a queue only from its front)."""
+    for index, at in enumerate(enqueued):
+        if at > cutoff:
+            return index
+    return len(enqueued)

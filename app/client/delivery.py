@@ -12,10 +12,9 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from operator import attrgetter
 
-from app.client.batching import DeliveryCallback, PendingRecord
-from app.client.message import TIMESTAMP_CREATE_TIME, Message
+from app.client.batching import DeliveryCallback, PendingRecords
+from app.client.message import DeliveredMessage
 from app.errors import KafkaError
 
 
@@ -30,36 +29,22 @@ class Outcome:
 
     topic: str
     partition: int
-    records: list[PendingRecord]
+    records: PendingRecords
     base_offset: int
     error: KafkaError | None
     completed: float  # time.monotonic() when the outcome was known
-
-    def message(self, index: int) -> Message:
-        record = self.records[index]
-        stored = record.record
-        return Message(
-            topic=self.topic,
-            partition=self.partition,
-            offset=self.base_offset + index if self.error is None else -1,
-            key=stored.key,
-            value=stored.value,
-            headers=record.headers,
-            timestamp=stored.timestamp,
-            timestamp_type=TIMESTAMP_CREATE_TIME,
-            error=self.error,
-            latency=self.completed - record.enqueued,
-        )
 
     def rest(self, start: int) -> Outcome:
         """The outcome of ``records[start:]``."""
         offset = self.base_offset + start if self.error is None else self.base_offset
         return Outcome(
-            self.topic, self.partition, self.records[start:], offset, self.error, self.completed
+            self.topic,
+            self.partition,
+            self.records.tail(start),
+            offset,
+            self.error,
+            self.completed,
         )
-
-
-_ON_DELIVERY = attrgetter("on_delivery")
 
 
 class DeliveryReports:
@@ -68,29 +53,22 @@ class DeliveryReports:
     ``lock`` may be shared with the record queues (the producer passes its accumulator's):
     ``produce()`` then checks the queue limits, counts the message and queues it under one
     lock, and the sender thread has one lock less to contend for with the caller.
+    ``outstanding`` is public for that check, guarded by ``lock``.
     """
 
     def __init__(self, lock: threading.RLock | None = None) -> None:
         self._lock = lock or threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._outcomes: deque[Outcome] = deque()
-        self._outstanding = 0
+        self.outstanding = 0
 
     def __len__(self) -> int:
-        return self._outstanding  # one int read: needs no lock
+        return self.outstanding  # one int read: needs no lock
 
     def accepted(self, count: int = 1) -> None:
         """Messages handed to the producer: outstanding until their reports are served."""
         with self._lock:
-            self._outstanding += count
-
-    def accept(self, limit: int) -> bool:
-        """Count one more message as outstanding unless ``limit`` are already."""
-        with self._lock:
-            if self._outstanding >= limit:
-                return False
-            self._outstanding += 1
-            return True
+            self.outstanding += count
 
     def push(self, outcomes: list[Outcome]) -> None:
         if not outcomes:
@@ -103,7 +81,7 @@ class DeliveryReports:
         self,
         topic: str,
         partition: int,
-        records: list[PendingRecord],
+        records: PendingRecords,
         base_offset: int,
         error: KafkaError | None,
     ) -> None:
@@ -118,12 +96,18 @@ class DeliveryReports:
         """Run the callbacks of every report ready, waiting up to ``timeout`` seconds
         (None: without limit) for the first. Returns how many were served.
 
+        The reports taken are counted as served at once, under the one lock that takes
+        them, rather than with one lock per record. The one difference it makes: a
+        callback asking ``len()`` no longer counts the reports this poll serves after its
+        own. (A thread that ``flush``es concurrently could always return while another's
+        last callback still ran.)
+
         A callback that raises stops the serving and the exception propagates, as from
-        confluent-kafka's poll(); the remaining reports stay queued.
+        confluent-kafka's poll(); the remaining reports stay queued, in their order, and
+        outstanding again.
         """
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        lock = self._lock
-        with lock:
+        with self._lock:
             while not self._outcomes:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
@@ -131,28 +115,53 @@ class DeliveryReports:
                 self._cond.wait(remaining)
             outcomes = list(self._outcomes)
             self._outcomes.clear()
-        served = 0
+            served = sum(len(outcome.records.records) for outcome in outcomes)
+            self.outstanding -= served
         for position, outcome in enumerate(outcomes):
-            error = outcome.error
-            if default_callback is None and not any(map(_ON_DELIVERY, outcome.records)):
-                # No callback to run: the whole batch is served at once (one lock, not one
-                # per record; nothing can observe the count in between).
-                with lock:
-                    self._outstanding -= len(outcome.records)
-                served += len(outcome.records)
-                continue
-            for index, record in enumerate(outcome.records):
-                served += 1
-                with lock:
-                    self._outstanding -= 1
-                callback = record.on_delivery or default_callback
-                if callback is None:
-                    continue
-                try:
-                    callback(error, outcome.message(index))
-                except BaseException:
-                    unserved = [outcome.rest(index + 1), *outcomes[position + 1 :]]
-                    with lock:
-                        self._outcomes.extendleft(reversed([o for o in unserved if o.records]))
-                    raise
+            if default_callback is not None or any(outcome.records.callbacks):
+                self._serve_one(outcome, outcomes, position, default_callback)
         return served
+
+    def _serve_one(
+        self,
+        outcome: Outcome,
+        outcomes: list[Outcome],
+        position: int,
+        default_callback: DeliveryCallback | None,
+    ) -> None:
+        """Run each record's callback (its own, else ``default_callback``) with its report;
+        ``outcome`` is ``outcomes[position]``, the later ones to requeue if one raises.
+
+        The per-record loop of every delivery, on the application's thread: the fields
+        the records share are read once and a report is built only for a record with a
+        callback.
+        """
+        topic, partition, error, completed = (
+            outcome.topic,
+            outcome.partition,
+            outcome.error,
+            outcome.completed,
+        )
+        run = outcome.records
+        records, enqueued = run.records, run.enqueued
+        offset, step = (outcome.base_offset, 1) if error is None else (-1, 0)
+        for index, callback in enumerate(run.callbacks):
+            callback = callback or default_callback
+            if callback is None:
+                continue
+            message = DeliveredMessage(
+                topic, partition, offset + step * index, records[index], error,
+                completed - enqueued[index],
+            )  # fmt: skip
+            try:
+                callback(error, message)
+            except BaseException:
+                self._requeue([outcome.rest(index + 1), *outcomes[position + 1 :]])
+                raise
+
+    def _requeue(self, unserved: list[Outcome]) -> None:
+        """Put reports a raising callback left unserved back at the front, outstanding."""
+        unserved = [outcome for outcome in unserved if outcome.records.records]
+        with self._lock:
+            self._outcomes.extendleft(reversed(unserved))
+            self.outstanding += sum(len(outcome.records.records) for outcome in unserved)

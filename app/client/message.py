@@ -132,7 +132,8 @@ class Message:
         self._value = value
         # confluent-kafka reports "no headers" as None rather than an empty list.
         self._headers: list[Header] | None = normalize_headers(headers) or None
-        self._stored_headers: str | None = None
+        # As the log keeps them (JSON text, or its list form), decoded when first asked.
+        self._stored_headers: str | list[dict[str, Any]] | None = None
         if timestamp_type == TIMESTAMP_NOT_AVAILABLE:
             timestamp = -1
         self._timestamp = timestamp
@@ -232,6 +233,39 @@ class FetchedMessage(Message):
         self._error = None
         self._leader_epoch = None
         self._latency = None
+
+
+class DeliveredMessage(Message):
+    """A delivery report: the record as produced (``app.protocol.RecordFields``: key,
+    value, timestamp, headers encoded for storage) where it was stored, in one positional
+    call.
+
+    The producer builds one per record that has a callback, on the application's thread,
+    so this constructor is a hot path like ``FetchedMessage``'s: no argument checks (the
+    record passed ``produce()``'s) and the headers decoded only when asked (their stored
+    form says the same as the caller's). It is a ``Message`` in every respect the API shows.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        record: tuple[bytes | None, bytes | None, int, list[dict[str, Any]] | None],
+        error: KafkaError | None,
+        latency: float,
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._offset = offset
+        self._key, self._value, self._timestamp, self._stored_headers = record
+        self._headers = None
+        self._timestamp_type = TIMESTAMP_CREATE_TIME
+        self._error = error
+        self._leader_epoch = None
+        self._latency = latency
 
 
 class TopicPartition:

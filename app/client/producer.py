@@ -19,27 +19,28 @@ from app.client.batching import (
     Batch,
     BatchLimits,
     DeliveryCallback,
-    PendingRecord,
+    PendingRecords,
     ProducerIdentity,
     RecordAccumulator,
 )
 from app.client.closing import ClientClosedError, Closing
 from app.client.connection import client_broker, retry_connection_loss
 from app.client.delivery import DeliveryReports
-from app.client.message import (
-    HeadersIn,
-    TopicPartition,
-    encode_headers,
-    normalize_headers,
-    to_bytes,
-)
+from app.client.message import HeadersIn, TopicPartition, normalize_headers, to_bytes
 from app.client.partitioner import KeylessPartitioner, choose_partition
 from app.client.sender import Sender
 from app.client.transactions import Transactions, TxnSettings
 from app.client.txn_manager import IN_TRANSACTION
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.errors import KafkaError, KafkaException, fail
-from app.protocol import InitProducerIdRequest, MetadataRequest, RecordIn, record_size_bytes
+from app.protocol import (
+    RECORD_OVERHEAD_BYTES,
+    InitProducerIdRequest,
+    MetadataRequest,
+    RecordFields,
+    record_size_bytes,
+    stored_headers,
+)
 
 R = TypeVar("R")
 
@@ -203,9 +204,12 @@ class Producer(Closing):
         delivery reports with ``poll()`` and try again), KafkaException for a bad argument,
         an unknown partition or a record above ``message.max.bytes``.
 
-        This runs once per record on the application's thread, so the common case (bytes
-        or str, no headers, a topic already seen) takes the shortest path: type checks
-        instead of conversions, one small object per record, one lock.
+        This runs once per record on the application's thread, whose CPU the sender's
+        work and the delivery reports wait for (the GIL), so the common case (bytes or
+        str, no headers, a topic already seen) takes the shortest path: type checks
+        instead of conversions, the size summed in place, one tuple and one call into
+        the accumulator under one lock, no object the garbage collector keeps tracking
+        (``PendingRecords``).
         """
         if self._closed:
             raise ClientClosedError("Producer")
@@ -220,10 +224,14 @@ class Producer(Closing):
             key = to_bytes("key", key)
         if value is not None and type(value) is not bytes:
             value = to_bytes("value", value)
-        header_list = normalize_headers(headers) if headers is not None else None
-        stored = encode_headers(header_list) if header_list else None
-        # Sized as the broker sizes it, so a batch the client forms is never refused as too big.
-        size = record_size_bytes(key, value, stored)
+        # Sized as the broker sizes it (record_size_bytes), so a batch the client forms is
+        # never refused as too big.
+        if headers is None:
+            stored = None
+            size = RECORD_OVERHEAD_BYTES + (len(key) if key else 0) + (len(value) if value else 0)
+        else:
+            stored = stored_headers(normalize_headers(headers)) or None
+            size = record_size_bytes(key, value, stored)
         if size > self._max_message_bytes:
             raise fail(
                 KafkaError.MSG_SIZE_TOO_LARGE,
@@ -233,18 +241,13 @@ class Producer(Closing):
             if timestamp < 0:
                 raise fail(KafkaError._INVALID_ARG, f"invalid timestamp {timestamp}")
             timestamp = self._now_ms()
-        record = PendingRecord(
-            RecordIn(key, value, timestamp, stored),
-            header_list or None,
-            on_delivery or callback,
-            time.monotonic(),
-            size,
-        )
+        record: RecordFields = (key, value, timestamp, stored)
         if count is None:
             known = self._partition_count(topic)
             if isinstance(known, KafkaError):
                 self._reports.accepted()
-                self._reports.push_one(topic, partition, [record], -1, known)
+                run = PendingRecords.one(record, on_delivery or callback, time.monotonic(), size)
+                self._reports.push_one(topic, partition, run, -1, known)
                 return
             count = known
         if partition is None or partition < 0:
@@ -255,12 +258,18 @@ class Producer(Closing):
                 f"partition {partition} does not exist: {topic!r} has {count} partitions",
             )
         accumulator = self._accumulator
+        reports = self._reports  # sharing the accumulator's lock: ``outstanding`` is ours here
         with accumulator.lock:
-            if (
-                accumulator.queued()[1] + size > self._queue_max_bytes and len(self._reports)
-            ) or not self._reports.accept(self._queue_max_messages):
+            outstanding = reports.outstanding
+            if outstanding >= self._queue_max_messages or (
+                outstanding and accumulator.queued_bytes + size > self._queue_max_bytes
+            ):
                 raise BufferError("Local: Queue full")
-            filled = accumulator.append(topic, partition, record)
+            reports.outstanding = outstanding + 1
+            # Enqueued times taken under the lock are in queue order, as expiry reads them.
+            filled = accumulator.append(
+                topic, partition, record, size, on_delivery or callback, time.monotonic()
+            )
         if filled:
             self._keyless.batch_sent(topic, partition, count)
 

@@ -224,7 +224,7 @@ class Sender:
                 batch.sending = True
         if expired:
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
-            self.reports.push([Outcome(t, p, [r], -1, timed_out, now) for t, p, r in expired])
+            self.reports.push([Outcome(t, p, r, -1, timed_out, now) for t, p, r in expired])
         if renew:
             self._renew_identity()
             return True
@@ -467,8 +467,7 @@ class Sender:
         acc = self.accumulator
         destroyed = KafkaError(KafkaError._DESTROY, "Local: Producer closed before delivery")
         outcomes = [
-            Outcome(t, p, [r], -1, destroyed, now)
-            for t, p, r in acc.expire(now, float("-inf"), lane)
+            Outcome(t, p, r, -1, destroyed, now) for t, p, r in acc.expire(now, float("-inf"), lane)
         ]
         for batch in acc.in_flight(lane):
             if batch.sending:

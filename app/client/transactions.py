@@ -296,7 +296,7 @@ class Transactions:
         purged = KafkaError(KafkaError._PURGE_QUEUE, "Local: Purged in queue (transaction aborted)")
         with self.accumulator.cond:
             pending = self.accumulator.expire(now, float("-inf"))
-        self.reports.push([Outcome(t, p, [r], -1, purged, now) for t, p, r in pending])
+        self.reports.push([Outcome(t, p, r, -1, purged, now) for t, p, r in pending])
 
     # ------------------------------------------------------------ the sender's hooks
     def send_together(self, batches: list[Batch]) -> list[ProduceResponse | KafkaError]:

@@ -25,7 +25,7 @@ from app.protocol import (
     NO_PRODUCER_ID,
     RECORD_OVERHEAD_BYTES,
     ProduceRequest,
-    RecordIn,
+    RecordFields,
     increment_sequence,
 )
 
@@ -49,7 +49,7 @@ class Columns:
     timestamps: tuple[int, ...]
     headers: tuple[list[dict[str, Any]] | None, ...]
 
-    def __init__(self, records: Sequence[RecordIn]) -> None:
+    def __init__(self, records: Sequence[RecordFields]) -> None:
         transposed: Any = zip(*records, strict=True) if records else ((), (), (), ())
         self.keys, self.values, self.timestamps, self.headers = transposed
 
