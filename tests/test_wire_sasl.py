@@ -361,3 +361,25 @@ def test_a_plaintext_listener_takes_no_sasl(server: str) -> None:
         answer = read_response(s, 17, 1)
         assert answer.error_code == KafkaError.UNSUPPORTED_SASL_MECHANISM
         assert answer.mechanisms == ()
+
+
+def test_super_users_given_to_serve(db_url: str) -> None:
+    """``--super-user`` replaces KIP98_SUPER_USERS for the server: bob may write with no
+    ACL at all, alice (no longer a super user there) may not."""
+    admin = Broker.connect(db_url, principal="User:admin")
+    add_user(admin, "alice", "alice-secret")
+    add_user(admin, "bob", "bob-secret")
+    create_topic(admin, "t", 1)
+    serve = ServeProcess(
+        db_url,
+        scheme="SASL_PLAINTEXT",
+        args=("--super-user", "User:bob"),
+        env={"KIP98_AUTHORIZATION": "1", "KIP98_SUPER_USERS": "User:alice"},
+    )
+    with serve:
+        bob = ck.Producer({**_client(serve.address, "bob", "bob-secret"), "linger.ms": 5})
+        assert [err for err, _ in delivered(bob, 1, topic="t", partition=0)] == [None]
+        alice = ck.Producer({**_client(serve.address, "alice", "alice-secret"), "linger.ms": 5})
+        [(refused, _)] = delivered_or_failed(alice, "t")
+        assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert read_values(admin, "t", 0) == ["v0"]
