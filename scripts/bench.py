@@ -1000,7 +1000,8 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.74-0.80.** The floor COPYs the
+- **Handler produce vs its floor (target 0.8): 0.72-0.79** (medians of three `--runs 3`
+  sessions; single runs 0.67-0.81). The floor COPYs the
   produce's rows into `records` and commits; a produce also locks the partition row with
   the producer's state and advances both, two more statements and round trips in each
   transaction, and kip98's Python runs around them. Timed call by call (`perf_counter`
@@ -1013,7 +1014,7 @@ How to read these figures:
   payload's encoding 0.24 ms, joining the payload 0.07 ms; about 0.3 ms more for the
   SQLAlchemy transaction (pool checkout with its pre-ping round trip, BEGIN, COMMIT) and
   the request's bookkeeping. "The produce's SQL alone" takes 4.15-4.6 ms: with no
-  Python at all, the two statements already hold the ratio to 0.88-0.90, so 0.8 leaves
+  Python at all, the two statements already hold the ratio to 0.88-0.91, so 0.8 leaves
   kip98's Python and its extra round trip about 0.4 ms a batch, where it takes 0.6-0.8 ms
   on a shared machine (about twice what the same code takes in a micro-benchmark: the
   Python and the PostgreSQL backend contend for the same two cores). Measured and not
