@@ -85,3 +85,11 @@ def test_batch_size_is_the_sum_of_record_sizes() -> None:
         record_size_bytes(r.key, r.value, r.headers) for r in RECORDS
     )
     assert len(Columns(RECORDS)) == len(RECORDS)
+
+
+def test_a_batch_left_wholly_to_the_broker_clock_is_stamped_with_it(
+    broker: Broker, clock: ManualClock
+) -> None:
+    unstamped = [RecordIn(r.key, r.value, 0, r.headers) for r in RECORDS]
+    assert produce(broker, ProduceRequest("t_copy.x-1", 2, unstamped)).base_offset == 0
+    assert [row[3] for row in stored(broker)] == [clock.now_ms()] * len(RECORDS)

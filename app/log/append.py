@@ -13,7 +13,7 @@ psycopg directly (``partition_lock``): this is the hot path of every producer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlalchemy import Connection
@@ -216,11 +216,11 @@ def refusal(exc: KafkaException) -> ProduceResponse:
 @dataclass(frozen=True)
 class AppendPlan:
     """What one batch does to its locked partition: the answer and, unless the batch is a
-    duplicate, its COPY rows, the partition's next offset and LSO after it, and the
-    producer's state after it (None for a producer without id)."""
+    duplicate, its COPY rows (``encode_rows``' parts), the partition's next offset and LSO
+    after it, and the producer's state after it (None for a producer without id)."""
 
     response: ProduceResponse
-    rows: bytes = b""
+    rows: list[bytes] = field(default_factory=list)
     next_offset: int = -1
     lso: int = -1
     entry: ProducerEntry | None = None

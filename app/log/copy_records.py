@@ -5,8 +5,9 @@ Produce handler runs on the producer's sender thread, where every microsecond pe
 is taken from the application's thread too (the GIL). Here the payload is built column by
 column: the batch is transposed once (``zip(*records)``), the fields that are the same for
 the whole batch are packed once, a record's integers are packed by one ``struct`` call
-through ``map``, and everything is interleaved and joined in one ``b"".join``, so the loop
-over records runs in C. The layout is PostgreSQL's binary COPY format (signature; per row
+through ``map``, a value's length is looked up packed, and everything is interleaved by
+slice assignment and joined, for the whole request, in one ``b"".join``, so the loop over
+records runs in C. The layout is PostgreSQL's binary COPY format (signature; per row
 the field count, then per field its length, -1 for NULL, and its bytes; trailer), in the
 column order of ``sql.COPY_RECORD_COLUMNS``.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable, Sequence
-from itertools import chain, repeat
+from itertools import repeat
 from typing import Any
 
 from app.log import sql
@@ -42,7 +43,7 @@ assert sql.COPY_RECORD_COLUMNS[9:] == ("headers", "offset", "timestamp", "sequen
 class Columns:
     """A batch transposed: one tuple per field, each as long as the batch."""
 
-    __slots__ = ("headers", "keys", "timestamps", "values")
+    __slots__ = ("_nullables", "headers", "keys", "timestamps", "values")
 
     keys: tuple[bytes | None, ...]
     values: tuple[bytes | None, ...]
@@ -52,14 +53,25 @@ class Columns:
     def __init__(self, records: Sequence[RecordFields]) -> None:
         transposed: Any = zip(*records, strict=True) if records else ((), (), (), ())
         self.keys, self.values, self.timestamps, self.headers = transposed
+        self._nullables: tuple[_Nullable, _Nullable] | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
 
+    def nullable(self) -> tuple[_Nullable, _Nullable]:
+        """Keys and values as ``_nullable`` gives them, worked out once for the size check
+        and the COPY."""
+        if self._nullables is None:
+            self._nullables = (_nullable(self.keys), _nullable(self.values))
+        return self._nullables
+
     def size_bytes(self) -> int:
         """The sum of ``record_size_bytes`` over the batch."""
+        (key_lengths, _), (value_lengths, _) = self.nullable()
         size = RECORD_OVERHEAD_BYTES * len(self.keys)
-        size += sum(map(len, filter(None, self.keys))) + sum(map(len, filter(None, self.values)))
+        # a NULL's length is -1 here and counts 0
+        size += sum(key_lengths) + key_lengths.count(-1)
+        size += sum(value_lengths) + value_lengths.count(-1)
         if any(self.headers):
             size += sum(len(json.dumps(h)) for h in self.headers if h)
         return size
@@ -68,10 +80,16 @@ class Columns:
         """The timestamps, 0 or negative ones replaced by ``now_ms`` (the broker's time)."""
         if min(self.timestamps) > 0:
             return self.timestamps
+        if max(self.timestamps) <= 0:  # a client that leaves every record to the broker
+            return (now_ms,) * len(self.timestamps)
         return tuple(ts if ts > 0 else now_ms for ts in self.timestamps)
 
 
-def _nullable(values: tuple[bytes | None, ...]) -> tuple[Iterable[int], Iterable[bytes]]:
+# A nullable bytea column: each field's length (-1 for NULL) and bytes (b"" for NULL).
+_Nullable = tuple[list[int], Sequence[bytes]]
+
+
+def _nullable(values: tuple[bytes | None, ...]) -> _Nullable:
     """Lengths (-1 for NULL) and bytes of a nullable bytea column."""
     try:
         lengths = list(map(len, values))  # type: ignore[arg-type]
@@ -102,16 +120,39 @@ def _sequences(base_sequence: int, count: int) -> Iterable[int]:
     return [increment_sequence(base_sequence, i) for i in range(count)]
 
 
-def copy_payload_of(batches: Iterable[bytes]) -> bytes:
-    """One COPY payload for the rows of several batches (``encode_rows``)."""
-    return b"".join(chain((SIGNATURE,), batches, (TRAILER,)))
+def copy_payload_of(batches: Iterable[list[bytes]]) -> bytes:
+    """One COPY payload for the rows of several batches (``encode_rows``), joined once."""
+    parts = [SIGNATURE]
+    for rows in batches:
+        parts += rows
+    parts.append(TRAILER)
+    return b"".join(parts)
+
+
+class _PackedLengths(dict[int, bytes]):
+    """Field lengths as the 4 bytes that precede a field, packed once per length (most
+    batches repeat a few key and value lengths): a dict lookup per field, in C, instead of
+    a ``struct`` call. Lengths of 64 KiB and more are packed each time, not kept."""
+
+    def __missing__(self, length: int) -> bytes:
+        packed = _LENGTH.pack(length)
+        if length < 65536:
+            self[length] = packed
+        return packed
+
+
+_PACKED_LENGTHS = _PackedLengths()
 
 
 def encode_rows(
     req: ProduceRequest, base_offset: int, columns: Columns, timestamps: tuple[int, ...]
-) -> bytes:
+) -> list[bytes]:
     """The rows of ``req``'s batch at ``base_offset`` in binary COPY format, without
-    signature and trailer. A batch without producer id has sequence -1 on every record."""
+    signature and trailer, as the parts ``copy_payload_of`` joins. A batch without
+    producer id has sequence -1 on every record.
+
+    The parts are laid out by slice assignment (each field's column in one step, at its
+    stride), so no per-record tuple is built and the loop over records stays in C."""
     topic, partition, producer_id = req.topic, req.partition, req.producer_id
     producer_epoch, is_transactional = req.producer_epoch, req.is_transactional
     base_sequence = -1 if producer_id == NO_PRODUCER_ID else req.base_sequence
@@ -124,8 +165,7 @@ def encode_rows(
         len(sql.COPY_RECORD_COLUMNS), len(name), name, 4, partition, 8, producer_id,
         2, producer_epoch, 8, base_offset, 1, is_transactional, 1, False,
     ) + _NULL + _NULL  # fmt: skip
-    key_lengths, keys = _nullable(columns.keys)
-    value_lengths, values = _nullable(columns.values)
+    (key_lengths, keys), (value_lengths, values) = columns.nullable()
     integers = map(
         _RECORD_INTEGERS.pack,
         repeat(8),
@@ -136,16 +176,17 @@ def encode_rows(
         _sequences(base_sequence, n),
         key_lengths,
     )
-    value_lengths_packed = map(_LENGTH.pack, value_lengths)
     if any(h is not None for h in columns.headers):
-        rows: Iterable[tuple[bytes, ...]] = zip(
-            repeat(prefix),
-            _jsonb_fields(columns.headers),
-            integers,
-            keys,
-            value_lengths_packed,
-            values,
-        )
+        # prefix, headers, integers, key, value length, value
+        parts = [prefix] * (6 * n)
+        parts[1::6] = _jsonb_fields(columns.headers)
+        stride = 6
     else:
-        rows = zip(repeat(prefix + _NULL), integers, keys, value_lengths_packed, values)
-    return b"".join(chain.from_iterable(rows))
+        # prefix and NULL headers, integers, key, value length, value
+        parts = [prefix + _NULL] * (5 * n)
+        stride = 5
+    parts[stride - 4 :: stride] = integers
+    parts[stride - 3 :: stride] = keys
+    parts[stride - 2 :: stride] = map(_PACKED_LENGTHS.__getitem__, value_lengths)
+    parts[stride - 1 :: stride] = values
+    return parts
