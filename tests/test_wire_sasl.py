@@ -36,7 +36,7 @@ from app.server.process import ServeProcess, free_port
 from app.server.sasl import plain_credentials
 from tests.cli_runner import run_kip98
 from tests.txn_driver import read_values
-from tests.wire_client import consume_all, delivered, read_response, request_frame
+from tests.wire_client import delivered, read_committed_values, read_response, request_frame
 
 METADATA = MetadataRequest(
     topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
@@ -172,15 +172,10 @@ def test_librdkafka_authenticates_and_acts_as_its_user(
     assert [err for err, _ in delivered(alice, 3, topic="t", partition=0)] == [None] * 3
     assert read_values(admin, "t", 0) == ["v0", "v1", "v2"]
 
-    reader = ck.Consumer(
-        {**_client(serve.address, "alice", "alice-secret"), "group.id": "readers",
-         "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
-    )  # fmt: skip
-    reader.assign([ck.TopicPartition("t", 0, 0)])
-    try:
-        assert [m.value() for m in consume_all(reader, 3)] == [b"v0", b"v1", b"v2"]
-    finally:
-        reader.close()
+    read = read_committed_values(
+        {**_client(serve.address, "alice", "alice-secret"), "group.id": "readers"}, "t", 3
+    )
+    assert read == [b"v0", b"v1", b"v2"]
 
     # bob authenticates, but the ACLs give him nothing on "t".
     bob = ck.Producer({**_client(serve.address, "bob", "bob-secret"), "linger.ms": 5})

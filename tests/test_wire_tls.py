@@ -26,7 +26,7 @@ from app.log.topics import create_topic
 from app.security.users import add_user
 from app.server.process import ServeProcess, free_port
 from tests.txn_driver import read_values
-from tests.wire_client import consume_all, delivered, request_frame
+from tests.wire_client import delivered, read_committed_values, request_frame
 
 
 @dataclass(frozen=True)
@@ -107,15 +107,8 @@ def test_librdkafka_over_tls_transactions_and_reads(
     producer.commit_transaction(30)
     assert read_values(admin, "t", 0) == ["v0", "v1", "v2"]
 
-    reader = ck.Consumer(
-        {**client, "group.id": "g", "auto.offset.reset": "earliest",
-         "isolation.level": "read_committed"}
-    )  # fmt: skip
-    reader.assign([ck.TopicPartition("t", 0, 0)])
-    try:
-        assert [m.value() for m in consume_all(reader, 3)] == [b"v0", b"v1", b"v2"]
-    finally:
-        reader.close()
+    read = read_committed_values({**client, "group.id": "g"}, "t", 3)
+    assert read == [b"v0", b"v1", b"v2"]
 
 
 def test_sasl_over_tls(db_url: str, certificates: Certificates, tls_server: Ports) -> None:

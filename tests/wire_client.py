@@ -40,6 +40,19 @@ def consume_all(consumer: ck.Consumer, want: int, timeout: float = 30) -> list[A
     return got
 
 
+def read_committed_values(config: dict[str, Any], topic: str, want: int) -> list[bytes]:
+    """The first ``want`` values of partition 0 of ``topic``, read from offset 0 by a
+    librdkafka read_committed consumer of ``config`` (its connection settings and group)."""
+    reader = ck.Consumer(
+        {**config, "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+    )
+    reader.assign([ck.TopicPartition(topic, 0, 0)])
+    try:
+        return [m.value() for m in consume_all(reader, want)]
+    finally:
+        reader.close()
+
+
 def request_frame(api_key: int, version: int, body: Any) -> bytes:
     from kio.index import load_request_schema
     from kio.serial import entity_writer
