@@ -1086,8 +1086,9 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.72-0.79** (medians of three `--runs 3`
-  sessions; single runs 0.67-0.81). The floor COPYs the
+- **Handler produce vs its floor (target 0.8): 0.68-0.69** in this table's runs (0.72-0.79
+  in three `--runs 3` sessions while another process kept the CPUs busy; single runs
+  0.67-0.81). The floor COPYs the
   produce's rows into `records` and commits; a produce also locks the partition row with
   the producer's state and advances both, two more statements and round trips in each
   transaction, and kip98's Python runs around them. Timed call by call (`perf_counter`
@@ -1112,8 +1113,8 @@ How to read these figures:
   what makes offsets gapless and duplicates detectable (rules 4, 5 and 13); a produce
   cannot drop them, so the target is at the edge of what this schema allows on this
   machine, reached in quiet runs and missed in busy ones.
-- **Idempotent Producer vs handler produce (target 0.6): 0.68-0.71** (medians of 3
-  runs; the previous version measured 0.44-0.55 alongside). `produce()` queues a record
+- **Idempotent Producer vs handler produce (target 0.6): 0.71-0.74** (0.68-0.71 in
+  busier sessions, where the previous version measured 0.44-0.55 alongside). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
   run, columns of records, callbacks and enqueue times cut at a batch's limits as they
   arrive, with one lock and one call into the accumulator: about 1.4 µs of CPU a
@@ -1125,7 +1126,7 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 0.93-0.96; PostgreSQL alone 1.53-1.58.**
+- **In-flight 5 / in-flight 1 (target 1.5): 0.93-0.97; PostgreSQL alone 1.52-1.63.**
   PostgreSQL gains from four connections committing side by side (its backends run on
   both CPUs, and the flushes merge), but the Producer does not follow: with one lane a
   request already carries every partition's ready batch in one DB transaction, and the
@@ -1138,20 +1139,20 @@ How to read these figures:
   buffers as four backends append to `records` at once (`Lock:extend`,
   `LWLock:WALBufMapping`). A switch interval of 0.5 ms instead of 5 changes nothing. So
   `max.in.flight` defaults to 1; lanes pay where a commit's flush is slow.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.60-0.62; its
-  floor 0.70.** The idempotent Producer's application no longer waits on anything but
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.61-0.62; its
+  floor 0.67-0.70.** The idempotent Producer's application no longer waits on anything but
   its queue (about 1.4 µs of CPU a record) and its database work overlaps its
   `produce()` calls; a transaction's commit cannot return before its DB transaction is
   committed, so each transaction's `produce()` calls (1.45 ms for 1000 records) and its
   commit (6.8 ms: the four 250-record batches' COPY 3.2 ms, the markers, transitions and
   advance in one pipeline 0.9 ms, the locks, BEGIN and COMMIT) follow one another. The
   same idempotent Producer made to wait for acknowledgement every 1000 records, as a
-  commit waits, reaches 0.70 of itself running freely: the floor of this line, below its
-  target; transactions reach 0.87 of that floor, the rest being the markers and the
+  commit waits, reaches 0.67-0.70 of itself running freely: the floor of this line, below
+  its target; transactions reach 0.87-0.92 of that floor, the rest being the markers and the
   transaction's state. The line was 0.82-0.87 while `produce()` cost 3.7 µs a record: the
   transactional producer got faster too (200 transactions in ~1.58 s), the idempotent one
   more.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.37-0.45.** The Consumer's
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.40-0.43.** The Consumer's
   prefetching cursors, per-record Message objects and offset bookkeeping on top of the
   fetch (itself 0.55-0.60 of the raw SELECT); the previous version measured 0.36-0.44 in
   the same session, so the gap predates this one and is left for the client's own work.
@@ -1172,10 +1173,10 @@ How to read these figures:
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
   server's reading and the client's work do not overlap. The consumer ratio lands at
-  0.84-1.03 (median of rounds). A record goes from `produce()` to a consumer's poll in
-  about 5-6 ms at the median and 7 ms at p99: a produce through the server ends the long
+  0.98-1.03 (median of rounds; single rounds 0.95-1.14). A record goes from `produce()` to a consumer's poll in
+  about 5 ms at the median and 7-8 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 0.90-0.97.** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 0.81-0.94.** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain
