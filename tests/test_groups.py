@@ -249,3 +249,32 @@ def test_range_assignor_partitions_everything_exactly_once(members: int, partiti
     assert flat == [("t", p) for p in range(partitions)]
     sizes = [len(v) for v in plan.values()]
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_deleting_a_topic_forgets_its_offsets(broker: Broker) -> None:
+    """As Kafka's group coordinator drops a deleted partition's offsets: committed and
+    pending offsets of the topic go with it (logged, so a rebuild agrees), other topics'
+    stay, and the topic made again starts with none."""
+    from app.protocol import CreatableTopic, CreateTopicsRequest, DeleteTopicsRequest
+
+    offset_commit(
+        broker,
+        OffsetCommitRequest(
+            "g", {("in", 0): OffsetAndMetadata(5), ("out", 1): OffsetAndMetadata(2)}
+        ),
+    )
+    d = TxnDriver(broker, "copier")
+    d.init()
+    d.add_offsets("g")
+    txn_commit_offsets(broker, d, "g", {("in", 3): 9})  # left pending
+    [deleted] = broker.handle(DeleteTopicsRequest(["in"])).responses
+    assert deleted.error_code == KafkaError.NO_ERROR
+    assert committed(broker, "g") == {("out", 1): 2}
+    with broker.engine.connect() as conn:
+        assert live_group_offsets(conn)["pending_txn_offsets"] == []
+        assert compute_group_offsets(conn) == live_group_offsets(conn)
+    [made] = broker.handle(CreateTopicsRequest([CreatableTopic("in", 4)])).topics
+    assert made.error_code == KafkaError.NO_ERROR
+    assert committed(broker, "g") == {("out", 1): 2}
+    assert d.end(commit=True) == 0  # the pending offset's commit brings nothing back
+    assert committed(broker, "g") == {("out", 1): 2}

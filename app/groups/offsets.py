@@ -139,3 +139,13 @@ def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchR
         return OffsetFetchResponse(KafkaError.NO_ERROR, found)
     except KafkaException as exc:
         return OffsetFetchResponse(exc.error.code(), error_message=exc.error.str())
+
+
+def delete_topic_offsets(conn: Connection, topic: str, now_ms: int) -> None:
+    """Forget every group's offsets of ``topic``, committed or pending, as Kafka does when
+    a topic is deleted: a topic made again under the same name starts with none, so a
+    group reads it from its ``auto.offset.reset`` rather than from offsets of records
+    that are gone. Logged as 'delete' events, so a rebuild forgets them too."""
+    conn.execute(sql.LOG_TOPIC_OFFSETS_DELETED, {"t": topic, "now": now_ms})
+    for statement in sql.DELETE_TOPIC_OFFSETS:
+        conn.execute(statement, {"t": topic})

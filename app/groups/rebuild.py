@@ -1,7 +1,8 @@
 """Rebuild ``group_offsets`` and ``pending_txn_offsets`` from ``offset_commit_log``.
 
 The fold: a plain commit sets the offset; a transactional commit is pending for its
-producer until that producer's txn_commit (set) or txn_abort (drop) event.
+producer until that producer's txn_commit (set) or txn_abort (drop) event; a delete (its
+topic was deleted) drops the offset and every producer's pending one.
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def compute_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
             pending.pop((*key, e.producer_id), None)
         elif e.kind == "txn_abort":
             pending.pop((*key, e.producer_id), None)
+        elif e.kind == "delete":
+            committed.pop(key, None)
+            for stale in [k for k in pending if k[:3] == key]:
+                del pending[stale]
     return {
         "group_offsets": sorted(committed.values()),
         "pending_txn_offsets": sorted(pending.values()),

@@ -30,6 +30,22 @@ APPLY_PENDING = text(
 )
 DROP_PENDING = text("DELETE FROM pending_txn_offsets WHERE producer_id = :producer_id")
 
+# A deleted topic's offsets, committed and pending (Kafka writes their tombstones to
+# __consumer_offsets): one 'delete' event per group and partition, then the rows go.
+LOG_TOPIC_OFFSETS_DELETED = text(
+    """
+    INSERT INTO offset_commit_log (group_id, topic, partition, kind, commit_ms)
+    SELECT group_id, topic, partition, 'delete', :now
+    FROM (SELECT group_id, topic, partition FROM group_offsets WHERE topic = :t
+          UNION SELECT group_id, topic, partition FROM pending_txn_offsets WHERE topic = :t) o
+    ORDER BY group_id, partition
+    """
+)
+DELETE_TOPIC_OFFSETS = (
+    text("DELETE FROM group_offsets WHERE topic = :t"),
+    text("DELETE FROM pending_txn_offsets WHERE topic = :t"),
+)
+
 # ---------------------------------------------------------------- offsets
 
 EXISTING_PARTITIONS = text(

@@ -71,14 +71,21 @@ def create_topic(
 
 @retry_conflicts
 def delete_topic(broker: BrokerContext, name: str) -> None:
-    """Delete a topic and its data; its partition locks are taken first (in order)."""
+    """Delete a topic and its data, in a DB transaction of its own."""
     with broker.engine.begin() as conn:
-        authorize_any(conn, broker, needs.delete_topic(name))
-        locked = conn.execute(sql.LOCK_TOPIC_PARTITIONS, {"t": name}).all()
-        if not locked:
-            raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
-        for statement in sql.DELETE_TOPIC:
-            conn.execute(statement, {"t": name})
+        delete_topic_in(conn, broker, name)
+
+
+def delete_topic_in(conn: Connection, broker: BrokerContext, name: str) -> None:
+    """Delete a topic and its data on ``conn``; its partition locks are taken first (in
+    order). The groups' offsets of it are the groups' business (``broker.admin.topics``
+    deletes both in one DB transaction)."""
+    authorize_any(conn, broker, needs.delete_topic(name))
+    locked = conn.execute(sql.LOCK_TOPIC_PARTITIONS, {"t": name}).all()
+    if not locked:
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    for statement in sql.DELETE_TOPIC:
+        conn.execute(statement, {"t": name})
 
 
 @retry_conflicts

@@ -285,7 +285,8 @@ offset_commit_log = Table(
     Column("topic", Text, nullable=False),
     Column("partition", Integer, nullable=False),
     # 'commit' (plain OffsetCommit), 'txn_pending' (TxnOffsetCommit), 'txn_commit' and
-    # 'txn_abort' (the marker's effect on pending offsets of producer_id).
+    # 'txn_abort' (the marker's effect on pending offsets of producer_id), 'delete' (the
+    # topic was deleted: its offset and pending ones are forgotten).
     Column("kind", Text, nullable=False),
     Column("committed_offset", BigInteger),
     Column("metadata", Text),

@@ -1,9 +1,12 @@
-"""CreateTopics, DeleteTopics, ListTopics: each topic in its own DB transaction."""
+"""CreateTopics, DeleteTopics, ListTopics: each topic in its own DB transaction. A deleted
+topic takes the groups' offsets of it along, in the same DB transaction, as Kafka's group
+coordinator drops the offsets of deleted partitions."""
 
 from __future__ import annotations
 
 from app.errors import KafkaError, KafkaException
-from app.log.topics import create_topic, delete_topic
+from app.groups.offsets import delete_topic_offsets
+from app.log.topics import create_topic, delete_topic_in
 from app.log.topics import list_topics as topics_of
 from app.protocol import (
     CreatableTopicResult,
@@ -36,7 +39,9 @@ def delete_topics(broker: BrokerContext, req: DeleteTopicsRequest) -> DeleteTopi
     results = []
     for name in req.topic_names:
         try:
-            delete_topic(broker, name)
+            with broker.engine.begin() as conn:
+                delete_topic_in(conn, broker, name)
+                delete_topic_offsets(conn, name, broker.clock.now_ms())
         except KafkaException as exc:
             results.append(DeletableTopicResult(name, exc.error.code(), exc.error.str()))
         else:
