@@ -985,17 +985,24 @@ class SaslScramRequest(Request["SaslScramResponse"]):
 
 
 @dataclass(frozen=True)
+class ScramCredential:
+    """What a SCRAM server keeps of a user (RFC 5802 §2.2): enough to check a proof and
+    sign the answer, never enough to log in."""
+
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+
+@dataclass(frozen=True)
 class SaslScramResponse:
-    """NO_ERROR with the user's principal and credential (salt, iterations, StoredKey,
-    ServerKey: RFC 5802's, never the password), or SASL_AUTHENTICATION_FAILED when there
-    is no such user of that mechanism."""
+    """NO_ERROR with the user's principal and credential, or SASL_AUTHENTICATION_FAILED
+    when there is no such user of that mechanism."""
 
     error_code: int
     principal: str | None = None
-    salt: bytes = b""
-    iterations: int = 0
-    stored_key: bytes = b""
-    server_key: bytes = b""
+    credential: ScramCredential | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import text
 
 from app.broker import Broker
 from app.broker.offsets import txn_offset_commit
@@ -278,3 +279,38 @@ def test_deleting_a_topic_forgets_its_offsets(broker: Broker) -> None:
     assert committed(broker, "g") == {("out", 1): 2}
     assert d.end(commit=True) == 0  # the pending offset's commit brings nothing back
     assert committed(broker, "g") == {("out", 1): 2}
+
+
+def test_an_offset_commit_racing_a_topic_deletion_leaves_no_offset(broker: Broker) -> None:
+    """An offset of the topic, written by a DB transaction still open when DeleteTopics
+    starts: the deletion waits for it (the partitions' rows, held FOR KEY SHARE by the commit's
+    existence check) and then deletes that offset too (rule 31)."""
+    import threading
+    import time
+
+    from app.groups.offsets import record_txn_offsets
+    from app.protocol import DeleteTopicsRequest, TxnOffsetCommitRequest
+
+    request = TxnOffsetCommitRequest("copier", "g", 7, 0, {("in", 1): OffsetAndMetadata(3)})
+    deleted: list[int] = []
+    with broker.engine.connect() as commit:
+        record_txn_offsets(commit, 0, request)  # pending offset written, not committed
+        deletion = threading.Thread(
+            target=lambda: deleted.extend(
+                r.error_code for r in broker.handle(DeleteTopicsRequest(["in"])).responses
+            )
+        )
+        deletion.start()
+        with broker.engine.connect() as watch:  # until the deletion waits on a lock, or is done
+            # (its statements may go out pipelined: the query shown need not be the waiting one)
+            waiting = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            deadline = time.monotonic() + 30
+            while deletion.is_alive() and not watch.execute(waiting).scalar_one():
+                assert time.monotonic() < deadline, "the deletion neither waited nor finished"
+                time.sleep(0.01)
+        commit.commit()
+    deletion.join(30)
+    assert deleted == [KafkaError.NO_ERROR]
+    with broker.engine.connect() as conn:
+        assert live_group_offsets(conn)["pending_txn_offsets"] == []
+        assert compute_group_offsets(conn) == live_group_offsets(conn)

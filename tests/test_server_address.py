@@ -64,7 +64,7 @@ def test_each_listener_advertises_the_address_of_its_protocol() -> None:
     ("args", "message"),
     [
         (["--listen", "GSSAPI://127.0.0.1:9093"], "only PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
-        (["--listen", "SSL://127.0.0.1:9093"], "needs --tls-cert and --tls-key"),
+        (["--listen", "SSL://127.0.0.1:9093"], "needs a TLS certificate and key (--tls-cert, --tls-key)"),
         (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
         (["--listen", "SSL://127.0.0.1:9093", "--tls-cert", "no.pem", "--tls-key", "no.key"],
          "no such file"),

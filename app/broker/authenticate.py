@@ -20,11 +20,4 @@ def sasl_scram(broker: BrokerContext, req: SaslScramRequest) -> SaslScramRespons
     credential = scram_user(broker, req.username, req.mechanism) if req.username else None
     if credential is None:
         return SaslScramResponse(KafkaError.SASL_AUTHENTICATION_FAILED)
-    return SaslScramResponse(
-        KafkaError.NO_ERROR,
-        f"User:{req.username}",
-        credential.salt,
-        credential.iterations,
-        credential.stored_key,
-        credential.server_key,
-    )
+    return SaslScramResponse(KafkaError.NO_ERROR, f"User:{req.username}", credential)

@@ -94,7 +94,6 @@ class Transactions:
         """``flush`` and ``await_delivery`` are the producer's: a commit flushes first, an
         abort waits for what is in flight."""
         self.broker, self.settings, self.sender = broker, settings, sender
-        self.transactional_id = settings.transactional_id
         self.accumulator, self.reports = sender.accumulator, sender.reports
         self._flush = flush
         self._await_delivery = await_delivery
@@ -110,6 +109,10 @@ class Transactions:
         self._lock = threading.Lock()
         self._loop_key: str | None = None
         sender.attach(self)
+
+    @property
+    def transactional_id(self) -> str:
+        return self.settings.transactional_id
 
     # ------------------------------------------------------------ requests with retries
     def _call(self, fn: Callable[[], R], code_of: Callable[[R], int], timeout: float | None) -> R:

@@ -48,9 +48,15 @@ DELETE_TOPIC_OFFSETS = (
 
 # ---------------------------------------------------------------- offsets
 
+# The partitions an offset commit names that exist, held FOR KEY SHARE until it commits:
+# a DeleteTopics (which locks them FOR UPDATE first) then waits for the commit and
+# deletes its offsets too, or the commit waits for the deletion and finds them gone (rule
+# 31). An append's FOR UPDATE on a partition also holds a commit of its offsets back for
+# the append's DB transaction, and the other way round; both are short.
 EXISTING_PARTITIONS = text(
     "SELECT topic, partition FROM partitions WHERE (topic, partition) IN "
-    "(SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])))"
+    "(SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]))) "
+    "ORDER BY topic COLLATE \"C\", partition FOR KEY SHARE"
 )
 LOG_COMMITS = text(
     """

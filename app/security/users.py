@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from scramp import ScramException, ScramMechanism
 
 from app.errors import KafkaError, fail
+from app.protocol import ScramCredential
 from app.security import needs, sql
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
@@ -40,17 +41,6 @@ class SaslUser:
     name: str
     mechanism: str
     created_ms: int
-
-
-@dataclass(frozen=True)
-class ScramCredential:
-    """What a SCRAM server keeps of a user (RFC 5802 §2.2): enough to check a proof and
-    sign the answer, never enough to log in."""
-
-    salt: bytes
-    iterations: int
-    stored_key: bytes
-    server_key: bytes
 
 
 def scram_credential(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import ssl
 from dataclasses import replace
 
 from app.broker import Broker
@@ -18,7 +19,6 @@ from app.server.address import Listener, advertised_for
 from app.server.answer import Node
 from app.server.listener import Endpoint, Server
 from app.server.metrics import expose
-from app.server.tls import server_context
 from app.settings import BrokerSettings
 
 __all__ = ["Endpoint", "Listener", "Node", "Server", "endpoints_of", "serve"]
@@ -44,23 +44,19 @@ def endpoints_of(listens: list[str], advertised: list[str]) -> list[Endpoint]:
 
 
 def serve(
-    listens: list[str] | None = None,
-    advertised: list[str] | None = None,
+    endpoints: list[Endpoint],
     metrics: str | None = None,
-    tls: tuple[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
     super_users: list[str] | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, on every listener of ``listens`` (one per security
-    protocol); with ``metrics``, /metrics for Prometheus there. SASL listeners take
-    ``kip98 users``' users first (``app.server.sasl``); SSL ones need ``tls``, the
-    certificate and key files (``app.server.tls``). ``super_users`` replace
-    ``KIP98_SUPER_USERS``. ValueError for listeners that do not go together."""
-    endpoints = endpoints_of(listens or [DEFAULT_LISTEN], advertised or [])
-    context = None if tls is None else server_context(*tls)
+    """Serve until SIGTERM or SIGINT on ``endpoints`` (``endpoints_of``); with ``metrics``,
+    /metrics for Prometheus there. SASL listeners take ``kip98 users``' users first
+    (``app.server.sasl``); SSL ones use ``tls`` (``app.server.tls``). ``super_users``
+    replace ``KIP98_SUPER_USERS``."""
     settings = BrokerSettings.from_env()
     if super_users:
         settings = replace(settings, super_users=",".join(super_users))
-    server = Server(Broker.connect(settings=settings), endpoints, tls=context)
+    server = Server(Broker.connect(settings=settings), endpoints, tls=tls)
     if metrics is not None:
         expose(server, Listener.parse(metrics).address)
     # What is loaded by now lives as long as the process. Out of the collector's sight, it

@@ -1,4 +1,4 @@
-"""``python -m app.server [--listen HOST:PORT] [--advertised-listener HOST:PORT]``."""
+"""``python -m app.server``: ``kip98 serve`` with the same options."""
 
 from app.server.command import serve_command
 

@@ -8,6 +8,7 @@ import logging
 import click
 
 from app.server import DEFAULT_LISTEN, Listener, endpoints_of, serve
+from app.server.listener import check_tls
 from app.server.tls import server_context
 
 
@@ -56,11 +57,8 @@ def serve_command(
         endpoints = endpoints_of(listens, advertised)
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
-        if any(e.listener.tls for e in endpoints) and tls_cert is None:
-            raise ValueError("an SSL or SASL_SSL listener needs --tls-cert and --tls-key")
-        tls = None if tls_cert is None or tls_key is None else (tls_cert, tls_key)
-        if tls is not None:
-            server_context(*tls)  # refused here, in one line, rather than once serving
+        tls = None if tls_cert is None or tls_key is None else server_context(tls_cert, tls_key)
+        check_tls(endpoints, tls)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     for principal in super_users:
@@ -72,4 +70,4 @@ def serve_command(
     logging.getLogger("transitions").setLevel(logging.WARNING)
     for endpoint in endpoints:
         click.echo(f"kip98 serve: listening on {endpoint.listener}", err=True)
-    serve(listens, advertised, metrics_listen, tls, list(super_users))
+    serve(endpoints, metrics_listen, tls, list(super_users))

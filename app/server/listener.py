@@ -56,6 +56,14 @@ class Endpoint:
     node: Node
 
 
+def check_tls(endpoints: list[Endpoint], tls: ssl.SSLContext | None) -> None:
+    """ValueError if an endpoint's protocol asks for TLS and there is no context."""
+    if tls is None and any(e.listener.tls for e in endpoints):
+        raise ValueError(
+            "an SSL or SASL_SSL listener needs a TLS certificate and key (--tls-cert, --tls-key)"
+        )
+
+
 class Server:
     def __init__(
         self,
@@ -66,8 +74,7 @@ class Server:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         """``tls``: the context of the endpoints whose protocol is SSL or SASL_SSL."""
-        if any(e.listener.tls for e in endpoints) and tls is None:
-            raise ValueError("an SSL or SASL_SSL listener needs a TLS certificate and key")
+        check_tls(endpoints, tls)
         self.broker, self.endpoints, self.tls = broker, endpoints, tls
         self.max_request_bytes = max_request_bytes
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="kip98-serve")
@@ -189,17 +196,14 @@ class Server:
         self.refused[reason] += 1
         log.info("kip98 serve: closing a connection: %s", what)
 
-    def answer(self, frame: bytes, node: Node | None = None) -> bytes | Waiting | None:
+    def answer(self, frame: bytes, node: Node) -> bytes | Waiting | None:
         """The response frame to one request frame from a connection answered as ``node``
-        (its client's address and SASL session on it; the first endpoint's, unauthenticated,
-        when None), or Waiting for a long poll to look again. Raises Unauthenticated for a
-        request a connection may not make before it authenticates."""
+        (its client's address and SASL session on it), or Waiting for a long poll to look
+        again. Raises Unauthenticated for a request a connection may not make before it
+        authenticates."""
         api_key, version, correlation_id = codec.read_header(frame)
-        if node is None:
-            first = self.endpoints[0]
-            node = replace(first.node, session=Session(first.listener.sasl))
         session = node.session
-        assert session is not None
+        assert session is not None, "a connection's node carries its session"
         if not session.admits and api_key not in BEFORE_AUTHENTICATION:
             raise Unauthenticated(f"API key {api_key} before SASL authentication")
         supported = APIS.get(api_key)

@@ -18,15 +18,17 @@ Kafka's brokers do (docs/design.md rule 30).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scramp import ScramException, ScramMechanism
-from scramp.core import ScramServer
 
 from app.broker import Broker
 from app.errors import KafkaError
 from app.protocol import SaslPlainRequest, SaslScramRequest
 from app.server.answer import Node
+
+if TYPE_CHECKING:
+    from scramp.core import ScramServer  # made by ScramMechanism.make_server, not exported
 
 PLAIN = "PLAIN"
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -115,10 +117,10 @@ def _scram_first(broker: Broker, session: Session, token: bytes) -> dict[str, An
 
     def credential(username: str) -> tuple[bytes, bytes, bytes, int] | None:
         answer = broker.handle(SaslScramRequest(username, str(session.mechanism)))
-        if answer.error_code != KafkaError.NO_ERROR:
+        if (found := answer.credential) is None:
             return None
         session.scram_principal = answer.principal
-        return answer.salt, answer.stored_key, answer.server_key, answer.iterations
+        return found.salt, found.stored_key, found.server_key, found.iterations
 
     server = ScramMechanism(session.mechanism).make_server(credential)
     try:
