@@ -56,7 +56,7 @@ DELETE_TOPIC_OFFSETS = (
 EXISTING_PARTITIONS = text(
     "SELECT topic, partition FROM partitions WHERE (topic, partition) IN "
     "(SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]))) "
-    "ORDER BY topic COLLATE \"C\", partition FOR KEY SHARE"
+    'ORDER BY topic COLLATE "C", partition FOR KEY SHARE'
 )
 LOG_COMMITS = text(
     """
