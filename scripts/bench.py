@@ -38,7 +38,7 @@ from app.client import Consumer, Producer, TopicPartition  # noqa: E402
 from app.coordinator.producer_id import init_producer_id  # noqa: E402
 from app.log.copy_records import Columns, copy_payload_of, encode_rows  # noqa: E402
 from app.log.fetch import fetch as fetch_handler  # noqa: E402
-from app.log.sql import ADVANCE_PARTITIONS, COPY_RECORDS, LOCK_PARTITIONS  # noqa: E402
+from app.log.sql import ADVANCE_REMEMBERED, COPY_RECORDS  # noqa: E402
 from app.log.topics import create_topic  # noqa: E402
 from app.protocol import (  # noqa: E402
     READ_COMMITTED,
@@ -89,13 +89,34 @@ def rows(n: int, partition: int = 0) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def timed(fn: Callable[[], Any], url: str | None = None) -> float:
-    """Seconds ``fn`` takes; given the database's ``url``, once the server has settled."""
+def timed(fn: Callable[[], Any], url: str | None = None, cpu: list[float] | None = None) -> float:
+    """Seconds ``fn`` takes; given the database's ``url``, once the server has settled.
+    Given ``cpu``, the CPU-seconds the whole machine spent meanwhile (client, server and
+    all) are appended to it."""
     if url is not None:
         settle(url)
+    busy = 0.0 if cpu is None else machine_busy_s()
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(machine_busy_s() - busy)
+    return elapsed
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU-seconds process ``pid`` has spent, all its threads (Linux's /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_s() -> float:
+    """CPU-seconds every core of the machine has spent busy since boot (Linux's
+    /proc/stat: all but idle and I/O wait)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(t) for t in fh.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def settle(url: str) -> None:
@@ -154,37 +175,58 @@ def _floor_payloads(
     """The COPY payloads a produce of ``data`` in ``batch``-record batches writes to
     ``partition`` of ``topic``, encoded as the Produce handler encodes them."""
     now = int(time.time() * 1000)
-    payloads = []
-    for start in range(0, len(data), batch):
-        records = [RecordIn(k, v, now) for k, v in data[start : start + batch]]
-        columns = Columns(records)
-        req = ProduceRequest(
-            topic, partition, records, producer_id=1, producer_epoch=0, base_sequence=start
+    return [
+        _encoded(
+            topic, partition, [RecordIn(k, v, now) for k, v in data[start : start + batch]], start
         )
-        payloads.append(copy_payload_of([encode_rows(req, start, columns, columns.timestamps)]))
-    return payloads
+        for start in range(0, len(data), batch)
+    ]
 
 
-def records_copy(url: str, data: list[tuple[bytes, bytes]], batch: int, sql: bool = False) -> float:
+def _encoded(topic: str, partition: int, records: list[RecordIn], start: int) -> bytes:
+    """One batch's COPY payload at offset ``start``, as the Produce handler encodes it."""
+    columns = Columns(records)
+    req = ProduceRequest(
+        topic, partition, records, producer_id=1, producer_epoch=0, base_sequence=start
+    )
+    return copy_payload_of([encode_rows(req, start, columns, columns.stamped(0))])
+
+
+def records_copy(
+    url: str, data: list[tuple[bytes, bytes]], batch: int, sql: bool = False, encode: bool = False
+) -> float:
     """The floor of a produce: the very rows the Produce handler writes (every column of
     ``records``), COPYed into ``records`` itself ``batch`` at a time, each COPY committed,
     as each acknowledged batch must be; no produce logic. With ``sql``, each transaction
-    also runs the produce's other two statements as the handler sends them, with values
-    known in advance (the partition locked with the producer's state, then the partition
-    and the producer's state advanced): the produce's SQL without its Python."""
+    also runs the statement a produce runs beside its COPY once its process remembers the
+    partition row (rule 32), as the handler sends it, with values known in advance: the
+    partition and the producer's state advanced if the row is still the version the last
+    batch wrote. That is the produce's SQL without its Python. With ``encode`` too, each
+    batch's rows are encoded in the loop, as the handler must (from the records it is
+    given, at the offsets the remembered row tells): everything a produce does but
+    deciding and SQLAlchemy's transaction."""
     payloads = _floor_payloads(data, batch)
+    now = int(time.time() * 1000)
+    inputs = [
+        [RecordIn(k, v, now) for k, v in data[start : start + batch]]
+        for start in range(0, len(data), batch)
+    ]
     with psycopg.connect(conninfo(url)) as conn:
         conn.execute("DELETE FROM records WHERE topic = 'floor'")  # an earlier repeat's
         conn.execute("DELETE FROM producer_states WHERE topic = 'floor'")
         if conn.execute("SELECT 1 FROM topics WHERE topic = 'floor'").fetchone() is None:
             create_topic(Broker.connect(url), "floor", 1)
+        conn.execute("UPDATE partitions SET next_offset = 0 WHERE topic = 'floor'")
+        version = conn.execute(
+            "SELECT CAST(xmin AS text) FROM partitions WHERE topic = 'floor'"
+        ).fetchone()
         conn.commit()
-        lock = {"topics": ["floor"], "partitions": [0], "producer_ids": [1]}
 
-        def advance(start: int) -> dict[str, Any]:
+        def advance(start: int, xmin: str) -> dict[str, Any]:
             end = min(start + batch, len(data))
             return {
-                "topics": ["floor"], "partitions": [0], "next_offsets": [end], "lsos": [end],
+                "topic": "floor", "partition": 0, "next_offset": end, "lso": end,
+                "xmin": xmin, "expected": start,
                 "s_topics": ["floor"], "s_partitions": [0], "s_producer_ids": [1],
                 "s_producer_epochs": [0], "s_last_sequences": [end - 1],
                 "s_last_offsets": [end - 1], "s_last_timestamps": [0],
@@ -193,14 +235,18 @@ def records_copy(url: str, data: list[tuple[bytes, bytes]], batch: int, sql: boo
             }  # fmt: skip
 
         def run() -> None:
+            assert version is not None
+            xmin = version[0]
             for i, payload in enumerate(payloads):
                 with conn.cursor() as cur:
                     if sql:
-                        cur.execute(LOCK_PARTITIONS, lock).fetchall()
+                        [(_, _, xmin)] = cur.execute(
+                            ADVANCE_REMEMBERED, advance(i * batch, xmin)
+                        ).fetchall()
+                    if encode:
+                        payload = _encoded("floor", 0, inputs[i], i * batch)
                     with cur.copy(COPY_RECORDS) as copy:
                         copy.write(payload)
-                    if sql:
-                        cur.execute(ADVANCE_PARTITIONS, advance(i * batch))
                 conn.commit()
 
         return timed(run, url)
@@ -395,10 +441,11 @@ def idempotent_spread(
     partitions: int = 4,
     in_flight: int | None = None,
     flush_every: int | None = None,
+    cpu: list[float] | None = None,
 ) -> float:
     """The idempotent Producer over ``partitions`` partitions; with ``flush_every``, the
     application waits for its records to be acknowledged every so many, as a transaction's
-    commit makes it wait (the floor of the transactional line)."""
+    commit makes it wait (the floor of the transactional line). ``cpu`` as ``timed``'s."""
     topic = f"id4-{uuid.uuid4().hex[:6]}"
     create_topic(Broker.connect(url), topic, partitions)
     p = Producer(
@@ -422,7 +469,7 @@ def idempotent_spread(
                 assert p.flush(120) == 0
         assert p.flush(120) == 0
 
-    t = timed(run, url)
+    t = timed(run, url, cpu)
     p.close()
     return t
 
@@ -594,6 +641,24 @@ def chosen_sections(only: str | None, spark: bool) -> set[str]:
     return names
 
 
+def produce_phases(server: str, data: list[tuple[bytes, bytes]], repeats: int) -> dict[str, float]:
+    """The best of ``repeats`` of the handler produce and of the floors it is divided by,
+    each phase on a fresh database (none COPYs into a ``records`` the others filled), the
+    phases' order reversed every other repeat."""
+    phases: dict[str, Callable[[str], float]] = {
+        "floor": lambda url: records_copy(url, data, 1000),
+        "handler": lambda url: handler_produce(url, data, 1000),
+        "sql": lambda url: records_copy(url, data, 1000, sql=True),
+        "encoded": lambda url: records_copy(url, data, 1000, sql=True, encode=True),
+    }
+    best = dict.fromkeys(phases, float("inf"))
+    for r in range(repeats):
+        for name in phases if r % 2 == 0 else reversed(phases):
+            with fresh_database(server) as url:
+                best[name] = min(best[name], phases[name](url))
+    return best
+
+
 def core_cases(
     server: str, args: argparse.Namespace, results: dict[str, Any], add: Add, wanted: Wanted
 ) -> None:
@@ -601,20 +666,18 @@ def core_cases(
     n = args.records
     data = rows(n)
     if wanted("handler"):
-        with console.status("raw COPY and idempotent produce"), fresh_database(server) as url:
-            copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+        with console.status("raw COPY and idempotent produce"):
+            with fresh_database(server) as url:
+                copy_s = best_of(args.repeats, lambda: raw_copy(url, data))
+                batched_s = best_of(args.repeats, lambda: raw_copy_batched(url, data, 1000))
             results["raw_copy_rows_per_s"] = n / copy_s
-            batched_s = best_of(args.repeats, lambda: raw_copy_batched(url, data, 1000))
             add("raw COPY, one commit per 1000 rows / raw COPY", copy_s / batched_s, "{:.2f}")
-            floor_s = best_of(args.repeats, lambda: records_copy(url, data, 1000))
+            best = produce_phases(server, data, args.repeats)
+            floor_s, handler_s = best["floor"], best["handler"]
             add(
                 "floor: the produce's rows COPYed into records, one commit per 1000 / raw COPY",
                 copy_s / floor_s,
                 "{:.2f}",
-            )
-            topics = iter(range(args.repeats))  # a fresh topic for each repeat
-            handler_s = best_of(
-                args.repeats, lambda: handler_produce(url, data, 1000, f"h{next(topics)}")
             )
             add("handler produce (batch 1000) / raw COPY", copy_s / handler_s, "{:.2f}")
             add(
@@ -628,10 +691,16 @@ def core_cases(
                 "{:.2f}",
                 ">= 0.8",
             )
-            sql_s = best_of(args.repeats, lambda: records_copy(url, data, 1000, sql=True))
             add(
-                "handler produce (batch 1000) / the produce's SQL alone (lock, COPY, advance)",
-                sql_s / handler_s,
+                "handler produce (batch 1000) / the produce's SQL alone (advance, COPY)",
+                best["sql"] / handler_s,
+                "{:.2f}",
+            )
+            add("floor: the produce's SQL alone / floor", floor_s / best["sql"], "{:.2f}")
+            add(
+                "floor: the produce's SQL, its rows encoded in the loop (all but deciding "
+                "and SQLAlchemy's transaction) / floor",
+                floor_s / best["encoded"],
                 "{:.2f}",
             )
     if wanted("client1000"):
@@ -675,13 +744,18 @@ def core_cases(
             # The same rows over 4 partitions, five requests in flight (a lane per
             # partition) against one; rounds alternate which side leads, each side on a
             # fresh database.
-            rounds = []
+            rounds, ceilings = [], []
+            cores = os.cpu_count() or 1
             for i in range(args.inflight_rounds):
-                times = {}
+                times, cpu = {}, {}
                 for side in (5, 1) if i % 2 == 0 else (1, 5):
                     with fresh_database(server) as url:
-                        times[side] = idempotent_spread(url, data, in_flight=side)
+                        cpu[side] = []
+                        times[side] = idempotent_spread(url, data, in_flight=side, cpu=cpu[side])
                 rounds.append((times[1], times[5]))
+                # In-flight 5 can finish no sooner than its CPU-seconds spread over every
+                # core: the most it could gain on this machine, doing the work it does.
+                ceilings.append(times[1] / (cpu[5][0] / cores))
             results["inflight_rounds_s"] = rounds
             ratios = [one / five for one, five in rounds]
             with fresh_database(server) as url:
@@ -705,6 +779,12 @@ def core_cases(
                 "in-flight 5 / in-flight 1, lowest and highest round",
                 (min(ratios), max(ratios)),
                 SPREAD,
+            )
+            add(
+                "ceiling: in-flight 1 / in-flight 5 keeping every core busy (its machine "
+                "CPU-seconds / cores), median of rounds",
+                statistics.median(ceilings),
+                "{:.2f}",
             )
     if wanted("transactional"):
         with console.status("transactional produce"):
@@ -808,6 +888,9 @@ def wire_case(server: str, args: argparse.Namespace, results: dict[str, Any], ad
 
     with console.status("Kafka clients through kip98 serve: produce"):
         produced = []
+        # CPU-seconds per round: the bench process's (the native Producer with the broker
+        # in it; or the Kafka client, librdkafka's threads included) and kip98 serve's.
+        cpu: dict[str, list[float]] = {"native": [], "client": [], "serve": []}
         for i in range(args.wire_rounds):
             times = {}
             for side in sides(i):  # each side on a fresh database
@@ -815,11 +898,16 @@ def wire_case(server: str, args: argparse.Namespace, results: dict[str, Any], ad
                     create_topic(Broker.connect(url), "w", 1)
                     if side == "native":
                         settle(url)
+                        mine = time.process_time()
                         times[side] = wire.native_produce(url, "w", data)
+                        cpu["native"].append(time.process_time() - mine)
                     else:
                         with ServeProcess(url) as serve:
                             settle(url)
+                            mine, theirs = time.process_time(), process_cpu_s(serve.proc.pid)
                             times[side] = wire.wire_produce(serve.address, "w", data)
+                            cpu["client"].append(time.process_time() - mine)
+                            cpu["serve"].append(process_cpu_s(serve.proc.pid) - theirs)
             produced.append((times["native"], times["wire"]))
         results["wire_produce_rounds_s"] = produced
         report(
@@ -831,6 +919,16 @@ def wire_case(server: str, args: argparse.Namespace, results: dict[str, Any], ad
         for side, name in ((0, "native idempotent Producer"), (1, "confluent-kafka producer")):
             median_s = statistics.median(r[side] for r in produced)
             add(f"{name} records/s (median of rounds)", n / median_s, "{:,.0f}")
+        for key, name in (
+            ("native", "the native Producer's process (broker in it)"),
+            ("client", "the confluent-kafka producer's process"),
+            ("serve", "kip98 serve's process, for that producer"),
+        ):
+            add(
+                f"CPU-seconds per 100,000 records produced: {name}, median of rounds",
+                statistics.median(cpu[key]) * 100_000 / n,
+                "{:.2f}",
+            )
     with (
         console.status("Kafka clients through kip98 serve: read_committed consume"),
         fresh_database(server) as url,
@@ -879,7 +977,7 @@ def cleaner_case(server: str, args: argparse.Namespace, results: dict[str, Any],
     from app.bench.cleaner import bench_cleaner
 
     with console.status("log cleaner"), fresh_database(server) as url:
-        c = bench_cleaner(url, args.records)
+        c = bench_cleaner(url, args.records, lambda: settle(url))
     results["cleaner"] = c
     add(
         "compaction: records examined per second (10% aborted)",
@@ -913,7 +1011,9 @@ def spark_case(server: str, args: argparse.Namespace, results: dict[str, Any], a
     with console.status("Spark materialisation"), fresh_database(server) as url:
         spark = build_spark_session("kip98-bench")
         try:
-            sres = bench_materialize(spark, url, n_records=args.spark_records, partitions=8)
+            sres = bench_materialize(
+                spark, url, n_records=args.spark_records, partitions=8, settle=lambda: settle(url)
+            )
         finally:
             spark.stop()
         results["spark"] = sres
@@ -1017,8 +1117,10 @@ How to read these figures:
   Each timed write phase starts once the server has settled (VACUUM ANALYZE, CHECKPOINT)
   and Python has collected its garbage, so the autovacuum and checkpoint a phase causes,
   and the collection of the input records a phase built, do not land in the next one.
-  Raw baselines, and the handler produce measured against them, are the best of
-  `--repeats` runs; the transactional ratio compares each side's
+  Raw baselines are the best of `--repeats` runs; the handler produce and the floors it
+  is divided by are each the best of `--repeats` runs on fresh databases, the phases'
+  order reversed every other repeat (none COPYs into a `records` another filled); the
+  transactional ratio compares each side's
   best of `--txn-rounds` rounds, each side on a fresh database (the quiet machine's
   speed, as `timeit` takes the minimum), each side leading every other round (a round's
   first phase tends to run on a quieter machine), and the median of the rounds' own
@@ -1033,7 +1135,10 @@ How to read these figures:
   and with the native Consumer, in alternating rounds over one database. The latency lines
   time a record from a confluent producer's `produce()` (`linger.ms` 0, each record
   acknowledged before the next, 50 ms apart) to an idle confluent read_committed
-  consumer's poll, both through the server.
+  consumer's poll, both through the server. The CPU lines give, per 100,000 records
+  produced, the CPU-seconds of the bench's own process (the native Producer, with the
+  broker in it; or the confluent-kafka producer, librdkafka's threads included) and of
+  the `kip98 serve` process, median of the rounds.
 - The in-flight line (`--only inflight`) times the idempotent Producer over 4 partitions
   (`linger.ms` 50, 1000-record batches) with `max.in.flight` 5 (a lane per partition,
   four requests committing side by side) against 1 (one request for all four partitions
@@ -1041,7 +1146,10 @@ How to read these figures:
   lead; the figure is the median of the rounds' ratios. Its floor does the same with
   PostgreSQL alone: the same rows, pre-encoded, COPYed 1000 per partition by four
   connections committing side by side against one connection committing each round of
-  four COPYs together.
+  four COPYs together. Its ceiling is the time in-flight 5 would take if it kept every
+  core of the machine busy with the work it does (the machine's busy CPU-seconds over
+  the run, client, server and all, from /proc/stat, divided by the cores): in-flight 1's
+  time over that, median of the rounds.
 - The transactional lines (`--only transactional`) time, in rounds taking turns to
   lead, each on a fresh database: transactions of 1000 records over 4 partitions; the
   idempotent Producer writing the same rows freely; and the same idempotent Producer
@@ -1057,9 +1165,15 @@ How to read these figures:
   floor COPYs the very rows a produce writes (every column of `records`, encoded as the
   handler encodes them, beforehand) into `records` itself, one commit per 1000: the table
   and the commits, no produce logic. "The produce's SQL alone" adds, in each of those
-  transactions, the two statements a produce runs around its COPY (the partition locked
-  with the producer's state; the partition and the producer's state advanced), with
-  values known in advance: what is left between it and the handler is kip98's Python.
+  transactions, the statement a produce runs beside its COPY while its process remembers
+  the partition row (docs/design.md rule 32), as the handler sends it, with values known
+  in advance: the partition and the producer's state advanced if the row is still the
+  version the previous batch wrote. What is left between it and the handler is kip98's
+  Python. "Its rows encoded in the loop" adds the one piece of that Python no produce can
+  skip: each batch's rows encoded from the records it is given (as the handler encodes
+  them, at the offsets the row tells). Between that and the handler are the produce's
+  decisions (shape and size checks, ACLs, the sequence rules) and SQLAlchemy's
+  transaction (pool checkout with its pre-ping, the BEGIN event, COMMIT).
 - The acks lines time a plain (non-idempotent) Producer with `acks=1` and `acks=0`
   against `acks=all`, each on a fresh database: the weaker acknowledgements commit with
   `synchronous_commit` local and off, so they gain what a commit's WAL flush costs.
@@ -1086,35 +1200,37 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.68-0.69** in this table's runs (0.72-0.79
-  in three `--runs 3` sessions while another process kept the CPUs busy; single runs
-  0.67-0.81). The floor COPYs the
-  produce's rows into `records` and commits; a produce also locks the partition row with
-  the producer's state and advances both, two more statements and round trips in each
-  transaction, and kip98's Python runs around them. Timed call by call (`perf_counter`
-  around each, 200 batches of 1000 records, three runs on this machine while another
-  process kept its two cores busy), a batch takes 4.6-5.1 ms against the floor's
-  3.7-4.2 ms: the COPY 2.7-3.0 ms and the COMMIT 0.5 ms (the floor's own work); the lock
-  0.28-0.40 ms (with BEGIN's round trip) and the advance 0.33-0.39 ms, of which the
-  server's execution is about 0.1 ms each (EXPLAIN ANALYZE), the rest round trips,
-  psycopg and scheduling; the shape checks and transposition 0.17 ms, the plan with the
-  payload's encoding 0.24 ms, joining the payload 0.07 ms; about 0.3 ms more for the
-  SQLAlchemy transaction (pool checkout with its pre-ping round trip, BEGIN, COMMIT) and
-  the request's bookkeeping. "The produce's SQL alone" takes 4.15-4.6 ms: with no
-  Python at all, the two statements already hold the ratio to 0.88-0.91, so 0.8 leaves
-  kip98's Python and its extra round trip about 0.4 ms a batch, where it takes 0.6-0.8 ms
-  on a shared machine (about twice what the same code takes in a micro-benchmark: the
-  Python and the PostgreSQL backend contend for the same two cores). Measured and not
-  kept, each batch by batch, alternating: the advance as a plain UPDATE of the stored
-  producer state instead of the upsert (no difference), the advance pipelined with the
-  COMMIT (no gain: psycopg's pipeline mode costs the round trip it saves), no pre-ping
-  for a connection used moments ago (0.02-0.09 ms, within the noise, and a request
-  could then meet a connection a server restart had closed). The two statements are
-  what makes offsets gapless and duplicates detectable (rules 4, 5 and 13); a produce
-  cannot drop them, so the target is at the edge of what this schema allows on this
-  machine, reached in quiet runs and missed in busy ones.
-- **Idempotent Producer vs handler produce (target 0.6): 0.71-0.74** (0.68-0.71 in
-  busier sessions, where the previous version measured 0.44-0.55 alongside). `produce()` queues a record
+- **Handler produce vs its floor (target 0.8): 0.72 (0.71-0.74)** (0.68 in this session's runs
+  before rule 32; 0.69 in 0.10.0's table). The floor COPYs the produce's rows, encoded
+  beforehand, into `records` and commits. A produce must also advance the partition row
+  and the producer's state (what makes offsets gapless and duplicates detectable, rules 4,
+  5 and 13), decide on that state, and encode the rows it was given. Until now it also
+  read the row and the state under the lock, a statement of its own; now, while one
+  producer writes a partition, the process remembers the row as its last append left it,
+  decides on that, and sends the advance first, taking the row only if it is still that
+  version (rule 32): one statement and round trip fewer a batch. PostgreSQL running the
+  produce's statements (the advance and the COPY) with values known in advance keeps
+  0.93 (0.90-0.93) of the floor (0.86-0.89 with the lock's statement too); with the rows encoded in
+  the loop, 0.83 (0.80-0.83) (0.77 before). The handler reaches 0.72 (0.71-0.74), about nine tenths of that;
+  the rest is its decisions (shape and size checks, ACLs, the sequence rules) and
+  SQLAlchemy's transaction (pool checkout with its pre-ping round trip, the BEGIN event,
+  commit, return), about 0.35 ms of a 5.2 ms batch. Timed call by call (`perf_counter`
+  around each, 200 batches of 1000 records), a batch spends the COPY 3.4-3.5 ms, the
+  advance with BEGIN's round trip about 0.45 ms (the lock 0.37 ms and the advance 0.36
+  before), the shape checks and transposition 0.16 ms, the plan with the rows' encoding
+  0.22 ms, joining the payload 0.08 ms; the COMMIT 0.5 ms. Measured and not kept: BEGIN
+  with the lock and the advance with COMMIT, each pair one simple-protocol message
+  (server-side prepared statements, values inlined), 0.14 ms a batch (3%), not worth
+  managing the transaction beside SQLAlchemy; the advance pipelined with the COMMIT
+  (psycopg's pipeline mode costs the round trip it saves); no pre-ping (0.02-0.09 ms,
+  within the noise, and a request could then meet a connection a server restart had
+  closed, failing a call that now succeeds). Until this version the phases ran one after
+  another on one database, each COPYing into a `records` the earlier ones had filled: the
+  produce's SQL alone, timed last, looked slower than it is (0.78 of the floor then) and
+  the handler closer to it (0.89).
+- **Idempotent Producer vs handler produce (target 0.6): 0.70 (0.69-0.71)** (0.71-0.74
+  in 0.10.0's table, against a handler that has since become ~5% faster; 0.44-0.55 before
+  0.10.0). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
   run, columns of records, callbacks and enqueue times cut at a batch's limits as they
   arrive, with one lock and one call into the accumulator: about 1.4 µs of CPU a
@@ -1126,62 +1242,71 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 0.93-0.97; PostgreSQL alone 1.52-1.63.**
-  PostgreSQL gains from four connections committing side by side (its backends run on
-  both CPUs, and the flushes merge), but the Producer does not follow: with one lane a
-  request already carries every partition's ready batch in one DB transaction, and the
-  sender, not the application, is what the application waits for (its queue of 100,000
-  records fills ~50 times in a run). Measured over a run: with one lane the machine is
-  51% busy and the Producer's process uses 0.52 s of CPU; with five lanes 74% busy and
-  0.69 s, for the same wall time: each lane's Python (forming the batch, encoding the
-  COPY, reading the answer) holds the one GIL the application's `produce()` and the other
-  lanes need, and PostgreSQL's sampled waits move to relation extension locks and WAL
-  buffers as four backends append to `records` at once (`Lock:extend`,
-  `LWLock:WALBufMapping`). A switch interval of 0.5 ms instead of 5 changes nothing. So
-  `max.in.flight` defaults to 1; lanes pay where a commit's flush is slow.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.61-0.62; its
-  floor 0.67-0.70.** The idempotent Producer's application no longer waits on anything but
+- **In-flight 5 / in-flight 1 (target 1.5): 0.98 (0.97-1.00); PostgreSQL alone 1.53 (1.48-1.62); the
+  ceiling on this machine 1.44 (1.39-1.47), below the target.** PostgreSQL alone gains from four
+  connections committing side by side: its backends run on both CPUs and the flushes
+  merge. The Producer gains less because with one lane a request already carries every
+  partition's ready batch in one DB transaction, while five lanes commit four times as
+  often (a request per partition): over a run the machine's work grows from about 1.05 to
+  1.47 CPU-seconds (the client's process 0.52 to 0.71, PostgreSQL 0.52 to 0.76). Spread
+  over both cores, that work could take no less than in-flight 1's time over 1.44 (1.39-1.47):
+  the ceiling line, measured each round from /proc/stat. What keeps the lanes from it is
+  the client's one interpreter lock: sampled from `pg_stat_activity`, three of the four
+  backends are on average waiting for their client (`Client:ClientRead`) while the
+  client's threads use 0.65 s of CPU in a 1.0 s run, each lane's round trip ending in a
+  wait for the lock the application's `produce()` holds (CPython hands it over every 5
+  ms). A switch interval of 0.1 ms makes both sides faster (one lane 0.98 to 0.87 s, five
+  1.03 to 0.94 s), not their ratio; the application giving up the lock every 512 records
+  makes one lane ~10% faster and five ~6% slower. A commit's WAL flush, what lanes
+  overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
+  to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
+  client has cores to spare.
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.62 (0.62-0.64);
+  its floor 0.71 (0.71-0.73), below the target.** The idempotent Producer's application no longer waits on anything but
   its queue (about 1.4 µs of CPU a record) and its database work overlaps its
   `produce()` calls; a transaction's commit cannot return before its DB transaction is
   committed, so each transaction's `produce()` calls (1.45 ms for 1000 records) and its
   commit (6.8 ms: the four 250-record batches' COPY 3.2 ms, the markers, transitions and
   advance in one pipeline 0.9 ms, the locks, BEGIN and COMMIT) follow one another. The
   same idempotent Producer made to wait for acknowledgement every 1000 records, as a
-  commit waits, reaches 0.67-0.70 of itself running freely: the floor of this line, below
-  its target; transactions reach 0.87-0.92 of that floor, the rest being the markers and the
+  commit waits, reaches 0.71-0.73 of itself running freely: the floor of this line, below
+  its target; transactions reach 0.85-0.91 of that floor, the rest being the markers and the
   transaction's state. The line was 0.82-0.87 while `produce()` cost 3.7 µs a record: the
   transactional producer got faster too (200 transactions in ~1.58 s), the idempotent one
   more.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.40-0.43.** The Consumer's
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.41 (0.39-0.42).** The Consumer's
   prefetching cursors, per-record Message objects and offset bookkeeping on top of the
   fetch (itself 0.55-0.60 of the raw SELECT); the previous version measured 0.36-0.44 in
   the same session, so the gap predates this one and is left for the client's own work.
-- **acks (report): acks=1 1.0, acks=0 1.1 of acks=all.** A commit's WAL flush is a small
+- **acks (report): acks=1 0.95-1.0, acks=0 1.0-1.1 of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.69-0.75 (librdkafka ~143,000-154,000 records/s): the native
-  Producer now produces ~205,000 records/s on one partition (it was ~103,000-128,000,
-  when this ratio was 0.79-1.34), while the server's share of a librdkafka produce is
-  small: profiled, its threads use ~0.35 s of CPU for 200,000 records and wait on the
-  client the rest of the time; a librdkafka producer whose queue is not the default
-  100,000 records (1,000,000) takes a quarter less time, so much of the difference is
-  the client's own flow (its queue filling, the application's poll loop, a Python
-  callback per record). A fetch cuts at `max_bytes` in the partition query, sizes its
+  The producer ratio is 0.72 (0.71-0.72) (librdkafka ~139,000 records/s, the native Producer
+  ~194,000 on one partition; it was ~103,000-128,000 when this ratio was 0.79-1.34).
+  The Kafka client is what takes the time: per 100,000 records its own process spends
+  0.46 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  callback per record), more than the native Producer's whole process with the broker
+  in it (0.32), while `kip98 serve` spends 0.15 and, sampled (py-spy), its
+  worker is idle about half the run, waiting for the client's next request. A librdkafka
+  producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
+  less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
   server's reading and the client's work do not overlap. The consumer ratio lands at
   0.98-1.03 (median of rounds; single rounds 0.95-1.14). A record goes from `produce()` to a consumer's poll in
   about 5 ms at the median and 7-8 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 0.81-0.94.** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 1.00 (0.98-1.10).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain
   read alone the write dominates: PostgreSQL alone inserting the same rows into a logged,
-  primary-keyed table takes 2-3 times the plain Spark read here.
+  primary-keyed table takes 2-3 times the plain Spark read here. Each of these phases now
+  starts once the server has settled, as the others' do: the plain append's million rows
+  used to be checkpointed during the materialisation timed after it (0.78-0.93 then).
 - Figures vary from run to run on this shared 2-CPU machine, by ±10% on most ratios.
 """
 

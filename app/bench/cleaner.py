@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.broker.produce import produce
@@ -109,11 +110,16 @@ def _retention_pass(url: str, topic: str) -> None:
     clean_partition(broker, topic, 0, target.config)
 
 
-def _retention_lockout(broker: BrokerContext, url: str, n_records: int) -> dict[str, float]:
+def _retention_lockout(
+    broker: BrokerContext, url: str, n_records: int, settle: Callable[[], None]
+) -> dict[str, float]:
     """The slowest produce to a partition while retention deletes ``n_records`` below its
-    new log start, against the slowest produce to it with no cleaner about."""
+    new log start, against the slowest produce to it with no cleaner about; both once the
+    server has settled (``settle``), so neither meets a checkpoint of the earlier phases'
+    writes."""
     create_topic(broker, "expiring", 1, {"retention.ms": 1})
     _idempotent(broker, "expiring", n_records, timestamp=1_000)
+    settle()
     deadline = time.perf_counter() + 2.0
     quiet = _produce_latencies(broker, "expiring", lambda: time.perf_counter() > deadline)
     ctx = multiprocessing.get_context("spawn")
@@ -150,7 +156,9 @@ def _produce_while_cleaning(
     return seconds, int(passes.value)
 
 
-def bench_cleaner(url: str, n_records: int) -> dict[str, Any]:
+def bench_cleaner(
+    url: str, n_records: int, settle: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
     broker = BrokerContext.connect(url)
     out: dict[str, Any] = {"records": n_records, "distinct_keys": KEYS}
 
@@ -171,5 +179,5 @@ def bench_cleaner(url: str, n_records: int) -> dict[str, Any]:
         busy, passes = _produce_while_cleaning(broker, url, f"busy_{label}", n_records, force)
         out[f"producer_with_cleaner_ratio_{label}"] = alone / busy
         out[f"cleaner_passes_during_produce_{label}"] = passes
-    out.update(_retention_lockout(broker, url, 2 * n_records))
+    out.update(_retention_lockout(broker, url, 2 * n_records, settle))
     return out

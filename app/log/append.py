@@ -8,7 +8,9 @@ gapless and become visible in order. A duplicate batch writes nothing and answer
 original offsets.
 
 The COPY payload is built in bulk (``copy_records``) and the lock and the advance run on
-psycopg directly (``partition_lock``): this is the hot path of every producer.
+psycopg directly (``partition_lock``): this is the hot path of every producer. A request
+with one batch whose partition row the process remembers goes without the lock's read,
+deciding on that row and advancing first, only if the row is still that version (rule 32).
 """
 
 from __future__ import annotations
@@ -27,7 +29,11 @@ from app.log.partition_lock import (
     PartitionRow,
     TopicPartition,
     advance_partitions,
+    advance_remembered,
+    forget,
     lock_partitions,
+    remember,
+    remembered,
 )
 from app.log.producer_ids import check_issued, issued_epochs
 from app.log.producer_state import (
@@ -146,6 +152,10 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
     conn, broker, locked = work.conn, work.context, work.locked
     if not admitted:
         return {}
+    if locked is None and len(admitted) == 1:
+        answered = _append_on_remembered(work, admitted)
+        if answered is not None:
+            return answered
     if locked is not None:
         rows = locked
     else:
@@ -174,17 +184,57 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
     if plans:
         copy_payload(conn, copy_payload_of(plan.rows for _, plan in plans))
         crash_point("append.after_copy")
-        advance_partitions(
+        versions = advance_partitions(
             conn,
             [(req.topic, req.partition, plan.next_offset, plan.lso) for req, plan in plans],
             [(req.topic, req.partition, plan.entry) for req, plan in plans if plan.entry],
             work.writes,
         )
-        if locked is not None:
-            for req, plan in plans:
-                tp = (req.topic, req.partition)
-                locked[tp] = locked[tp].advanced(plan.next_offset, plan.lso, plan.entry)
+        for req, plan in plans:
+            tp = (req.topic, req.partition)
+            after = rows[tp].advanced(plan.next_offset, plan.lso, plan.entry)
+            if locked is not None:
+                locked[tp] = after
+            if versions is not None:
+                remember(conn, tp, versions[tp], after)
     return responses
+
+
+def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse] | None:
+    """One batch appended on the partition row as this process's last append to it left
+    it (rule 32), without reading the row: the advance goes first and checks the row is
+    still that version, then the COPY. None, with nothing written, where the lock's read
+    must decide: no such row remembered, or one of another producer's, a batch this row
+    would not take as it is (a duplicate or a refusal is only ever decided on the row read
+    under the lock), or a row another transaction has written since. Only for a batch
+    with a producer id: a row last written by the same producer is likely still as it
+    left it; plain batches, which may come from any of the process's writers, would pay
+    a refused advance whenever another wrote in between."""
+    [(i, (req, columns))] = admitted.items()
+    if req.producer_id == NO_PRODUCER_ID:
+        return None  # no telling whose the row is: the process's other writers' may be
+    tp = (req.topic, req.partition)
+    hint = remembered(work.conn, tp)
+    if hint is None:
+        return None
+    row = hint.row
+    if row.s_producer_id != req.producer_id or needs_identity_check(req, row):
+        return None
+    try:
+        plan = plan_append(work.context, req, columns, row)
+    except KafkaException:
+        return None
+    if not plan.rows:
+        return None  # a duplicate
+    advance = (req.topic, req.partition, plan.next_offset, plan.lso)
+    version = advance_remembered(work.conn, advance, plan.entry, hint.version)
+    if version is None:
+        forget(work.conn, tp)
+        return None
+    copy_payload(work.conn, copy_payload_of([plan.rows]))
+    crash_point("append.after_copy")
+    remember(work.conn, tp, version, row.advanced(plan.next_offset, plan.lso, plan.entry))
+    return {i: plan.response}
 
 
 def recorded_batch(conn: Connection, req: ProduceRequest) -> ProduceResponse:

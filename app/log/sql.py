@@ -116,16 +116,9 @@ PRODUCER_STATES = f"""
       ON s.topic = u.topic AND s.partition = u.partition AND s.producer_id = u.producer_id
 """
 
-# The advance of several partitions after one COPY of all their batches: next offsets and
-# LSOs, and the producer states of the idempotent batches (possibly none), in one statement.
-ADVANCE_PARTITIONS = f"""
-    WITH advanced AS (
-        UPDATE partitions p SET next_offset = u.next_offset, last_stable_offset = u.lso
-        FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[]),
-                    CAST(%(next_offsets)s AS bigint[]), CAST(%(lsos)s AS bigint[]))
-             AS u(topic, partition, next_offset, lso)
-        WHERE p.topic = u.topic AND p.partition = u.partition
-    )
+# The producer states of appended batches (possibly none), as the parallel arrays ``s_*``
+# give them; in the advances below, written only for partitions that advanced.
+_WRITE_PRODUCER_STATES = f"""
     INSERT INTO producer_states AS s
         (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
          last_timestamp, batches, coordinator_epoch, txn_first_offset)
@@ -138,7 +131,40 @@ ADVANCE_PARTITIONS = f"""
                 CAST(%(s_coordinator_epochs)s AS int[]), CAST(%(s_txn_first_offsets)s AS bigint[]))
          AS u(topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
               last_timestamp, batches, coordinator_epoch, txn_first_offset)
+    WHERE EXISTS (SELECT FROM advanced a WHERE a.topic = u.topic AND a.partition = u.partition)
     {_UPSERT_PRODUCER_STATE}
+"""
+
+# The advance of several partitions after one COPY of all their batches: next offsets and
+# LSOs, and the producer states of the idempotent batches, in one statement, returning each
+# partition row's new version (``xmin``: the writing transaction's id), which the process
+# remembers (rule 32).
+ADVANCE_PARTITIONS = f"""
+    WITH advanced AS (
+        UPDATE partitions p SET next_offset = u.next_offset, last_stable_offset = u.lso
+        FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[]),
+                    CAST(%(next_offsets)s AS bigint[]), CAST(%(lsos)s AS bigint[]))
+             AS u(topic, partition, next_offset, lso)
+        WHERE p.topic = u.topic AND p.partition = u.partition
+        RETURNING p.topic, p.partition, CAST(p.xmin AS text) AS xmin
+    ), states AS ({_WRITE_PRODUCER_STATES})
+    SELECT topic, partition, xmin FROM advanced
+"""
+
+# The advance of one partition whose batch was decided on the row as this process last
+# wrote it (rule 32), before its COPY: it advances, and the producer's state is written,
+# only if the row is still that version (``xmin``, with the next offset it held: an
+# earlier step of the same DB transaction may have written the row too); no row returned
+# if not. At READ COMMITTED, an UPDATE that waited for the row's lock checks the version
+# it locked.
+ADVANCE_REMEMBERED = f"""
+    WITH advanced AS (
+        UPDATE partitions SET next_offset = %(next_offset)s, last_stable_offset = %(lso)s
+        WHERE topic = %(topic)s AND partition = %(partition)s
+          AND xmin = CAST(%(xmin)s AS xid) AND next_offset = %(expected)s
+        RETURNING topic, partition, CAST(xmin AS text) AS xmin
+    ), states AS ({_WRITE_PRODUCER_STATES})
+    SELECT topic, partition, xmin FROM advanced
 """
 
 # Markers, set-based: all partitions of a transaction in three statements whatever their

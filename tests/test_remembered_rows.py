@@ -1,0 +1,217 @@
+"""Appends on a remembered partition row (docs/design.md rule 32).
+
+A process remembers each partition row as its last append left it, and its next append to
+the partition decides on that instead of reading the row under the lock; the advance,
+which goes first, checks that the row is still that version. These tests make the
+remembered row wrong in each way it can be (another process appended since, the DB
+transaction that wrote it rolled back, a marker moved it) and check that the append then
+decides on the row as it is, as if nothing had been remembered.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from app.broker import Broker
+from app.broker.batches import append_batches
+from app.broker.produce import produce
+from app.broker.work import Work
+from app.coordinator.producer_id import init_producer_id
+from app.errors import KafkaError
+from app.log.partition_lock import remembered
+from app.log.topics import create_topic
+from app.protocol import InitProducerIdRequest, ProduceRequest, ProduceResponse, RecordIn
+from app.storage.context import BrokerContext
+from tests.txn_driver import TxnDriver, partition_offsets, read_values
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    b = Broker.connect(db_url)
+    create_topic(b, "t", 1)
+    return b
+
+
+@pytest.fixture
+def elsewhere(db_url: str) -> Iterator[BrokerContext]:
+    """A broker with an engine of its own: another process, as far as remembering goes."""
+    engine = create_engine(db_url)
+    yield BrokerContext(engine=engine)
+    engine.dispose()
+
+
+def batch(producer_id: int, seq: int, *values: str) -> ProduceRequest:
+    records = [RecordIn(None, v.encode(), 0) for v in values]
+    return ProduceRequest("t", 0, records, producer_id, 0, seq)
+
+
+def answer(response: ProduceResponse) -> tuple[int, int, bool]:
+    return response.error_code, response.base_offset, response.duplicate
+
+
+def new_producer(broker: BrokerContext) -> int:
+    return init_producer_id(broker, InitProducerIdRequest(None, 60_000)).producer_id
+
+
+def test_an_append_remembers_the_row_it_wrote(broker: Broker) -> None:
+    pid = new_producer(broker)
+    assert answer(produce(broker, batch(pid, 0, "a", "b"))) == (0, 0, False)
+    with broker.engine.connect() as conn:
+        hint = remembered(conn, ("t", 0))
+        version = conn.execute(
+            text("SELECT CAST(xmin AS text) FROM partitions WHERE topic = 't'")
+        ).scalar_one()
+    assert hint is not None
+    assert (hint.version.xmin, hint.version.next_offset) == (version, 2)
+    entry = hint.row.producer_entry()
+    assert entry is not None
+    assert (entry.producer_id, entry.last_sequence) == (pid, 1)
+    # And the next append goes on from it.
+    assert answer(produce(broker, batch(pid, 2, "c"))) == (0, 2, False)
+    assert read_values(broker, "t", 0) == ["a", "b", "c"]
+
+
+def test_another_process_appending_since_is_seen(broker: Broker, elsewhere: BrokerContext) -> None:
+    """Without the advance's version check, the third append would take offset 1 again."""
+    mine, theirs = new_producer(broker), new_producer(elsewhere)
+    assert answer(produce(broker, batch(mine, 0, "a"))) == (0, 0, False)
+    assert answer(produce(elsewhere, batch(theirs, 0, "x", "y"))) == (0, 1, False)
+    assert answer(produce(broker, batch(mine, 1, "b"))) == (0, 3, False)
+    # A plain batch, which needs no producer state, likewise.
+    assert answer(produce(elsewhere, ProduceRequest("t", 0, [RecordIn(None, b"z", 0)]))) == (
+        0,
+        4,
+        False,
+    )
+    assert answer(produce(broker, batch(mine, 2, "c"))) == (0, 5, False)
+    assert read_values(broker, "t", 0) == ["a", "x", "y", "b", "z", "c"]
+    assert partition_offsets(broker, "t", 0) == (6, 6)
+
+
+def test_a_row_written_by_a_rolled_back_transaction_decides_nothing(broker: Broker) -> None:
+    """The append that wrote the remembered row rolled back, so its batch is not in the log;
+    the client retries it. Taken for a duplicate on the remembered row, it would be
+    answered with offsets nothing holds and never written."""
+    pid = new_producer(broker)
+    assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
+    retried = batch(pid, 1, "b")
+    with broker.engine.connect() as conn:
+        tx = conn.begin()
+        _, [first] = append_batches(Work(broker, conn), [retried], None)
+        assert answer(first) == (0, 1, False)
+        tx.rollback()
+    hint = remembered(broker.engine.connect(), ("t", 0))
+    assert hint is not None and hint.version.next_offset == 2  # what the rollback undid
+    assert answer(produce(broker, retried)) == (0, 1, False)
+    assert read_values(broker, "t", 0) == ["a", "b"]
+    # A duplicate of a batch that is in the log is still one.
+    assert answer(produce(broker, retried)) == (0, 1, True)
+    assert read_values(broker, "t", 0) == ["a", "b"]
+
+
+def test_a_batch_after_a_rolled_back_one_is_out_of_order(broker: Broker) -> None:
+    """A client with several requests in flight (librdkafka's max.in.flight) sends the
+    next batch while the one before fails and rolls back. On the remembered row the next
+    batch follows on and would be appended after a sequence and offset gap; it must be
+    refused, and the two go in, in order, once retried."""
+    pid = new_producer(broker)
+    assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
+    first, second = batch(pid, 1, "b", "c"), batch(pid, 3, "d")
+    with broker.engine.connect() as conn:
+        tx = conn.begin()
+        _, [lost] = append_batches(Work(broker, conn), [first], None)
+        assert answer(lost) == (0, 1, False)
+        tx.rollback()
+    refused = produce(broker, second)
+    assert refused.error_code == KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert read_values(broker, "t", 0) == ["a"]
+    assert partition_offsets(broker, "t", 0) == (1, 1)
+    assert answer(produce(broker, first)) == (0, 1, False)
+    assert answer(produce(broker, second)) == (0, 3, False)
+    assert read_values(broker, "t", 0) == ["a", "b", "c", "d"]
+
+
+def test_plain_batches_take_the_lock(broker: Broker) -> None:
+    """A plain batch could come from any of the process's writers: it is decided on the
+    row read under the lock, and leaves the row remembered for the next producer."""
+    pid = new_producer(broker)
+    assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
+    assert produce(broker, ProduceRequest("t", 0, [RecordIn(None, b"x", 0)])).base_offset == 1
+    with broker.engine.connect() as conn:
+        hint = remembered(conn, ("t", 0))
+    assert hint is not None and hint.version.next_offset == 2
+    assert answer(produce(broker, batch(pid, 1, "b"))) == (0, 2, False)
+    assert read_values(broker, "t", 0) == ["a", "x", "b"]
+
+
+def test_markers_written_since_are_seen(broker: Broker) -> None:
+    """A transaction's commit marker takes an offset and closes the producer's open
+    transaction; the next transaction's first batch must open a new one after it."""
+    d = TxnDriver(broker, "remembered")
+    assert d.init() == 0
+    assert d.send("t", 0, "a").base_offset == 0
+    assert d.end(commit=True) == 0  # the marker at offset 1
+    assert d.send("t", 0, "b").base_offset == 2
+    assert partition_offsets(broker, "t", 0) == (3, 2)  # open from offset 2
+    assert d.end(commit=False) == 0
+    assert read_values(broker, "t", 0) == ["a"]
+    assert partition_offsets(broker, "t", 0) == (4, 4)
+
+
+def test_a_lost_connection_forgets_every_row(broker: Broker) -> None:
+    """After a lost connection the server may be a restored backup, its transaction ids
+    counting again from an earlier point: nothing remembered is trusted."""
+    pid = new_producer(broker)
+    assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
+    with broker.engine.connect() as conn:
+        assert remembered(conn, ("t", 0)) is not None
+        conn.invalidate()
+    with broker.engine.connect() as conn:
+        assert remembered(conn, ("t", 0)) is None
+    assert answer(produce(broker, batch(pid, 1, "b"))) == (0, 1, False)
+    with broker.engine.connect() as conn:
+        assert remembered(conn, ("t", 0)) is not None
+
+
+def test_threads_racing_on_one_remembered_row(broker: Broker) -> None:
+    """Appends of one process racing for a partition all start from the same remembered
+    row: one advances it, the others' advances wait for its lock, then find a newer
+    version and go the lock's way. Offsets stay unique and gapless, nothing is lost."""
+    per_thread, threads = 40, 4
+    pids = [new_producer(broker) for _ in range(threads)]
+    assert produce(broker, ProduceRequest("t", 0, [RecordIn(None, b"first", 0)])).base_offset == 0
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            for seq in range(per_thread):
+                plain = ProduceRequest("t", 0, [RecordIn(None, f"p{n}-{seq}".encode(), 0)])
+                idempotent = batch(pids[n], seq, f"i{n}-{seq}")
+                for req in (plain, idempotent):
+                    assert produce(broker, req).error_code == 0
+        except BaseException as exc:  # checked below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert not errors, errors[:1]
+    values = read_values(broker, "t", 0)
+    assert len(values) == len(set(values)) == 1 + 2 * per_thread * threads
+    for n in range(threads):  # each producer's records in its own order
+        mine = [v for v in values if v.startswith(f"i{n}-")]
+        assert mine == [f"i{n}-{seq}" for seq in range(per_thread)]
+    with broker.engine.connect() as conn:
+        offsets = [
+            r[0]
+            for r in conn.execute(
+                text('SELECT "offset" FROM records WHERE topic = \'t\' ORDER BY "offset"')
+            )
+        ]
+    assert offsets == list(range(len(values)))
