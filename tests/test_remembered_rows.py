@@ -10,10 +10,13 @@ decides on the row as it is, as if nothing had been remembered.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import create_engine, text
 
 from app.broker import Broker
@@ -215,3 +218,77 @@ def test_threads_racing_on_one_remembered_row(broker: Broker) -> None:
             )
         ]
     assert offsets == list(range(len(values)))
+
+
+# Steps of the property below: the remembering producer's next batch (a retry first if its
+# last attempt rolled back), the same attempted and rolled back, its last committed batch
+# sent again, another process's producer's batch, a plain batch, a lost connection.
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["mine", "rolled back", "theirs", "plain"]), st.integers(1, 3)),
+        st.tuples(st.sampled_from(["again", "lost"]), st.just(0)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+EXAMPLES = itertools.count()
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=STEPS)
+def test_remembered_rows_against_a_model(
+    broker: Broker, elsewhere: BrokerContext, steps: list[tuple[str, int]]
+) -> None:
+    """Any interleaving of one process's producer, its rolled-back attempts and retries,
+    duplicates, another process's producer, plain batches and lost connections leaves the
+    log and every answer as a model of the log says: offsets gapless, each batch once."""
+    topic = f"model{next(EXAMPLES)}"
+    create_topic(broker, topic, 1)
+    mine, theirs = new_producer(broker), new_producer(elsewhere)
+    log: list[str] = []
+    sequences = {mine: 0, theirs: 0}
+    pending: ProduceRequest | None = None  # my attempt that rolled back: retried next
+    last: tuple[ProduceRequest, int] | None = None  # my last committed batch, its offset
+
+    def next_batch(pid: int, n: int) -> ProduceRequest:
+        values = [f"{pid}-{sequences[pid] + i}" for i in range(n)]
+        records = [RecordIn(None, v.encode(), 0) for v in values]
+        return ProduceRequest(topic, 0, records, pid, 0, sequences[pid])
+
+    def appended(req: ProduceRequest, response: ProduceResponse) -> None:
+        assert answer(response) == (0, len(log), False)
+        log.extend(bytes(r.value or b"").decode() for r in req.records)
+        sequences[req.producer_id] = req.base_sequence + len(req.records)
+
+    for kind, n in steps:
+        if kind in ("mine", "rolled back"):
+            req = pending or next_batch(mine, n)
+            if kind == "rolled back":
+                with broker.engine.connect() as conn:
+                    tx = conn.begin()
+                    _, [lost] = append_batches(Work(broker, conn), [req], None)
+                    assert answer(lost) == (0, len(log), False)
+                    tx.rollback()
+                pending = req
+                continue
+            offset = len(log)
+            appended(req, produce(broker, req))
+            pending, last = None, (req, offset)
+        elif kind == "again" and last is not None and pending is None:
+            assert answer(produce(broker, last[0])) == (0, last[1], True)
+        elif kind == "theirs":
+            req = next_batch(theirs, n)
+            appended(req, produce(elsewhere, req))
+        elif kind == "plain":
+            req = ProduceRequest(topic, 0, [RecordIn(None, f"plain-{len(log)}".encode(), 0)])
+            assert answer(produce(broker, req)) == (0, len(log), False)
+            log.append(f"plain-{len(log)}")
+        elif kind == "lost":
+            with broker.engine.connect() as conn:
+                conn.invalidate()
+    assert read_values(broker, topic, 0) == log
+    assert partition_offsets(broker, topic, 0) == (len(log), len(log))
