@@ -33,3 +33,20 @@ def test_torture_run_has_no_anomaly(tmp_path: Path) -> None:
     # Impatient workers had aborts after a timed-out commit refused, and racers raced.
     assert operations.get("abort-after-commit:fail", 0) > 0, operations
     assert operations.get("race-init:ok", 0) > 0, operations
+
+
+def test_a_database_holding_a_run_is_refused_in_one_line(
+    db_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run is judged on everything in its database: one that holds another run's topics
+    is refused before anything starts, in one line."""
+    from app.admin import AdminClient, NewTopic
+    from app.torture.__main__ import main
+    from app.torture.workload import TOPIC
+
+    with AdminClient({"database.url": db_url}) as admin:
+        admin.create_topics([NewTopic(TOPIC, 1)])[TOPIC].result()
+    code = main(["--duration", "1", "--database-url", db_url, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "already has topic 'torture'" in err, err

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     if args.command == "run":
-        from app.torture.controller import RunConfig, run
+        from app.torture.controller import NotEmpty, RunConfig, run
 
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
         from app.storage.embedded import kip98_home
@@ -68,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig(
             args.duration, args.workers, args.copiers, seed, out.resolve(), args.database_url
         )
-        return 0 if run(cfg).ok else 1
+        try:
+            return 0 if run(cfg).ok else 1
+        except NotEmpty as exc:
+            print(f"torture: {exc}", file=sys.stderr)
+            return 2
     if args.command == "check":
         from app.torture.controller import judge
 

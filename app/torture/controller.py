@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from app.admin import AdminClient, NewTopic
+from app.errors import KafkaError, KafkaException
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.migrate import upgrade_to_head
 from app.torture import checker, dump
@@ -35,6 +36,10 @@ from app.torture.workload import COPY_TOPIC, PARTITIONS, TOPIC
 
 COORDINATORS = 2
 TOPICS = [TOPIC, COPY_TOPIC]
+
+
+class NotEmpty(Exception):
+    """The database given for a run holds another run's topics."""
 
 
 @dataclass
@@ -95,8 +100,16 @@ def run(cfg: RunConfig) -> checker.Result:
     upgrade_to_head(url)
     admin = AdminClient({"database.url": url})
     for name, future in admin.create_topics([NewTopic(t, PARTITIONS) for t in TOPICS]).items():
-        future.result()
-        del name
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+            raise NotEmpty(
+                f"the database already has topic {name!r}: a run is judged on everything in "
+                "its database, so --database-url must name an empty one (or leave it out for "
+                "a private server)"
+            ) from exc
     engine = create_engine(url, pool_pre_ping=True)
     rng = random.Random(cfg.seed)
     fleet = Fleet(url, out, cfg.seed)
