@@ -15,7 +15,7 @@ deciding on that row and advancing first, only if the row is still that version 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from sqlalchemy import Connection
@@ -169,7 +169,7 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
     }
     issued = issued_epochs(conn, (admitted[i][0].producer_id for i in unseen)) if unseen else {}
     responses: dict[int, ProduceResponse] = {}
-    plans: list[tuple[ProduceRequest, AppendPlan]] = []
+    plans: list[tuple[ProduceRequest, Columns, AppendPlan]] = []
     for i, (req, cols) in admitted.items():
         try:
             if i in unseen:
@@ -179,18 +179,18 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
             responses[i] = refusal(exc)
             continue
         responses[i] = plan.response
-        if plan.rows:
-            plans.append((req, plan))
+        if plan.timestamps is not None:
+            plans.append((req, cols, plan))
     if plans:
-        copy_payload(conn, copy_payload_of(plan.rows for _, plan in plans))
+        copy_payload(conn, copy_payload_of(plan.encoded(req, cols) for req, cols, plan in plans))
         crash_point("append.after_copy")
         versions = advance_partitions(
             conn,
-            [(req.topic, req.partition, plan.next_offset, plan.lso) for req, plan in plans],
-            [(req.topic, req.partition, plan.entry) for req, plan in plans if plan.entry],
+            [(req.topic, req.partition, plan.next_offset, plan.lso) for req, _, plan in plans],
+            [(req.topic, req.partition, plan.entry) for req, _, plan in plans if plan.entry],
             work.writes,
         )
-        for req, plan in plans:
+        for req, _, plan in plans:
             tp = (req.topic, req.partition)
             after = rows[tp].advanced(plan.next_offset, plan.lso, plan.entry)
             if locked is not None:
@@ -224,14 +224,14 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
         plan = plan_append(work.context, req, columns, row)
     except KafkaException:
         return None
-    if not plan.rows:
+    if plan.timestamps is None:
         return None  # a duplicate
     advance = (req.topic, req.partition, plan.next_offset, plan.lso)
     version = advance_remembered(work.conn, advance, plan.entry, hint.version)
     if version is None:
         forget(work.conn, tp)
         return None
-    copy_payload(work.conn, copy_payload_of([plan.rows]))
+    copy_payload(work.conn, copy_payload_of([plan.encoded(req, columns)]))
     crash_point("append.after_copy")
     remember(work.conn, tp, version, row.advanced(plan.next_offset, plan.lso, plan.entry))
     return {i: plan.response}
@@ -266,14 +266,21 @@ def refusal(exc: KafkaException) -> ProduceResponse:
 @dataclass(frozen=True)
 class AppendPlan:
     """What one batch does to its locked partition: the answer and, unless the batch is a
-    duplicate, its COPY rows (``encode_rows``' parts), the partition's next offset and LSO
-    after it, and the producer's state after it (None for a producer without id)."""
+    duplicate (None), its records' timestamps as stored, the partition's next offset and
+    LSO after it, and the producer's state after it (None for a producer without id). The
+    rows are encoded only once the batch is sure to be written (``encoded``): a decision
+    on a remembered row may yet be taken again under the lock (rule 32)."""
 
     response: ProduceResponse
-    rows: list[bytes] = field(default_factory=list)
+    timestamps: tuple[int, ...] | None = None
     next_offset: int = -1
     lso: int = -1
     entry: ProducerEntry | None = None
+
+    def encoded(self, req: ProduceRequest, columns: Columns) -> list[bytes]:
+        """The batch's COPY rows (``encode_rows``' parts) at the offsets decided."""
+        assert self.timestamps is not None, "a duplicate writes nothing"
+        return encode_rows(req, self.response.base_offset, columns, self.timestamps)
 
 
 def needs_identity_check(req: ProduceRequest, row: PartitionRow | None) -> bool:
@@ -312,9 +319,7 @@ def plan_append(
 
     if req.producer_id == NO_PRODUCER_ID:
         lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn=False)
-        return AppendPlan(
-            accepted, encode_rows(req, base_offset, columns, timestamps), next_offset, lso
-        )
+        return AppendPlan(accepted, timestamps, next_offset, lso)
 
     max_ts = max(timestamps)
     entry = row.producer_entry()
@@ -343,5 +348,4 @@ def plan_append(
     )
     new_entry = apply_append(entry, appended)
     lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn)
-    rows = encode_rows(req, base_offset, columns, timestamps)
-    return AppendPlan(accepted, rows, next_offset, lso, new_entry)
+    return AppendPlan(accepted, timestamps, next_offset, lso, new_entry)
