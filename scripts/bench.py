@@ -227,11 +227,10 @@ def records_copy(
             return {
                 "topic": "floor", "partition": 0, "next_offset": end, "lso": end,
                 "xmin": xmin, "expected": start,
-                "s_topics": ["floor"], "s_partitions": [0], "s_producer_ids": [1],
-                "s_producer_epochs": [0], "s_last_sequences": [end - 1],
-                "s_last_offsets": [end - 1], "s_last_timestamps": [0],
-                "s_batches": [f"[[{start}, {end - 1}, {start}, {end - 1}]]"],
-                "s_coordinator_epochs": [-1], "s_txn_first_offsets": [None],
+                "producer_id": 1, "producer_epoch": 0, "last_sequence": end - 1,
+                "last_offset": end - 1, "last_timestamp": 0,
+                "batches": f"[[{start}, {end - 1}, {start}, {end - 1}]]",
+                "coordinator_epoch": -1, "txn_first_offset": None,
             }  # fmt: skip
 
         def run() -> None:

@@ -17,6 +17,7 @@ from app.settings import BrokerSettings
 from app.storage.engine import resolve_url
 from app.storage.errors import is_retriable, kafka_error, kafka_errors, raise_as_kafka
 from app.storage.limits import bound_requests, connect_args, request_deadline
+from app.storage.liveness import check_on_checkout
 
 __all__ = [
     "client_broker",
@@ -48,13 +49,12 @@ def client_engine(
         resolve_url(url),
         pool_size=pool_size,
         max_overflow=8,
-        # A backend may be gone (terminated, server restarted) while pooled; ping first so a
-        # stale connection costs a reconnect rather than a failed request.
-        pool_pre_ping=True,
         pool_recycle=3600,
         connect_args=args,
     )
-    return bound_requests(engine, settings)
+    # A backend may be gone (terminated, server restarted) while pooled: such a connection
+    # costs a reconnect at checkout rather than a failed request.
+    return bound_requests(check_on_checkout(engine), settings)
 
 
 def client_broker(

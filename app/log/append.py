@@ -226,6 +226,7 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
         return None
     if plan.timestamps is None:
         return None  # a duplicate
+    assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
     advance = (req.topic, req.partition, plan.next_offset, plan.lso)
     version = advance_remembered(work.conn, advance, plan.entry, hint.version)
     if version is None:

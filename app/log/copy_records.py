@@ -176,7 +176,7 @@ def encode_rows(
         _sequences(base_sequence, n),
         key_lengths,
     )
-    if any(h is not None for h in columns.headers):
+    if columns.headers.count(None) != n:  # some have headers (counted in C)
         # prefix, headers, integers, key, value length, value
         parts = [prefix] * (6 * n)
         parts[1::6] = _jsonb_fields(columns.headers)

@@ -220,11 +220,11 @@ def advance_partitions(
 def advance_remembered(
     conn: Connection,
     advance: tuple[str, int, int, int],
-    entry: ProducerEntry | None,
+    entry: ProducerEntry,
     version: RowVersion,
 ) -> str | None:
-    """Advance one partition as ``advance_partitions`` does, if its row is still
-    ``version``: its new version, or None (nothing written)."""
+    """Advance one partition and its producer's state as ``advance_partitions`` does, if
+    its row is still ``version``: its new version, or None (nothing written)."""
     topic, partition, next_offset, lso = advance
     params = {
         "topic": topic,
@@ -233,7 +233,14 @@ def advance_remembered(
         "lso": lso,
         "xmin": version.xmin,
         "expected": version.next_offset,
-        **_state_params([] if entry is None else [(topic, partition, entry)]),
+        "producer_id": entry.producer_id,
+        "producer_epoch": entry.producer_epoch,
+        "last_sequence": entry.last_sequence,
+        "last_offset": entry.last_offset,
+        "last_timestamp": entry.last_timestamp,
+        "batches": entry.batches_json(),
+        "coordinator_epoch": entry.coordinator_epoch,
+        "txn_first_offset": entry.txn_first_offset,
     }
     with driver_connection(conn).cursor() as cur:
         row = cur.execute(sql.ADVANCE_REMEMBERED, params).fetchone()

@@ -156,14 +156,24 @@ ADVANCE_PARTITIONS = f"""
 # only if the row is still that version (``xmin``, with the next offset it held: an
 # earlier step of the same DB transaction may have written the row too); no row returned
 # if not. At READ COMMITTED, an UPDATE that waited for the row's lock checks the version
-# it locked.
+# it locked. One producer's state, so its fields go as scalars: adapting the one-element
+# arrays of ``_WRITE_PRODUCER_STATES`` cost the client more than the statement's round trip.
 ADVANCE_REMEMBERED = f"""
     WITH advanced AS (
         UPDATE partitions SET next_offset = %(next_offset)s, last_stable_offset = %(lso)s
         WHERE topic = %(topic)s AND partition = %(partition)s
           AND xmin = CAST(%(xmin)s AS xid) AND next_offset = %(expected)s
         RETURNING topic, partition, CAST(xmin AS text) AS xmin
-    ), states AS ({_WRITE_PRODUCER_STATES})
+    ), states AS (
+    INSERT INTO producer_states AS s
+        (topic, partition, producer_id, producer_epoch, last_sequence, last_offset,
+         last_timestamp, batches, coordinator_epoch, txn_first_offset)
+    SELECT topic, partition, CAST(%(producer_id)s AS bigint), CAST(%(producer_epoch)s AS int),
+           CAST(%(last_sequence)s AS int), CAST(%(last_offset)s AS bigint),
+           CAST(%(last_timestamp)s AS bigint), CAST(%(batches)s AS jsonb),
+           CAST(%(coordinator_epoch)s AS int), CAST(%(txn_first_offset)s AS bigint)
+    FROM advanced
+    {_UPSERT_PRODUCER_STATE})
     SELECT topic, partition, xmin FROM advanced
 """
 

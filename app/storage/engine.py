@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from app.settings import BrokerSettings
 from app.storage.embedded import database_url
 from app.storage.limits import bound_requests, connect_args, session_options
+from app.storage.liveness import check_on_checkout
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ def resolve_url(url: str | None = None) -> str:
 def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -> Engine:
     """One pooled engine per URL and session bounds per process (engines are expensive;
     connections are pooled), its sessions bounded as ``settings`` (default: the
-    ``KIP98_*`` environment) say."""
+    ``KIP98_*`` environment) say, a pooled connection the server has ended given up at
+    checkout (``liveness``)."""
     resolved = resolve_url(url)
     cfg = settings or BrokerSettings.from_env()
     key = (resolved, tuple(session_options(cfg).values()), cfg.db_tcp_user_timeout_ms)
@@ -50,11 +52,10 @@ def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -
                 resolved,
                 pool_size=5,
                 max_overflow=20,
-                pool_pre_ping=True,
                 pool_recycle=3600,
                 connect_args=connect_args(cfg),
             )
-            _engines[key] = bound_requests(engine, cfg)
+            _engines[key] = bound_requests(check_on_checkout(engine), cfg)
         return engine
 
 

@@ -1,0 +1,87 @@
+"""Pooled connections the server ended while they waited are given up at checkout, without
+a round trip per request (``app.storage.liveness``); live ones are kept."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, event
+
+from app.broker import Broker
+from app.broker.produce import produce
+from app.log.topics import create_topic
+from app.protocol import ProduceRequest, RecordIn
+from app.storage.liveness import closed_by_server
+from tests.conftest import admin_conninfo
+from tests.identities import hand_out
+from tests.test_idempotence_faults import terminate
+
+
+def batch(pid: int, seq: int, value: str) -> ProduceRequest:
+    return ProduceRequest("t", 0, [RecordIn(None, value.encode(), 0)], pid, 0, seq)
+
+
+def pooled_backends(engine: Engine) -> list[int]:
+    """The backend pids of the connections waiting in ``engine``'s pool."""
+    with engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        return [driver.info.backend_pid]
+
+
+def counting(engine: Engine, name: str) -> list[Any]:
+    seen: list[Any] = []
+    event.listen(engine, name, lambda *args: seen.append(args))
+    return seen
+
+
+def test_an_idle_connection_is_alive_until_its_backend_is_terminated(db_url: str) -> None:
+    conninfo = admin_conninfo(db_url)
+    with psycopg.connect(conninfo) as admin, psycopg.connect(conninfo) as idle:
+        admin.autocommit = True
+        idle.execute("SELECT 1").fetchall()
+        idle.commit()
+        assert not closed_by_server(idle)
+        terminate(admin, idle.info.backend_pid)
+        deadline = time.monotonic() + 10
+        while not closed_by_server(idle):  # the backend's goodbye is on its way
+            assert time.monotonic() < deadline, "a terminated backend's socket stayed quiet"
+            time.sleep(0.01)
+
+
+def test_a_terminated_pooled_backend_costs_a_reconnect_not_the_request(db_url: str) -> None:
+    broker = Broker.connect(db_url)
+    create_topic(broker, "t", 1)
+    pid = 7
+    hand_out(broker, pid)
+    assert produce(broker, batch(pid, 0, "a")).error_code == 0
+    connects, invalidated = (
+        counting(broker.engine, "connect"),
+        counting(broker.engine, "invalidate"),
+    )
+    [backend] = pooled_backends(broker.engine)
+    with psycopg.connect(admin_conninfo(db_url), autocommit=True) as admin:
+        terminate(admin, backend)
+    response = produce(broker, batch(pid, 1, "b"))
+    assert (response.error_code, response.base_offset) == (0, 1)
+    # given up as a lost connection is (the ``invalidate`` event: what the process remembers
+    # of partition rows is forgotten, rule 32), and one new connection made
+    assert len(invalidated) == 1 and len(connects) == 1
+    assert pooled_backends(broker.engine) != [backend]
+
+
+def test_live_pooled_connections_are_kept(db_url: str) -> None:
+    broker = Broker.connect(db_url)
+    create_topic(broker, "t", 1)
+    pid = 7
+    hand_out(broker, pid)
+    assert produce(broker, batch(pid, 0, "a")).error_code == 0
+    connects, invalidated = (
+        counting(broker.engine, "connect"),
+        counting(broker.engine, "invalidate"),
+    )
+    for seq in range(1, 30):
+        assert produce(broker, batch(pid, seq, str(seq))).error_code == 0
+    assert connects == [] and invalidated == []
