@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 ENV = "KIP98_CRASH_AT"
 STOP_ENV = "KIP98_STOP_AT"
@@ -23,4 +24,7 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if os.environ.get(STOP_ENV) == name and name not in _stopped:
         _stopped.add(name)
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Raised on this thread, the stop takes it here and now. Sent to the process
+        # (os.kill), the kernel may hand it to another thread first, and this one would
+        # run on past the point until that thread stops them all.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 import psycopg
+import pytest
 from sqlalchemy import Engine, event
 
 from app.broker import Broker
@@ -18,9 +19,21 @@ from tests.conftest import admin_conninfo
 from tests.identities import hand_out
 from tests.test_idempotence_faults import terminate
 
+PID = 7
 
-def batch(pid: int, seq: int, value: str) -> ProduceRequest:
-    return ProduceRequest("t", 0, [RecordIn(None, value.encode(), 0)], pid, 0, seq)
+
+def batch(seq: int, value: str) -> ProduceRequest:
+    return ProduceRequest("t", 0, [RecordIn(None, value.encode(), 0)], PID, 0, seq)
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    """A broker whose pool holds one connection, used by a first produce."""
+    b = Broker.connect(db_url)
+    create_topic(b, "t", 1)
+    hand_out(b, PID)
+    assert produce(b, batch(0, "a")).error_code == 0
+    return b
 
 
 def pooled_backends(engine: Engine) -> list[int]:
@@ -51,12 +64,9 @@ def test_an_idle_connection_is_alive_until_its_backend_is_terminated(db_url: str
             time.sleep(0.01)
 
 
-def test_a_terminated_pooled_backend_costs_a_reconnect_not_the_request(db_url: str) -> None:
-    broker = Broker.connect(db_url)
-    create_topic(broker, "t", 1)
-    pid = 7
-    hand_out(broker, pid)
-    assert produce(broker, batch(pid, 0, "a")).error_code == 0
+def test_a_terminated_pooled_backend_costs_a_reconnect_not_the_request(
+    broker: Broker, db_url: str
+) -> None:
     connects, invalidated = (
         counting(broker.engine, "connect"),
         counting(broker.engine, "invalidate"),
@@ -64,7 +74,7 @@ def test_a_terminated_pooled_backend_costs_a_reconnect_not_the_request(db_url: s
     [backend] = pooled_backends(broker.engine)
     with psycopg.connect(admin_conninfo(db_url), autocommit=True) as admin:
         terminate(admin, backend)
-    response = produce(broker, batch(pid, 1, "b"))
+    response = produce(broker, batch(1, "b"))
     assert (response.error_code, response.base_offset) == (0, 1)
     # given up as a lost connection is (the ``invalidate`` event: what the process remembers
     # of partition rows is forgotten, rule 32), and one new connection made
@@ -72,16 +82,11 @@ def test_a_terminated_pooled_backend_costs_a_reconnect_not_the_request(db_url: s
     assert pooled_backends(broker.engine) != [backend]
 
 
-def test_live_pooled_connections_are_kept(db_url: str) -> None:
-    broker = Broker.connect(db_url)
-    create_topic(broker, "t", 1)
-    pid = 7
-    hand_out(broker, pid)
-    assert produce(broker, batch(pid, 0, "a")).error_code == 0
+def test_live_pooled_connections_are_kept(broker: Broker) -> None:
     connects, invalidated = (
         counting(broker.engine, "connect"),
         counting(broker.engine, "invalidate"),
     )
     for seq in range(1, 30):
-        assert produce(broker, batch(pid, seq, str(seq))).error_code == 0
+        assert produce(broker, batch(seq, str(seq))).error_code == 0
     assert connects == [] and invalidated == []

@@ -151,6 +151,65 @@ def test_a_paused_transactional_producer_is_fenced_by_its_successor(
         assert states.scalar_one() == 0
 
 
+@pytest.mark.parametrize(
+    ("mode", "waiting"), [("markers", ("active", "Lock")), ("writes", ("active", "Timeout"))]
+)
+def test_a_process_paused_while_its_pipeline_waits_is_bounded(
+    broker: Broker, db_url: str, mode: str, waiting: tuple[str, str]
+) -> None:
+    """PostgreSQL bounds a session idle in a transaction only once it has answered a Sync,
+    and until the next message it reads. A process paused while a pipeline of its waits
+    (the markers' lock, sent with the read behind it; a request's last writes) would
+    leave, once the statements are done, a session that no timeout ends, holding its
+    locks: each pipeline sends its Sync before waiting (``storage.driver``)."""
+    holder = broker.engine.connect()
+    holder.execute(text("SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE"))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "KIP98_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": str(IDLE_MS),
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.pipeline_child", db_url, mode],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        backend = int(child.stdout.readline())
+        with broker.engine.connect() as watcher:
+
+            def activity() -> tuple[str, str | None] | None:
+                row = watcher.execute(
+                    text("SELECT state, wait_event_type FROM pg_stat_activity WHERE pid = :p"),
+                    {"p": backend},
+                ).one_or_none()
+                watcher.rollback()  # a fresh snapshot of the statistics each time
+                return None if row is None else (row[0], row[1])
+
+            deadline = time.monotonic() + 30
+            while activity() != waiting:
+                assert time.monotonic() < deadline, f"the child never waited: {activity()}"
+                time.sleep(0.02)
+            child.send_signal(signal.SIGSTOP)
+            holder.rollback()  # the paused child's statements run on, then its session idles
+            deadline = time.monotonic() + 5 + 10 * IDLE_MS / 1000
+            while (now := activity()) is not None:
+                assert time.monotonic() < deadline, f"the paused child's session lives on: {now}"
+                time.sleep(0.05)
+        # its locks went with it
+        with broker.engine.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '2s'"))
+            conn.execute(text("SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE"))
+    finally:
+        holder.close()
+        child.send_signal(signal.SIGCONT)
+        child.kill()
+        child.wait()
+
+
 def _bounds(engine: Engine) -> dict[str, str]:
     with engine.connect() as conn:
         shown = {

@@ -74,9 +74,10 @@ def lock_for_markers(
         "producer_id": producer_id,
     }
     raw = driver_connection(conn)
-    with raw.pipeline(), raw.cursor() as locking, raw.cursor() as reading:
+    with raw.pipeline() as pipeline, raw.cursor() as locking, raw.cursor() as reading:
         locking.execute(sql.LOCK_PARTITIONS, lock)
         reading.execute(sql.FIRST_OPEN_TXN_OFFSETS, others)
+        pipeline.sync()  # the Sync before the wait for the locks (``storage.driver``)
         rows = locking.fetchall()
         first_open = reading.fetchall()
     return MarkerLocks(

@@ -10,6 +10,17 @@ placeholders, so each statement is still written once, in its family's SQL modul
 request reads (the partitions' advance, the markers, the transaction's events), and sends
 them together in one pipeline just before COMMIT: one round trip instead of one each.
 PostgreSQL still runs them one after the other, in the order they were queued.
+
+Every pipeline here sends its Sync with its statements, before waiting for them
+(``pipeline.sync()``), and never leaves the waiting to psycopg's exit from pipeline mode
+(docs/design.md rule 24). PostgreSQL bounds a session idle in a transaction only from the
+moment it answers a Sync, and only until the next message it reads. Without a Sync the
+session is amid a pipeline, which no timeout bounds; and psycopg's exit, when the
+results are not in yet, follows its Sync with a Flush, which PostgreSQL reads as the
+session's next message, ending the bound without starting it again. Either way a client
+paused while its statements ran (or waited for a lock) would leave a session that holds
+its locks for as long as the pause. The exit's own Sync, with nothing left to run, is
+answered at once: one more round trip for a pipeline, the price of the bound.
 """
 
 from __future__ import annotations
@@ -74,9 +85,10 @@ class WriteBehind:
             with raw.cursor() as cur:
                 cur.execute(queued[0][0], queued[0][1])
             return
-        with raw.pipeline(), raw.cursor() as cur:
+        with raw.pipeline() as pipeline, raw.cursor() as cur:
             for statement, params, _ in queued:
                 cur.execute(statement, params)
+            pipeline.sync()  # the Sync before the wait (see above)
 
 
 def execute_or_queue(

@@ -1,0 +1,35 @@
+"""A process the session-bounds tests pause with SIGSTOP while a pipeline of its waits:
+``markers`` locks partition t/0 for markers (``markers.lock_for_markers``) while the test
+holds that row, so its statement waits for the lock; ``writes`` sends a request's last
+writes (``WriteBehind``), the first of which takes a while.
+
+argv: database URL, ``markers`` or ``writes``. Prints its backend's pid, then waits.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from app.broker import Broker
+from app.log.markers import lock_for_markers
+from app.storage.driver import WriteBehind
+
+
+def main() -> None:
+    broker = Broker.connect(sys.argv[1])
+    with broker.engine.begin() as conn:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        print(driver.info.backend_pid, flush=True)
+        if sys.argv[2] == "markers":
+            lock_for_markers(conn, [("t", 0)], producer_id=1)
+        else:
+            writes = WriteBehind()
+            writes.add("SELECT pg_sleep(2)", {})
+            writes.add("SELECT 1", {})
+            writes.send(conn)
+        print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
