@@ -1207,8 +1207,8 @@ How to read these figures:
   the process remembers the row as its last append left it, decides on that, and sends
   the advance first, taking the row only if it is still that version (rule 32).
   PostgreSQL running the produce's statements (the advance and the COPY) with values known
-  in advance keeps 0.92 (0.90-0.93) of the floor; with the rows encoded in the loop, 0.82
-  (0.82-0.83): the handler reaches 94% of that. Two round trips' worth went this version:
+  in advance keeps 0.94 (0.92-0.96) of the floor; with the rows encoded in the loop, 0.85
+  (0.82-0.85): the handler reaches about nine tenths of that. Two round trips' worth went this version:
   a pooled connection is no longer pinged at checkout (its socket is polled instead,
   docs/design.md §3.8), and the advance sends the producer's state as scalars rather than
   one-element arrays, whose adaptation cost the client ~50 µs of CPU a batch. Timed call
@@ -1226,7 +1226,7 @@ How to read these figures:
   simple-protocol messages (0.14 ms a batch, not worth managing the transaction beside
   SQLAlchemy). What is left above the encoded floor is the handler's own Python and
   SQLAlchemy's transaction, ~0.25 ms of a 4.4 ms batch; 0.8 needs ~0.15 ms of it gone.
-- **Idempotent Producer vs handler produce (target 0.6): 0.68 (0.67-0.70)** (0.69-0.71
+- **Idempotent Producer vs handler produce (target 0.6): 0.69 (0.67-0.69)** (0.69-0.71
   in 0.11.0's table, against a handler that has since become ~5% faster again; 0.44-0.55
   before 0.10.0). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
@@ -1240,14 +1240,14 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 1.03 (1.00-1.05); PostgreSQL alone 1.59 (1.56-1.63); the
-  ceiling on this machine 1.47 (1.46-1.52), below the target.** PostgreSQL alone gains from four
+- **In-flight 5 / in-flight 1 (target 1.5): 0.99 (0.98-1.01); PostgreSQL alone 1.56 (1.54-1.68); the
+  ceiling on this machine 1.48 (1.44-1.50), below the target.** PostgreSQL alone gains from four
   connections committing side by side: its backends run on both CPUs and the flushes
   merge. The Producer gains less because with one lane a request already carries every
   partition's ready batch in one DB transaction, while five lanes commit four times as
   often (a request per partition): over a run the machine's work grows from about 1.05 to
   1.47 CPU-seconds (the client's process 0.52 to 0.71, PostgreSQL 0.52 to 0.76). Spread
-  over both cores, that work could take no less than in-flight 1's time over 1.47 (1.46-1.52):
+  over both cores, that work could take no less than in-flight 1's time over 1.48 (1.44-1.50):
   the ceiling line, measured each round from /proc/stat. What keeps the lanes from it is
   the client's one interpreter lock: sampled from `pg_stat_activity`, three of the four
   backends are on average waiting for their client (`Client:ClientRead`) while the
@@ -1259,46 +1259,49 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.62 (0.60-0.62);
-  its floor 0.71 (0.70-0.73), below the target.** The idempotent Producer's application no longer waits on anything but
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.62 (0.61-0.63);
+  its floor 0.70 (0.69-0.71), below the target.** The idempotent Producer's application no longer waits on anything but
   its queue (about 1.4 µs of CPU a record) and its database work overlaps its
   `produce()` calls; a transaction's commit cannot return before its DB transaction is
   committed, so each transaction's `produce()` calls (1.45 ms for 1000 records) and its
   commit (6.8 ms: the four 250-record batches' COPY 3.2 ms, the markers, transitions and
   advance in one pipeline 0.9 ms, the locks, BEGIN and COMMIT) follow one another. The
   same idempotent Producer made to wait for acknowledgement every 1000 records, as a
-  commit waits, reaches 0.70-0.73 of itself running freely: the floor of this line, below
-  its target; transactions reach 0.86-0.90 of that floor, the rest being the markers and the
-  transaction's state. The line was 0.82-0.87 while `produce()` cost 3.7 µs a record: the
+  commit waits, reaches 0.69-0.71 of itself running freely: the floor of this line, below
+  its target; transactions reach 0.87-0.89 of that floor, the rest being the markers and the
+  transaction's state. Each pipeline now sends its Sync before waiting for its results
+  (docs/design.md rule 24), a round trip more per commit: within the noise here (this
+  line 0.62 before and after; one-record transactions 397-448 per second, 413-423 before).
+  The line was 0.82-0.87 while `produce()` cost 3.7 µs a record: the
   transactional producer got faster too (200 transactions in ~1.58 s), the idempotent one
   more.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.43 (0.39-0.44).** The Consumer's
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.43 (0.39-0.43).** The Consumer's
   prefetching cursors, per-record Message objects and offset bookkeeping on top of the
   fetch (itself 0.55-0.60 of the raw SELECT); the previous version measured 0.36-0.44 in
   the same session, so the gap predates this one and is left for the client's own work.
-- **acks (report): acks=1 0.97-0.99, acks=0 1.0-1.05 of acks=all.** A commit's WAL flush is a small
+- **acks (report): acks=1 0.94-0.97, acks=0 1.02-1.04 of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.67 (0.67-0.69) (librdkafka ~139,000 records/s, the native Producer
-  ~204,000 on one partition, ~194,000 in 0.11.0's table; librdkafka was ~103,000-128,000 when
+  The producer ratio is 0.67 (0.67-0.68) (librdkafka ~149,000 records/s, the native Producer
+  ~223,000 on one partition, ~194,000 in 0.11.0's table; librdkafka was ~103,000-128,000 when
   this ratio was 0.79-1.34).
   The Kafka client is what takes the time: per 100,000 records its own process spends
-  0.46 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  0.43 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
   callback per record), more than the native Producer's whole process with the broker
-  in it (0.31), while `kip98 serve` spends 0.16 and, sampled (py-spy), its
+  in it (0.28), while `kip98 serve` spends 0.15 and, sampled (py-spy), its
   worker is idle about half the run, waiting for the client's next request. A librdkafka
   producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
   server's reading and the client's work do not overlap. The consumer ratio lands at
-  0.96-0.98 (median of rounds; single rounds 0.90-1.14). A record goes from `produce()` to a consumer's poll in
-  about 5 ms at the median and 7-10 ms at p99: a produce through the server ends the long
+  0.93-0.98 (median of rounds; single rounds 0.90-1.14). A record goes from `produce()` to a consumer's poll in
+  about 4-5 ms at the median and 6-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 0.99 (0.97-1.07).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 1.00 (0.96-1.07).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain
