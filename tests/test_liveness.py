@@ -1,5 +1,6 @@
 """Pooled connections the server ended while they waited are given up at checkout, without
-a round trip per request (``app.storage.liveness``); live ones are kept."""
+a round trip per request (``app.storage.liveness``); live ones are kept, and a connection
+just made is handed out unchecked."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.broker import Broker
 from app.broker.produce import produce
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
+from app.storage import liveness
 from app.storage.liveness import closed_by_server
 from tests.conftest import admin_conninfo
 from tests.identities import hand_out
@@ -90,3 +92,19 @@ def test_live_pooled_connections_are_kept(broker: Broker) -> None:
     for seq in range(1, 30):
         assert produce(broker, batch(seq, str(seq))).error_code == 0
     assert connects == [] and invalidated == []
+
+
+def test_a_connection_just_made_is_handed_out_unchecked(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As if the server ended every connection as it came (a loop of
+    ``pg_terminate_backend``): the pooled one is given up, its replacement handed out
+    unchecked. Checked too, the pool would try three and fail the checkout with an error
+    that is not a lost connection, which no caller retries."""
+    monkeypatch.setattr(liveness, "closed_by_server", lambda _connection: True)
+    connects, invalidated = (
+        counting(broker.engine, "connect"),
+        counting(broker.engine, "invalidate"),
+    )
+    assert produce(broker, batch(1, "b")).error_code == 0
+    assert len(connects) == 1 and len(invalidated) == 1

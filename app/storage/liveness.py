@@ -37,11 +37,27 @@ def closed_by_server(dbapi_connection: Any) -> bool:
     return bool(poller.poll(0))
 
 
+# Set on a connection record when its connection is made, taken at its first checkout.
+_FRESH = "kip98_fresh"
+
+
 def check_on_checkout(engine: Engine) -> Engine:
-    """Give up pooled connections the server has ended, at checkout, instead of pinging."""
+    """Give up pooled connections the server has ended, at checkout, instead of pinging.
+
+    A connection just made is handed out unchecked, as SQLAlchemy's pre-ping skips fresh
+    ones: the pool checks a replacement again, and gives up after three, so a server
+    ending connections as they come (``pg_terminate_backend`` in a loop) would otherwise
+    fail the checkout itself, with an error no caller can tell from a bug, instead of the
+    request's first statement, with a lost connection its caller retries."""
+
+    @event.listens_for(engine, "connect")
+    def _made(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_FRESH] = True
 
     @event.listens_for(engine, "checkout")
-    def _alive(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    def _alive(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if record.info.pop(_FRESH, False):
+            return
         if closed_by_server(dbapi_connection):
             raise DisconnectionError("the server ended the pooled connection")
 
