@@ -31,6 +31,8 @@ SUPERUSER = "kip98"
 DATABASE = "kip98"
 _SERVER_USER_CANDIDATES = ("postgres", "kip98")
 _START_TIMEOUT_S = 60
+# How long a start keeps trying the port clients hold before taking a fresh one.
+_SAME_PORT_RETRY_S = 5.0
 
 
 class EmbeddedError(RuntimeError):
@@ -284,18 +286,29 @@ class EmbeddedPostgres:
                 log.touch()
                 self._chown(log)
             previous = self._previous_port()
-            try:
-                port = self._pg_ctl_start(previous or _free_port(), log)
-            except EmbeddedError:
-                if previous is None:
-                    raise
-                # Orphans of a killed postmaster still hold the shared memory keyed by the
-                # old port until they notice; a fresh port starts at once instead.
-                self._clear_stale_pidfile()
+            if previous is None:
                 port = self._pg_ctl_start(_free_port(), log)
+            else:
+                port = self._start_on(previous, log)
             self._wait_ready(port)
             self._ensure_database(port)
             return self.status()
+
+    def _start_on(self, previous: int, log: Path) -> int:
+        """Start on the port clients already hold, trying again for a few seconds: just
+        after a crash stop the port may be briefly taken (the old server's last processes
+        exiting, a client's connection given that port as its own). Orphans of a killed
+        postmaster can hold the shared memory keyed by the old port until they notice;
+        past the retries a fresh port starts at once instead."""
+        deadline = time.monotonic() + _SAME_PORT_RETRY_S
+        while True:
+            try:
+                return self._pg_ctl_start(previous, log)
+            except EmbeddedError:
+                self._clear_stale_pidfile()
+                if time.monotonic() >= deadline:
+                    return self._pg_ctl_start(_free_port(), log)
+                time.sleep(0.25)
 
     def _pg_ctl_start(self, port: int, log: Path) -> int:
         self._write_settings(port)
@@ -376,7 +389,10 @@ class EmbeddedPostgres:
 
 
 def _port_is_free(port: int) -> bool:
+    """Whether the server could listen on ``port``: bound as the postmaster binds it
+    (SO_REUSEADDR), so the connections a crash stop left in TIME_WAIT do not count."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
