@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -174,3 +175,22 @@ def test_a_crash_restart_keeps_the_url(home: Path) -> None:
     after = server.status()
     assert after.running and after.pid != before.pid
     assert after.url == before.url
+
+
+def test_a_port_left_with_connections_in_time_wait_counts_as_free() -> None:
+    """After a crash stop the server's side of every connection it closed sits in TIME_WAIT
+    on its port; the postmaster can listen there again (it binds with SO_REUSEADDR), so a
+    restart must see the port as free and keep it, or every client's URL moves."""
+    from app.storage.embedded import _port_is_free
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        server_side, _ = listener.accept()
+        server_side.close()  # the server closes first: its side goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    assert _port_is_free(port)

@@ -11,9 +11,9 @@ request reads (the partitions' advance, the markers, the transaction's events), 
 them together in one pipeline just before COMMIT: one round trip instead of one each.
 PostgreSQL still runs them one after the other, in the order they were queued.
 
-Every pipeline here sends its Sync with its statements, before waiting for them
-(``pipeline.sync()``), and never leaves the waiting to psycopg's exit from pipeline mode
-(docs/design.md rule 24). PostgreSQL bounds a session idle in a transaction only from the
+Every pipeline (``WriteBehind`` here, ``log.markers``' locks) sends its Sync with its
+statements, before waiting for them (``pipeline.sync()``), and never leaves the waiting
+to psycopg's exit from pipeline mode (docs/design.md rule 24). PostgreSQL bounds a session idle in a transaction only from the
 moment it answers a Sync, and only until the next message it reads. Without a Sync the
 session is amid a pipeline, which no timeout bounds; and psycopg's exit, when the
 results are not in yet, follows its Sync with a Flush, which PostgreSQL reads as the
