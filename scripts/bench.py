@@ -38,7 +38,11 @@ from app.client import Consumer, Producer, TopicPartition  # noqa: E402
 from app.coordinator.producer_id import init_producer_id  # noqa: E402
 from app.log.copy_records import Columns, copy_payload_of, encode_rows  # noqa: E402
 from app.log.fetch import fetch as fetch_handler  # noqa: E402
-from app.log.sql import ADVANCE_REMEMBERED, COPY_RECORDS  # noqa: E402
+from app.log.sql import (  # noqa: E402
+    ADVANCE_REMEMBERED,
+    ADVANCE_REMEMBERED_PARAMS,
+    COPY_RECORDS,
+)
 from app.log.topics import create_topic  # noqa: E402
 from app.protocol import (  # noqa: E402
     READ_COMMITTED,
@@ -51,6 +55,7 @@ from app.protocol import (  # noqa: E402
 from app.storage.embedded import database_url  # noqa: E402
 from app.storage.engine import dispose_engines  # noqa: E402
 from app.storage.migrate import upgrade_to_head  # noqa: E402
+from app.storage.one_query import as_prepared  # noqa: E402
 
 console = Console()
 KEY_BYTES, VALUE_BYTES = 16, 100
@@ -197,21 +202,23 @@ def records_copy(
 ) -> float:
     """The floor of a produce: the very rows the Produce handler writes (every column of
     ``records``), COPYed into ``records`` itself ``batch`` at a time, each COPY committed,
-    as each acknowledged batch must be; no produce logic. With ``sql``, each transaction
-    also runs the statement a produce runs beside its COPY once its process remembers the
-    partition row (rule 32), as the handler sends it, with values known in advance: the
-    partition and the producer's state advanced if the row is still the version the last
-    batch wrote. That is the produce's SQL without its Python. With ``encode`` too, each
-    batch's rows are encoded in the loop, as the handler must (from the records it is
-    given, at the offsets the remembered row tells): everything a produce does but
-    deciding and SQLAlchemy's transaction."""
+    as each acknowledged batch must be; no produce logic. Each COPY is its own transaction
+    (autocommit): two round trips, the fewest PostgreSQL allows (the COPY's start, then its
+    data and the commit). With ``sql``, each transaction also runs the statement a produce
+    runs beside its COPY once its process remembers the partition row (rule 32), prepared
+    and sent with the COPY in one query string as the handler sends it (still two round
+    trips), with values known in advance: the partition and the producer's state advanced
+    if the row is still the version the last batch wrote. That is the produce's SQL
+    without its Python. With ``encode`` too, each batch's rows are encoded in the loop, as
+    the handler must (from the records it is given, at the offsets the remembered row
+    tells): everything a produce does but deciding and SQLAlchemy's transaction."""
     payloads = _floor_payloads(data, batch)
     now = int(time.time() * 1000)
     inputs = [
         [RecordIn(k, v, now) for k, v in data[start : start + batch]]
         for start in range(0, len(data), batch)
     ]
-    with psycopg.connect(conninfo(url)) as conn:
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
         conn.execute("DELETE FROM records WHERE topic = 'floor'")  # an earlier repeat's
         conn.execute("DELETE FROM producer_states WHERE topic = 'floor'")
         if conn.execute("SELECT 1 FROM topics WHERE topic = 'floor'").fetchone() is None:
@@ -220,7 +227,8 @@ def records_copy(
         version = conn.execute(
             "SELECT CAST(xmin AS text) FROM partitions WHERE topic = 'floor'"
         ).fetchone()
-        conn.commit()
+        prepared = as_prepared(ADVANCE_REMEMBERED, ADVANCE_REMEMBERED_PARAMS)
+        conn.execute(f"PREPARE floor_advance AS {prepared}")
 
         def advance(start: int, xmin: str) -> dict[str, Any]:
             end = min(start + batch, len(data))
@@ -237,18 +245,40 @@ def records_copy(
             assert version is not None
             xmin = version[0]
             for i, payload in enumerate(payloads):
-                with conn.cursor() as cur:
-                    if sql:
-                        [(_, _, xmin)] = cur.execute(
-                            ADVANCE_REMEMBERED, advance(i * batch, xmin)
-                        ).fetchall()
-                    if encode:
-                        payload = _encoded("floor", 0, inputs[i], i * batch)
-                    with cur.copy(COPY_RECORDS) as copy:
-                        copy.write(payload)
-                conn.commit()
+                if encode:
+                    payload = _encoded("floor", 0, inputs[i], i * batch)
+                if sql:
+                    xmin = _advance_and_copy(conn, advance(i * batch, xmin), payload)
+                    continue
+                with conn.cursor() as cur, cur.copy(COPY_RECORDS) as copy:
+                    copy.write(payload)
 
         return timed(run, url)
+
+
+def _advance_and_copy(conn: psycopg.Connection[Any], params: dict[str, Any], payload: bytes) -> str:
+    """The prepared advance and the COPY in one query string, one implicit transaction
+    (psycopg's libpq wrapper directly, as the handler's ``storage.one_query``): the
+    partition row's new version."""
+    pg = conn.pgconn
+    escaping = psycopg.pq.Escaping(pg)
+    values = b", ".join(
+        b"NULL"
+        if (v := params[name]) is None
+        else b"%d" % v
+        if isinstance(v, int)
+        else escaping.escape_literal(v.encode())
+        for name in ADVANCE_REMEMBERED_PARAMS
+    )
+    pg.send_query(b"EXECUTE floor_advance(" + values + b"); " + COPY_RECORDS.encode())
+    [advanced, _] = conn.wait(psycopg.generators.execute(pg))
+    conn.wait(psycopg.generators.copy_to(pg, payload, flush=False))
+    pg.put_copy_end(None)
+    [done] = conn.wait(psycopg.generators.execute(pg))
+    assert done.status == psycopg.pq.ExecStatus.COMMAND_OK, done.error_message
+    version = advanced.get_value(0, 2)
+    assert version is not None
+    return version.decode()
 
 
 def records_copy_side_by_side(

@@ -187,10 +187,12 @@ def test_backend_terminated_while_waiting_for_the_partition_lock(
     assert [(r.offset, r.value) for r in rows(broker)] == [(i, f"v{i}".encode()) for i in range(10)]
 
 
-def test_backend_terminated_after_its_rows_were_written(
+def test_backend_terminated_while_its_advance_waits_before_the_copy(
     db_url: str, broker: Broker, admin: psycopg.Connection[Any]
 ) -> None:
-    """Terminated between COPY and COMMIT: the rows are rolled back, the retry writes them once."""
+    """The producer's second batch goes on the partition row it remembers, its advance and
+    COPY in one query string (docs/design.md §3.9): terminated while the advance waits for
+    the producer's state row, nothing is written, and the retry writes the batch once."""
     handler = CountingHandler()
     reports, on_delivery = deliveries()
     with Producer(
@@ -200,21 +202,51 @@ def test_backend_terminated_after_its_rows_were_written(
         producer.produce("t", value="first", partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
         with psycopg.connect(conninfo(db_url)) as holder:
-            # The producer's state row: the append's final UPSERT waits for it, after the COPY.
             locked = holder.execute(
                 "SELECT producer_id FROM producer_states WHERE topic = 't' AND partition = 0 FOR UPDATE"
             ).fetchall()
             assert len(locked) == 1
             for i in range(10):
                 producer.produce("t", value=f"v{i}", partition=0, on_delivery=on_delivery)
-            pid = wait_for_blocked_backend(admin, "mid-commit", "%producer_states%")
-            # The batch's rows exist, uncommitted, in the blocked transaction.
+            pid = wait_for_blocked_backend(admin, "mid-commit", "EXECUTE kip98_advance_remembered%")
             assert len(rows(broker)) == 1
             terminate(admin, pid)
             holder.commit()
         assert producer.flush(30) == 0
     assert [(err, m.offset()) for err, m in reports] == [(None, i) for i in range(11)]
     assert handler.calls >= 3
+    assert [r.value for r in rows(broker)] == [b"first"] + [f"v{i}".encode() for i in range(10)]
+
+
+def test_backend_terminated_after_its_rows_were_written(
+    db_url: str, broker: Broker, admin: psycopg.Connection[Any]
+) -> None:
+    """Terminated mid-COPY, the batch's first rows written and its commit to come (the COPY
+    waits on an uncommitted row another session put at one of its offsets): the rows are
+    rolled back, the retry writes them once."""
+    handler = CountingHandler()
+    reports, on_delivery = deliveries()
+    with Producer(
+        {"database.url": db_url, "client.id": "mid-copy", "retry.backoff.ms": 5}
+    ) as producer:
+        producer.sender.transport = batchwise(producer.sender.broker, handler)
+        producer.produce("t", value="first", partition=0, on_delivery=on_delivery)
+        assert producer.flush(30) == 0
+        with psycopg.connect(conninfo(db_url)) as holder:
+            holder.execute(
+                'INSERT INTO records SELECT topic, partition, 5, "timestamp", key, value, '
+                "headers, producer_id, producer_epoch, sequence, 5, is_transactional, "
+                "is_control, control_type, coordinator_epoch FROM records "
+                "WHERE topic = 't' AND partition = 0"
+            )
+            for i in range(10):
+                producer.produce("t", value=f"v{i}", partition=0, on_delivery=on_delivery)
+            pid = wait_for_blocked_backend(admin, "mid-copy", "%COPY records%")
+            terminate(admin, pid)
+            holder.rollback()
+        assert producer.flush(30) == 0
+    assert [(err, m.offset()) for err, m in reports] == [(None, i) for i in range(11)]
+    assert handler.calls >= 2
     assert [r.value for r in rows(broker)] == [b"first"] + [f"v{i}".encode() for i in range(10)]
 
 

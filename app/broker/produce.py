@@ -74,5 +74,6 @@ def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatch
     with context.engine.begin() as conn:
         if req.acks != ACKS_ALL:
             conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
-        registered, batches = append_batches(Work(context, conn), req.batches, req.add)
+        work = Work(context, conn, commits=req.add is None)
+        registered, batches = append_batches(work, req.batches, req.add)
     return ProduceBatchesResponse(batches, registered)

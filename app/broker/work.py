@@ -26,6 +26,8 @@ class Work:
     ``locked``: the partition rows it holds locked, kept as its appends leave them (None
     while it locks as it goes). ``transitions`` and ``writes``: where its transitions and
     its last writes are queued to be sent together before COMMIT (None: each runs at once).
+    ``commits``: nothing of the request runs after its append, which may then commit the DB
+    transaction itself (``log.append``; docs/design.md §3.9).
     """
 
     context: BrokerContext
@@ -34,6 +36,7 @@ class Work:
     locked: dict[TopicPartition, PartitionRow] | None = None
     transitions: TransitionBatch | None = None
     writes: WriteBehind | None = None
+    commits: bool = False
 
     @property
     def record(self) -> Persist:

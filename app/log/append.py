@@ -30,6 +30,7 @@ from app.log.partition_lock import (
     TopicPartition,
     advance_partitions,
     advance_remembered,
+    append_remembered_committed,
     forget,
     lock_partitions,
     remember,
@@ -46,7 +47,7 @@ from app.log.producer_state import (
 )
 from app.protocol import NO_PRODUCER_ID, ProduceRequest, ProduceResponse, increment_sequence
 from app.storage.context import BrokerContext
-from app.storage.driver import WriteBehind, driver_connection
+from app.storage.driver import WriteBehind, driver_connection, in_transaction
 
 
 def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
@@ -86,7 +87,10 @@ class Appending(Protocol):
     """The request the log appends for, as much of it as the log needs (the broker's
     ``Work`` is one): its DB transaction and broker context, the partition rows it already
     holds locked (None: the append locks them, and they are kept as the appends leave
-    them), and where its last writes are queued (None: they run at once)."""
+    them), where its last writes are queued (None: they run at once), and whether the
+    append is all that is left of it (``commits``): then a lone batch on a remembered row,
+    the first thing the DB transaction runs, is sent with its COPY in one query string
+    that commits (docs/design.md §3.9)."""
 
     @property
     def context(self) -> BrokerContext: ...
@@ -100,6 +104,9 @@ class Appending(Protocol):
     @property
     def writes(self) -> WriteBehind | None: ...
 
+    @property
+    def commits(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class _AtOnce:
@@ -109,6 +116,7 @@ class _AtOnce:
     conn: Connection
     locked: None = None
     writes: None = None
+    commits: bool = False
 
 
 Admitted = dict[int, tuple[ProduceRequest, Columns]]
@@ -228,12 +236,19 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
         return None  # a duplicate
     assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
     advance = (req.topic, req.partition, plan.next_offset, plan.lso)
-    version = advance_remembered(work.conn, advance, plan.entry, hint.version)
-    if version is None:
-        forget(work.conn, tp)
-        return None
-    copy_payload(work.conn, copy_payload_of([plan.encoded(req, columns)]))
-    crash_point("append.after_copy")
+    if work.commits and not in_transaction(work.conn):
+        payload = copy_payload_of([plan.encoded(req, columns)])
+        version = append_remembered_committed(work.conn, advance, plan.entry, hint.version, payload)
+        if version is None:
+            forget(work.conn, tp)
+            return None
+    else:
+        version = advance_remembered(work.conn, advance, plan.entry, hint.version)
+        if version is None:
+            forget(work.conn, tp)
+            return None
+        copy_payload(work.conn, copy_payload_of([plan.encoded(req, columns)]))
+        crash_point("append.after_copy")
     remember(work.conn, tp, version, row.advanced(plan.next_offset, plan.lso, plan.entry))
     return {i: plan.response}
 

@@ -67,12 +67,16 @@ class Columns:
 
     def size_bytes(self) -> int:
         """The sum of ``record_size_bytes`` over the batch."""
-        (key_lengths, _), (value_lengths, _) = self.nullable()
-        size = RECORD_OVERHEAD_BYTES * len(self.keys)
-        # a NULL's length is -1 here and counts 0
-        size += sum(key_lengths) + key_lengths.count(-1)
-        size += sum(value_lengths) + value_lengths.count(-1)
-        if any(self.headers):
+        (key_lengths, keys), (value_lengths, values) = self.nullable()
+        n = len(self.keys)
+        size = RECORD_OVERHEAD_BYTES * n + sum(key_lengths) + sum(value_lengths)
+        # A NULL's length is -1 there and counts 0; only a column with NULLs was copied
+        # into a list (``_nullable``), so the others need no count.
+        if keys is not self.keys:
+            size += key_lengths.count(-1)
+        if values is not self.values:
+            size += value_lengths.count(-1)
+        if self.headers.count(None) != n:  # some have headers (counted in C)
             size += sum(len(json.dumps(h)) for h in self.headers if h)
         return size
 

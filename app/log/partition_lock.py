@@ -32,11 +32,14 @@ from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
+import psycopg
 from sqlalchemy import Connection, Engine, event
 
+from app.faults import crash_point
 from app.log import sql
 from app.log.producer_state import ProducerEntry
 from app.storage.driver import WriteBehind, driver_connection
+from app.storage.one_query import CopyCommitted, as_prepared, call, prepare_once, unprepared
 
 
 class PartitionRow(NamedTuple):
@@ -64,18 +67,20 @@ class PartitionRow(NamedTuple):
     ) -> PartitionRow:
         """The row as an append left it (``entry``: the producer's state after it, None if
         the append did not change it), for a later step of the same DB transaction."""
-        row = self._replace(next_offset=next_offset, last_stable_offset=last_stable_offset)
         if entry is None:
-            return row
-        return row._replace(
-            s_producer_id=entry.producer_id,
-            s_producer_epoch=entry.producer_epoch,
-            s_last_sequence=entry.last_sequence,
-            s_last_offset=entry.last_offset,
-            s_last_timestamp=entry.last_timestamp,
-            s_batches=[b.to_json() for b in entry.batches],
-            s_coordinator_epoch=entry.coordinator_epoch,
-            s_txn_first_offset=entry.txn_first_offset,
+            return self._replace(next_offset=next_offset, last_stable_offset=last_stable_offset)
+        return PartitionRow(
+            next_offset,
+            self.log_start_offset,
+            last_stable_offset,
+            entry.producer_id,
+            entry.producer_epoch,
+            entry.last_sequence,
+            entry.last_offset,
+            entry.last_timestamp,
+            [b.to_json() for b in entry.batches],
+            entry.coordinator_epoch,
+            entry.txn_first_offset,
         )
 
 
@@ -225,8 +230,52 @@ def advance_remembered(
 ) -> str | None:
     """Advance one partition and its producer's state as ``advance_partitions`` does, if
     its row is still ``version``: its new version, or None (nothing written)."""
+    with driver_connection(conn).cursor() as cur:
+        row = cur.execute(sql.ADVANCE_REMEMBERED, _remembered_params(advance, entry, version))
+        found = row.fetchone()
+    return None if found is None else str(found[2])
+
+
+def append_remembered_committed(
+    conn: Connection,
+    advance: tuple[str, int, int, int],
+    entry: ProducerEntry,
+    version: RowVersion,
+    payload: bytes,
+) -> str | None:
+    """``advance_remembered`` and the COPY of ``payload`` sent as one query string and
+    committed with it (``storage.one_query``; ``conn`` outside any transaction): the new
+    version, or None with nothing written (the row moved, or the prepared statement was
+    gone from the session)."""
+    params = _remembered_params(advance, entry, version)
+    prepare_once(
+        conn,
+        sql.ADVANCE_REMEMBERED_NAME,
+        as_prepared(sql.ADVANCE_REMEMBERED, sql.ADVANCE_REMEMBERED_PARAMS),
+    )
+    values = [params[name] for name in sql.ADVANCE_REMEMBERED_PARAMS]
+    statement = call(conn, sql.ADVANCE_REMEMBERED_NAME, values)
+    try:
+        with CopyCommitted(conn, statement, sql.COPY_RECORDS) as copy:
+            assert copy.result is not None
+            if copy.result.ntuples == 0:
+                copy.refuse("the partition row moved")
+                return None
+            copy.write(payload)
+            crash_point("append.after_copy")
+            version_after = copy.result.get_value(0, 2)
+    except psycopg.errors.InvalidSqlStatementName:  # deallocated: prepared again next time
+        unprepared(conn, sql.ADVANCE_REMEMBERED_NAME)
+        return None
+    assert version_after is not None
+    return version_after.decode()
+
+
+def _remembered_params(
+    advance: tuple[str, int, int, int], entry: ProducerEntry, version: RowVersion
+) -> dict[str, Any]:
     topic, partition, next_offset, lso = advance
-    params = {
+    return {
         "topic": topic,
         "partition": partition,
         "next_offset": next_offset,
@@ -242,9 +291,6 @@ def advance_remembered(
         "coordinator_epoch": entry.coordinator_epoch,
         "txn_first_offset": entry.txn_first_offset,
     }
-    with driver_connection(conn).cursor() as cur:
-        row = cur.execute(sql.ADVANCE_REMEMBERED, params).fetchone()
-    return None if row is None else str(row[2])
 
 
 def _state_params(entries: Sequence[tuple[str, int, ProducerEntry]]) -> dict[str, Any]:

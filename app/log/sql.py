@@ -177,6 +177,16 @@ ADVANCE_REMEMBERED = f"""
     SELECT topic, partition, xmin FROM advanced
 """
 
+# ADVANCE_REMEMBERED prepared once per session, for the lone batch sent with its COPY in
+# one query string (docs/design.md §3.9): its values go as literals of an EXECUTE, in this
+# order.
+ADVANCE_REMEMBERED_NAME = "kip98_advance_remembered"
+ADVANCE_REMEMBERED_PARAMS = (
+    "topic", "partition", "next_offset", "lso", "xmin", "expected", "producer_id",
+    "producer_epoch", "last_sequence", "last_offset", "last_timestamp", "batches",
+    "coordinator_epoch", "txn_first_offset",
+)  # fmt: skip
+
 # Markers, set-based: all partitions of a transaction in three statements whatever their
 # number (LOCK_PARTITIONS, the two below; PRODUCER_STATES too after a wait), run on the
 # psycopg connection (``app.log.markers``).

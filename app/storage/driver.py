@@ -30,6 +30,7 @@ from collections.abc import Hashable, Iterable
 from typing import Any
 
 from psycopg import Connection as PgConnection
+from psycopg import pq
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.sql.elements import TextClause
@@ -42,6 +43,13 @@ def driver_connection(conn: Connection) -> PgConnection[Any]:
     raw = conn.connection.driver_connection
     assert raw is not None
     return raw
+
+
+def in_transaction(conn: Connection) -> bool:
+    """Whether anything ran yet in ``conn``'s DB transaction (psycopg begins it with the
+    first statement)."""
+    status = driver_connection(conn).pgconn.transaction_status
+    return status != pq.TransactionStatus.IDLE
 
 
 @functools.cache

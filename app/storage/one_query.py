@@ -1,0 +1,149 @@
+"""A short write sent as one query string: a prepared statement, then a COPY, committed as
+the COPY ends. Two round trips (to the COPY's start; then its data and the commit) where
+psycopg's own transaction takes one each for BEGIN, the statement, the COPY's start, its end
+and COMMIT (docs/design.md §3.9).
+
+PostgreSQL runs the statements of one simple-protocol query string as one implicit
+transaction, committed after the last; a ``COPY ... FROM STDIN`` among them takes its data
+when it is reached. The statement's result is back with the COPY's start, so the caller may
+still refuse: the COPY is then failed on purpose (CopyFail), the implicit transaction rolls
+back with nothing written, and no ROLLBACK is needed.
+
+Only on a connection outside any transaction (psycopg's would otherwise be open), with the
+statement's values rendered as literals by libpq's own quoting (``escape_literal``), and the
+statement prepared once per connection so the server plans it once. psycopg has no public
+call for a query string that mixes a COPY with other statements (``Cursor.copy`` refuses
+them), so this drives the connection with psycopg's libpq wrapper and its generators, as
+psycopg's ``Copy`` does.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from psycopg import errors, generators, pq
+from sqlalchemy import Connection
+
+from app.storage.driver import driver_connection
+
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+@functools.cache
+def as_prepared(statement: str, names: tuple[str, ...]) -> str:
+    """``statement`` with psycopg's ``%(name)s`` placeholders as PREPARE's ``$n``, numbered
+    in the order of ``names`` (every placeholder must be one of them)."""
+    position = {name: i for i, name in enumerate(names, start=1)}
+    return _PLACEHOLDER.sub(lambda m: f"${position[m.group(1)]}", statement)
+
+
+def prepare_once(conn: Connection, name: str, statement: str) -> None:
+    """``PREPARE name AS statement`` on ``conn``'s session unless done already (marked in the
+    pool's per-connection info, which a reconnect starts afresh). ``conn`` is outside any
+    transaction: the PREPARE runs on its own."""
+    info = conn.connection.info
+    key = ("kip98_prepared", name)
+    if info.get(key):
+        return
+    raw = driver_connection(conn)
+    _run(raw, f"PREPARE {name} AS {statement}".encode())
+    info[key] = True
+
+
+def unprepared(conn: Connection, name: str) -> None:
+    """Forget that ``name`` is prepared on ``conn`` (the server said it is not: a
+    DEALLOCATE ran on the session); the next ``prepare_once`` prepares it again."""
+    conn.connection.info.pop(("kip98_prepared", name), None)
+
+
+def call(conn: Connection, name: str, values: Sequence[int | str | None]) -> bytes:
+    """``EXECUTE name(...)`` with ``values`` as SQL literals (NULL, integers, quoted text)."""
+    escaping = pq.Escaping(driver_connection(conn).pgconn)
+    literals = [
+        b"NULL"
+        if v is None
+        else b"%d" % v
+        if isinstance(v, int)
+        else escaping.escape_literal(v.encode())
+        for v in values
+    ]
+    return b"EXECUTE %s(%s)" % (name.encode(), b", ".join(literals))
+
+
+class CopyCommitted:
+    """``statement; copy`` run as one implicit transaction (see the module's docstring).
+
+    Entering sends both and waits for the COPY's start: ``result`` is the statement's. Then
+    ``refuse`` (nothing written) or ``write`` the payload; leaving ends the COPY, which
+    commits. Leaving on an exception fails the COPY, so nothing is written and the
+    connection is usable again. Any statement's error is raised as psycopg's."""
+
+    def __init__(self, conn: Connection, statement: bytes, copy: str) -> None:
+        raw = driver_connection(conn)
+        if raw.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+            raise RuntimeError("a one-query write needs a connection outside any transaction")
+        self._raw = raw
+        self._query = statement + b"; " + copy.encode()
+        self._open = False
+        self.result: pq.abc.PGresult | None = None
+
+    def __enter__(self) -> CopyCommitted:
+        results = _run(self._raw, self._query)
+        if not results or results[-1].status != pq.ExecStatus.COPY_IN:
+            raise RuntimeError("a one-query write must end in a COPY FROM STDIN")
+        self._open = True
+        self.result = results[0]
+        return self
+
+    def refuse(self, why: str) -> None:
+        """Fail the COPY on purpose: the implicit transaction rolls back."""
+        self._end(why.encode())
+
+    def write(self, payload: bytes) -> None:
+        assert self._open, "the COPY was refused"
+        self._raw.wait(generators.copy_to(self._raw.pgconn, payload, flush=False))
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._open:
+            return
+        if kind is None:
+            _raise_failed(self._raw, self._end(None))
+            return
+        try:
+            self._end(b"the writer failed")
+        except Exception:  # the connection is lost too: the original error says more
+            pass
+
+    def _end(self, error: bytes | None) -> list[pq.abc.PGresult]:
+        """End the COPY (failed with ``error``, else done); the results to the query's end.
+        Refused on purpose, its own error is expected and not raised."""
+        self._open = False
+        pgconn = self._raw.pgconn
+        while pgconn.put_copy_end(error) == 0:  # full buffers: wait until they drain
+            self._raw.wait(generators.send(pgconn))
+        results: list[pq.abc.PGresult] = self._raw.wait(generators.execute(pgconn))
+        return results
+
+
+def _run(raw: Any, query: bytes) -> list[pq.abc.PGresult]:
+    """Send ``query`` by the simple protocol; its results up to the end or a COPY's start.
+    A failed statement is raised (the rest of the string was not run)."""
+    raw.pgconn.send_query(query)
+    results: list[pq.abc.PGresult] = raw.wait(generators.execute(raw.pgconn))
+    _raise_failed(raw, results)
+    return results
+
+
+def _raise_failed(raw: Any, results: list[pq.abc.PGresult]) -> None:
+    for result in results:
+        if result.status == pq.ExecStatus.FATAL_ERROR:
+            raise errors.error_from_result(result, encoding=raw.info.encoding)

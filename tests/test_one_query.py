@@ -1,0 +1,167 @@
+"""A statement and a COPY sent as one query string and committed together
+(``app.storage.one_query``, docs/design.md §3.9): both or neither are written, a refused or
+failed one leaves the connection usable, and the Produce handler's lone batch on a
+remembered row goes this way and falls back when it must."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from sqlalchemy import Connection, text
+
+from app.broker import Broker
+from app.broker.produce import produce
+from app.log import sql
+from app.log.topics import create_topic
+from app.protocol import ProduceRequest, RecordIn
+from app.storage.driver import driver_connection, in_transaction
+from app.storage.one_query import CopyCommitted, as_prepared, call, prepare_once
+from tests.identities import hand_out
+
+PID = 11
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    b = Broker.connect(db_url)
+    with b.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE scratch_rows (n int PRIMARY KEY)")
+        conn.exec_driver_sql("CREATE TABLE scratch_copied (line text)")
+    return b
+
+
+@pytest.fixture
+def conn(broker: Broker) -> Iterator[Connection]:
+    with broker.engine.connect() as c:
+        yield c
+
+
+def written(broker: Broker) -> tuple[list[int], list[str]]:
+    with broker.engine.connect() as c:
+        rows = [r[0] for r in c.execute(text("SELECT n FROM scratch_rows ORDER BY n"))]
+        copied = [r[0] for r in c.execute(text("SELECT line FROM scratch_copied ORDER BY 1"))]
+    return rows, copied
+
+
+INSERT = b"INSERT INTO scratch_rows VALUES (1), (2) RETURNING n"
+COPY = "COPY scratch_copied (line) FROM STDIN"
+
+
+def test_placeholders_become_numbered_parameters() -> None:
+    statement = "SELECT %(b)s, %(a)s, %(b)s"
+    assert as_prepared(statement, ("a", "b")) == "SELECT $2, $1, $2"
+
+
+def test_values_are_literals_quoted_by_libpq(conn: Connection) -> None:
+    statement = call(conn, "p", [None, 7, -3, "it's"])
+    assert statement == b"EXECUTE p(NULL, 7, -3, 'it''s')"
+
+
+def test_the_statement_and_the_copy_commit_together(broker: Broker, conn: Connection) -> None:
+    with CopyCommitted(conn, INSERT, COPY) as copy:
+        assert copy.result is not None and copy.result.ntuples == 2
+        copy.write(b"x\ny\n")
+    assert not in_transaction(conn)
+    assert written(broker) == ([1, 2], ["x", "y"])
+
+
+def test_a_refused_copy_takes_the_statement_back(broker: Broker, conn: Connection) -> None:
+    with CopyCommitted(conn, INSERT, COPY) as copy:
+        copy.refuse("changed my mind")
+    assert written(broker) == ([], [])
+    assert conn.exec_driver_sql("SELECT 1").scalar() == 1  # usable again
+
+
+def test_an_error_in_the_writer_writes_nothing(broker: Broker, conn: Connection) -> None:
+    with pytest.raises(ZeroDivisionError), CopyCommitted(conn, INSERT, COPY) as copy:
+        copy.write(b"x\n")
+        raise ZeroDivisionError
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+
+
+def test_a_failing_statement_raises_and_runs_no_copy(broker: Broker, conn: Connection) -> None:
+    statement = b"INSERT INTO scratch_rows VALUES (1), (1)"
+    with (
+        pytest.raises(psycopg.errors.UniqueViolation),
+        CopyCommitted(conn, statement, COPY),
+    ):
+        raise AssertionError("the COPY never starts")
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+
+
+def test_a_failing_copy_raises_and_writes_nothing(broker: Broker, conn: Connection) -> None:
+    with (
+        pytest.raises(psycopg.errors.InvalidTextRepresentation),
+        CopyCommitted(conn, INSERT, "COPY scratch_rows (n) FROM STDIN") as copy,
+    ):
+        copy.write(b"3\nnot a number\n")
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+
+
+def test_only_outside_a_transaction(conn: Connection) -> None:
+    conn.exec_driver_sql("SELECT 1")
+    with pytest.raises(RuntimeError, match="outside any transaction"):
+        CopyCommitted(conn, INSERT, COPY)
+
+
+def test_a_statement_is_prepared_once_per_connection(conn: Connection) -> None:
+    prepare_once(conn, "scratch_twice", "SELECT $1::int * 2")
+    prepare_once(conn, "scratch_twice", "SELECT $1::int * 2")  # a second PREPARE would fail
+    raw = driver_connection(conn)
+    assert raw.execute("EXECUTE scratch_twice(21)").fetchone() == (42,)
+
+
+# ------------------------------------------------------------------- the Produce handler
+
+
+def batch(seq: int, *values: str) -> ProduceRequest:
+    return ProduceRequest("t", 0, [RecordIn(None, v.encode(), 0) for v in values], PID, 0, seq)
+
+
+@pytest.fixture
+def producing(broker: Broker) -> Broker:
+    create_topic(broker, "t", 1)
+    hand_out(broker, PID)
+    return broker
+
+
+def values(broker: Broker) -> list[tuple[int, bytes]]:
+    with broker.engine.connect() as c:
+        return [
+            (r[0], r[1])
+            for r in c.execute(
+                text("SELECT \"offset\", value FROM records WHERE topic = 't' ORDER BY 1")
+            )
+        ]
+
+
+def prepared_on(broker: Broker) -> bool:
+    """Whether the pooled connection has the advance prepared (the one-query write ran)."""
+    with broker.engine.connect() as c:
+        return bool(c.connection.info.get(("kip98_prepared", sql.ADVANCE_REMEMBERED_NAME)))
+
+
+def test_a_lone_batch_on_a_remembered_row_goes_in_one_query(producing: Broker) -> None:
+    assert produce(producing, batch(0, "a")).base_offset == 0  # the lock's way: no memory
+    assert not prepared_on(producing)
+    assert produce(producing, batch(1, "b", "c")).base_offset == 1
+    assert prepared_on(producing)
+    assert values(producing) == [(0, b"a"), (1, b"b"), (2, b"c")]
+
+
+def test_a_deallocated_statement_falls_back_then_is_prepared_again(producing: Broker) -> None:
+    produce(producing, batch(0, "a"))
+    produce(producing, batch(1, "b"))
+    with producing.engine.connect() as c:
+        c.exec_driver_sql("DEALLOCATE ALL")
+        c.commit()
+    assert produce(producing, batch(2, "c")).base_offset == 2  # decided under the lock
+    assert not prepared_on(producing)
+    assert produce(producing, batch(3, "d")).base_offset == 3
+    assert prepared_on(producing)
+    assert values(producing) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
