@@ -1192,17 +1192,19 @@ How to read these figures:
   validates and advances producer state in the same transaction; the "raw COPY, one
   commit per 1000 rows" line shows how much of the gap is the commits alone. The produce's
   floor COPYs the very rows a produce writes (every column of `records`, encoded as the
-  handler encodes them, beforehand) into `records` itself, one commit per 1000: the table
-  and the commits, no produce logic. "The produce's SQL alone" adds, in each of those
+  handler encodes them, beforehand) into `records` itself, each COPY its own transaction
+  (autocommit: two round trips, the fewest PostgreSQL allows): the table and the
+  commits, no produce logic. "The produce's SQL alone" adds, in each of those
   transactions, the statement a produce runs beside its COPY while its process remembers
-  the partition row (docs/design.md rule 32), as the handler sends it, with values known
+  the partition row (docs/design.md rule 32), sent as the handler sends a lone batch's
+  (prepared, then `EXECUTE` and the COPY in one query string, §3.9), with values known
   in advance: the partition and the producer's state advanced if the row is still the
   version the previous batch wrote. What is left between it and the handler is kip98's
   Python. "Its rows encoded in the loop" adds the one piece of that Python no produce can
   skip: each batch's rows encoded from the records it is given (as the handler encodes
   them, at the offsets the row tells). Between that and the handler are the produce's
   decisions (shape and size checks, ACLs, the sequence rules) and SQLAlchemy's
-  transaction (pool checkout, the BEGIN event, COMMIT).
+  transaction (pool checkout, the BEGIN event, its commit and check-in).
 - The acks lines time a plain (non-idempotent) Producer with `acks=1` and `acks=0`
   against `acks=all`, each on a fresh database: the weaker acknowledgements commit with
   `synchronous_commit` local and off, so they gain what a commit's WAL flush costs.
@@ -1229,35 +1231,37 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.77 (0.76-0.78)** (0.72 in 0.11.0's table,
-  0.68 before rule 32). The floor COPYs the produce's rows, encoded beforehand, into
-  `records` and commits. A produce must also advance the partition row and the producer's
-  state (what makes offsets gapless and duplicates detectable, rules 4, 5 and 13), decide
-  on that state, and encode the rows it was given. While one producer writes a partition,
-  the process remembers the row as its last append left it, decides on that, and sends
-  the advance first, taking the row only if it is still that version (rule 32).
-  PostgreSQL running the produce's statements (the advance and the COPY) with values known
-  in advance keeps 0.94 (0.92-0.96) of the floor; with the rows encoded in the loop, 0.85
-  (0.82-0.85): the handler reaches about nine tenths of that. Two round trips' worth went this version:
-  a pooled connection is no longer pinged at checkout (its socket is polled instead,
-  docs/design.md §3.8), and the advance sends the producer's state as scalars rather than
-  one-element arrays, whose adaptation cost the client ~50 µs of CPU a batch. Timed call
-  by call (`perf_counter` around each, 180 batches of 1000 records, 4.4 ms each), a batch
-  spends the advance with BEGIN's round trip 0.35-0.37 ms, the COPY 2.8 ms, the COMMIT
-  0.53 ms, the rows' encoding 0.18 ms and their joining 0.06 ms; the shape checks 0.16 ms
-  (the batch's transposition 0.10 ms, which the encoded floor pays too, and its size
-  0.065 ms), the plan 0.05 ms, SQLAlchemy's checkout and BEGIN event 0.05 ms, its commit
-  and check-in 0.035 ms. Measured and not kept: the rows encoded and written in chunks of
-  100-250, so PostgreSQL parses one while the next is encoded (no gain in alternating A/B
-  runs: with the client writing in pieces the backend waits for data between them, and
-  the COPY took longer by what the overlap saved); the advance sent in psycopg's pipeline
-  mode while the rows are encoded (psycopg syncs after BEGIN and at the pipeline's end, two
-  round trips for the one it hides); BEGIN with the advance and the advance with COMMIT as
-  simple-protocol messages (0.14 ms a batch, not worth managing the transaction beside
-  SQLAlchemy). What is left above the encoded floor is the handler's own Python and
-  SQLAlchemy's transaction, ~0.25 ms of a 4.4 ms batch; 0.8 needs ~0.15 ms of it gone.
-- **Idempotent Producer vs handler produce (target 0.6): 0.69 (0.67-0.69)** (0.69-0.71
-  in 0.11.0's table, against a handler that has since become ~5% faster again; 0.44-0.55
+- **Handler produce vs its floor (target 0.8): 0.81 (0.80-0.82)** (0.77 in 0.12.0's
+  table against a slower floor, 0.68 before rule 32). The floor COPYs the produce's rows,
+  encoded beforehand, into `records`, each COPY its own transaction: two round trips,
+  the fewest PostgreSQL allows. (It used to be BEGIN, the COPY and COMMIT, four round
+  trips; once the handler took two, that floor was slower than the handler and no
+  floor.) A produce must also advance the partition row and the producer's state (what
+  makes offsets gapless and duplicates detectable, rules 4, 5 and 13), decide on that
+  state, and encode the rows it was given. While one producer writes a partition, the
+  process remembers the row as its last append left it and decides on that (rule 32);
+  a request that is that one batch now sends the advance, prepared once per connection,
+  and the COPY as one query string, which PostgreSQL runs as one implicit transaction
+  and commits as the COPY ends (docs/design.md §3.9): a batch costs two round trips
+  instead of five (BEGIN, the advance, the COPY's start, its end, COMMIT), 4.15 ms →
+  3.77 ms a 1000-record batch here. PostgreSQL running that query string with values
+  known in advance costs no more than the floor, 1.00 (0.98-1.04): the advance is free
+  once it travels with the COPY. With the rows encoded in the loop, 0.88 (0.86-0.90):
+  encoding from records the process made long before costs ~0.45 ms a batch, half of it
+  memory (the same batch encoded again, its records in the cache, takes ~0.25 ms). The
+  handler reaches 0.92 of that; the rest, ~0.2 ms, is its decisions and SQLAlchemy's
+  transaction (checkout, the BEGIN event, a commit with nothing left to commit,
+  check-in). Measured and not kept: the rows encoded and written in chunks of 100-250,
+  so PostgreSQL parses one while the next is encoded (no gain in alternating A/B runs:
+  with the client writing in pieces the backend waits for data between them, and the
+  COPY took longer by what the overlap saved); the advance sent in psycopg's pipeline
+  mode while the rows are encoded (psycopg syncs after BEGIN and at the pipeline's end,
+  two round trips for the one it hides); a batch's integers packed with the prefix in
+  one `struct` call per record, four parts a record instead of five (no gain: the call
+  per record is the cost).
+- **Idempotent Producer vs handler produce (target 0.6): 0.68 (0.67-0.69)** (0.69 in
+  0.12.0's table, against a handler that has since become ~10% faster; the Producer's
+  requests go the same one-query way, ~236,000 records/s here from ~223,000; 0.44-0.55
   before 0.10.0). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
   run, columns of records, callbacks and enqueue times cut at a batch's limits as they
@@ -1270,8 +1274,17 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 0.99 (0.98-1.01); PostgreSQL alone 1.56 (1.54-1.68); the
-  ceiling on this machine 1.48 (1.44-1.50), below the target.** PostgreSQL alone gains from four
+- **In-flight 5 / in-flight 1 (target 1.5): 1.08 (1.07-1.10), from 0.99; PostgreSQL alone
+  1.62 (1.52-1.65); the ceiling on this machine 1.57 (1.56-1.59).** Lanes send one batch
+  per request, which now goes in one query string (§3.9, two round trips), while one lane
+  sends every partition's batch in one DB transaction as before: the machine's work per
+  run with five lanes fell, and the ceiling rose above the target (1.48 before). Measured
+  this version (200,000 records): with four lanes each request spends ~16 ms in the
+  broker, four at a time, against 3.8 ms for one alone; two, three or five lanes all take
+  0.80-0.88 s; sampled while it holds the interpreter lock, the client spends ~40% of it
+  in the application's `produce()` calls; a switch interval of 0.5 ms takes one lane from
+  0.91 to 0.84 s and five from 0.84 to 0.72 s (ratio 1.16). The analysis below, measured
+  on 0.12.0, still holds in kind. PostgreSQL alone gains from four
   connections committing side by side: its backends run on both CPUs and the flushes
   merge. The Producer gains less because with one lane a request already carries every
   partition's ready batch in one DB transaction, while five lanes commit four times as
@@ -1289,8 +1302,10 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.62 (0.61-0.63);
-  its floor 0.70 (0.69-0.71), below the target.** The idempotent Producer's application no longer waits on anything but
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.60 (0.59-0.61);
+  its floor 0.69 (0.67-0.69), below the target.** (The transactional producer's requests
+  register partitions or end the transaction, so they do not go the one-query way;
+  transactions reach 0.87 of the floor, as before.) The idempotent Producer's application no longer waits on anything but
   its queue (about 1.4 µs of CPU a record) and its database work overlaps its
   `produce()` calls; a transaction's commit cannot return before its DB transaction is
   committed, so each transaction's `produce()` calls (1.45 ms for 1000 records) and its
@@ -1315,23 +1330,25 @@ How to read these figures:
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.67 (0.67-0.68) (librdkafka ~149,000 records/s, the native Producer
-  ~223,000 on one partition, ~194,000 in 0.11.0's table; librdkafka was ~103,000-128,000 when
-  this ratio was 0.79-1.34).
+  The producer ratio is 0.68 (0.62-0.69) (librdkafka ~159,000 records/s, the native Producer
+  ~236,000 on one partition, ~223,000 in 0.12.0's table and ~194,000 in 0.11.0's;
+  librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34). A librdkafka batch on
+  one partition goes the one-query way through the server too: `kip98 serve` spends 0.11
+  CPU-seconds per 100,000 records, from 0.15.
   The Kafka client is what takes the time: per 100,000 records its own process spends
-  0.43 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  0.40 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
   callback per record), more than the native Producer's whole process with the broker
-  in it (0.28), while `kip98 serve` spends 0.15 and, sampled (py-spy), its
+  in it (0.27), while `kip98 serve` spends 0.11 and, sampled (py-spy), its
   worker is idle about half the run, waiting for the client's next request. A librdkafka
   producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
   server's reading and the client's work do not overlap. The consumer ratio lands at
-  0.93-0.98 (median of rounds; single rounds 0.90-1.14). A record goes from `produce()` to a consumer's poll in
-  about 4-5 ms at the median and 6-10 ms at p99: a produce through the server ends the long
+  0.93-0.99 (median of rounds; single rounds 0.90-1.17). A record goes from `produce()` to a consumer's poll in
+  about 3-5 ms at the median and 5-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 1.00 (0.96-1.07).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 0.95 (0.93-1.05).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain

@@ -187,66 +187,51 @@ def test_backend_terminated_while_waiting_for_the_partition_lock(
     assert [(r.offset, r.value) for r in rows(broker)] == [(i, f"v{i}".encode()) for i in range(10)]
 
 
-def test_backend_terminated_while_its_advance_waits_before_the_copy(
-    db_url: str, broker: Broker, admin: psycopg.Connection[Any]
+# Where a producer's second batch (on the partition row it remembers, its advance and COPY
+# in one query string, docs/design.md §3.9) is made to wait: what another session holds,
+# the statement seen waiting, and how that session lets go once the backend is gone.
+BLOCKERS = {
+    # the advance waits for the producer's state row, before the COPY
+    "advance": (
+        "SELECT producer_id FROM producer_states WHERE topic = 't' AND partition = 0 FOR UPDATE",
+        "EXECUTE kip98_advance_remembered%",
+        "commit",
+    ),
+    # the COPY waits on an uncommitted row put at one of its offsets, its first rows written
+    "mid-copy": (
+        'INSERT INTO records SELECT topic, partition, 5, "timestamp", key, value, headers, '
+        "producer_id, producer_epoch, sequence, 5, is_transactional, is_control, "
+        "control_type, coordinator_epoch FROM records WHERE topic = 't' AND partition = 0",
+        "%COPY records%",
+        "rollback",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", sorted(BLOCKERS))
+def test_backend_terminated_before_its_commit(
+    db_url: str, broker: Broker, admin: psycopg.Connection[Any], where: str
 ) -> None:
-    """The producer's second batch goes on the partition row it remembers, its advance and
-    COPY in one query string (docs/design.md §3.9): terminated while the advance waits for
-    the producer's state row, nothing is written, and the retry writes the batch once."""
+    """Terminated before the batch's commit, whether waiting in its advance or mid-COPY
+    with rows written: nothing of it stays, and the retry writes the batch once."""
+    hold, waiting, release = BLOCKERS[where]
     handler = CountingHandler()
     reports, on_delivery = deliveries()
-    with Producer(
-        {"database.url": db_url, "client.id": "mid-commit", "retry.backoff.ms": 5}
-    ) as producer:
+    with Producer({"database.url": db_url, "client.id": where, "retry.backoff.ms": 5}) as producer:
         producer.sender.transport = batchwise(producer.sender.broker, handler)
         producer.produce("t", value="first", partition=0, on_delivery=on_delivery)
         assert producer.flush(30) == 0
         with psycopg.connect(conninfo(db_url)) as holder:
-            locked = holder.execute(
-                "SELECT producer_id FROM producer_states WHERE topic = 't' AND partition = 0 FOR UPDATE"
-            ).fetchall()
-            assert len(locked) == 1
+            holder.execute(hold)
             for i in range(10):
                 producer.produce("t", value=f"v{i}", partition=0, on_delivery=on_delivery)
-            pid = wait_for_blocked_backend(admin, "mid-commit", "EXECUTE kip98_advance_remembered%")
+            pid = wait_for_blocked_backend(admin, where, waiting)
             assert len(rows(broker)) == 1
             terminate(admin, pid)
-            holder.commit()
+            getattr(holder, release)()
         assert producer.flush(30) == 0
     assert [(err, m.offset()) for err, m in reports] == [(None, i) for i in range(11)]
     assert handler.calls >= 3
-    assert [r.value for r in rows(broker)] == [b"first"] + [f"v{i}".encode() for i in range(10)]
-
-
-def test_backend_terminated_after_its_rows_were_written(
-    db_url: str, broker: Broker, admin: psycopg.Connection[Any]
-) -> None:
-    """Terminated mid-COPY, the batch's first rows written and its commit to come (the COPY
-    waits on an uncommitted row another session put at one of its offsets): the rows are
-    rolled back, the retry writes them once."""
-    handler = CountingHandler()
-    reports, on_delivery = deliveries()
-    with Producer(
-        {"database.url": db_url, "client.id": "mid-copy", "retry.backoff.ms": 5}
-    ) as producer:
-        producer.sender.transport = batchwise(producer.sender.broker, handler)
-        producer.produce("t", value="first", partition=0, on_delivery=on_delivery)
-        assert producer.flush(30) == 0
-        with psycopg.connect(conninfo(db_url)) as holder:
-            holder.execute(
-                'INSERT INTO records SELECT topic, partition, 5, "timestamp", key, value, '
-                "headers, producer_id, producer_epoch, sequence, 5, is_transactional, "
-                "is_control, control_type, coordinator_epoch FROM records "
-                "WHERE topic = 't' AND partition = 0"
-            )
-            for i in range(10):
-                producer.produce("t", value=f"v{i}", partition=0, on_delivery=on_delivery)
-            pid = wait_for_blocked_backend(admin, "mid-copy", "%COPY records%")
-            terminate(admin, pid)
-            holder.rollback()
-        assert producer.flush(30) == 0
-    assert [(err, m.offset()) for err, m in reports] == [(None, i) for i in range(11)]
-    assert handler.calls >= 2
     assert [r.value for r in rows(broker)] == [b"first"] + [f"v{i}".encode() for i in range(10)]
 
 

@@ -5,7 +5,12 @@ remembered row goes this way and falls back when it must."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -13,6 +18,7 @@ from sqlalchemy import Connection, text
 
 from app.broker import Broker
 from app.broker.produce import produce
+from app.client import Producer
 from app.log import sql
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
@@ -21,6 +27,7 @@ from app.storage.one_query import CopyCommitted, as_prepared, call, prepare_once
 from tests.identities import hand_out
 
 PID = 11
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -165,3 +172,26 @@ def test_a_deallocated_statement_falls_back_then_is_prepared_again(producing: Br
     assert produce(producing, batch(3, "d")).base_offset == 3
     assert prepared_on(producing)
     assert values(producing) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
+
+
+def test_a_process_killed_inside_its_one_query_write_leaves_nothing(
+    db_url: str, producing: Broker
+) -> None:
+    """Killed with the COPY's data handed over and its end not sent: the server rolls the
+    implicit transaction back, the advance with it; the next producer appends where the
+    first batch left the partition."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KIP98_CRASH_AT": "append.in_one_query"}
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.one_query_child", db_url],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert values(producing) == [(0, b"a")]
+    with Producer({"database.url": db_url, "linger.ms": 0}) as producer:
+        offsets: list[int] = []
+        producer.produce(
+            "t", value=b"c", partition=0, on_delivery=lambda _e, m: offsets.append(m.offset())
+        )
+        assert producer.flush(30) == 0
+    assert offsets == [1]
+    assert values(producing) == [(0, b"a"), (1, b"c")]

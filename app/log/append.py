@@ -211,7 +211,10 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
 def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse] | None:
     """One batch appended on the partition row as this process's last append to it left
     it (rule 32), without reading the row: the advance goes first and checks the row is
-    still that version, then the COPY. None, with nothing written, where the lock's read
+    still that version, then the COPY; both in one query string that commits when the
+    batch is all the request does and nothing ran yet in its DB transaction (§3.9; a
+    refusal then leaves no transaction open, and the lock's way starts another). None,
+    with nothing written, where the lock's read
     must decide: no such row remembered, or one of another producer's, a batch this row
     would not take as it is (a duplicate or a refusal is only ever decided on the row read
     under the lock), or a row another transaction has written since. Only for a batch
@@ -236,19 +239,17 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
         return None  # a duplicate
     assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
     advance = (req.topic, req.partition, plan.next_offset, plan.lso)
-    if work.commits and not in_transaction(work.conn):
+    if work.commits and not in_transaction(work.conn):  # the whole request: one query
         payload = copy_payload_of([plan.encoded(req, columns)])
         version = append_remembered_committed(work.conn, advance, plan.entry, hint.version, payload)
-        if version is None:
-            forget(work.conn, tp)
-            return None
     else:
         version = advance_remembered(work.conn, advance, plan.entry, hint.version)
-        if version is None:
-            forget(work.conn, tp)
-            return None
-        copy_payload(work.conn, copy_payload_of([plan.encoded(req, columns)]))
-        crash_point("append.after_copy")
+        if version is not None:
+            copy_payload(work.conn, copy_payload_of([plan.encoded(req, columns)]))
+            crash_point("append.after_copy")
+    if version is None:
+        forget(work.conn, tp)
+        return None
     remember(work.conn, tp, version, row.advanced(plan.next_offset, plan.lso, plan.entry))
     return {i: plan.response}
 

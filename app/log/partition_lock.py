@@ -262,7 +262,7 @@ def append_remembered_committed(
                 copy.refuse("the partition row moved")
                 return None
             copy.write(payload)
-            crash_point("append.after_copy")
+            crash_point("append.in_one_query")  # the COPY's data given, its end not
             version_after = copy.result.get_value(0, 2)
     except psycopg.errors.InvalidSqlStatementName:  # deallocated: prepared again next time
         unprepared(conn, sql.ADVANCE_REMEMBERED_NAME)
