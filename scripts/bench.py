@@ -211,7 +211,8 @@ def records_copy(
     if the row is still the version the last batch wrote. That is the produce's SQL
     without its Python. With ``encode`` too, each batch's rows are encoded in the loop, as
     the handler must (from the records it is given, at the offsets the remembered row
-    tells): everything a produce does but deciding and SQLAlchemy's transaction."""
+    tells), while the server runs the advance, as the handler encodes them: everything a
+    produce does but deciding and SQLAlchemy's transaction."""
     payloads = _floor_payloads(data, batch)
     now = int(time.time() * 1000)
     inputs = [
@@ -245,21 +246,30 @@ def records_copy(
             assert version is not None
             xmin = version[0]
             for i, payload in enumerate(payloads):
-                if encode:
-                    payload = _encoded("floor", 0, inputs[i], i * batch)
+                start = i * batch
                 if sql:
-                    xmin = _advance_and_copy(conn, advance(i * batch, xmin), payload)
+
+                    def batch_rows(start: int = start, ready: bytes = payload) -> bytes:
+                        return (
+                            _encoded("floor", 0, inputs[start // batch], start) if encode else ready
+                        )
+
+                    xmin = _advance_and_copy(conn, advance(start, xmin), batch_rows)
                     continue
+                if encode:
+                    payload = _encoded("floor", 0, inputs[i], start)
                 with conn.cursor() as cur, cur.copy(COPY_RECORDS) as copy:
                     copy.write(payload)
 
         return timed(run, url)
 
 
-def _advance_and_copy(conn: psycopg.Connection[Any], params: dict[str, Any], payload: bytes) -> str:
+def _advance_and_copy(
+    conn: psycopg.Connection[Any], params: dict[str, Any], payload: Callable[[], bytes]
+) -> str:
     """The prepared advance and the COPY in one query string, one implicit transaction
-    (psycopg's libpq wrapper directly, as the handler's ``storage.one_query``): the
-    partition row's new version."""
+    (psycopg's libpq wrapper directly, as the handler's ``storage.one_query``), the payload
+    made while the server runs the advance: the partition row's new version."""
     pg = conn.pgconn
     escaping = psycopg.pq.Escaping(pg)
     values = b", ".join(
@@ -271,8 +281,10 @@ def _advance_and_copy(conn: psycopg.Connection[Any], params: dict[str, Any], pay
         for name in ADVANCE_REMEMBERED_PARAMS
     )
     pg.send_query(b"EXECUTE floor_advance(" + values + b"); " + COPY_RECORDS.encode())
-    [advanced, _] = conn.wait(psycopg.generators.execute(pg))
-    conn.wait(psycopg.generators.copy_to(pg, payload, flush=False))
+    conn.wait(psycopg.generators.send(pg))
+    data = payload()
+    [advanced, _] = conn.wait(psycopg.generators.fetch_many(pg))
+    conn.wait(psycopg.generators.copy_to(pg, data, flush=False))
     pg.put_copy_end(None)
     [done] = conn.wait(psycopg.generators.execute(pg))
     assert done.status == psycopg.pq.ExecStatus.COMMAND_OK, done.error_message

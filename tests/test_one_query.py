@@ -68,7 +68,7 @@ def test_values_are_literals_quoted_by_libpq(conn: Connection) -> None:
 
 def test_the_statement_and_the_copy_commit_together(broker: Broker, conn: Connection) -> None:
     with CopyCommitted(conn, INSERT, COPY) as copy:
-        assert copy.result is not None and copy.result.ntuples == 2
+        assert copy.started().ntuples == 2
         copy.write(b"x\ny\n")
     assert not in_transaction(conn)
     assert written(broker) == ([1, 2], ["x", "y"])
@@ -76,6 +76,7 @@ def test_the_statement_and_the_copy_commit_together(broker: Broker, conn: Connec
 
 def test_a_refused_copy_takes_the_statement_back(broker: Broker, conn: Connection) -> None:
     with CopyCommitted(conn, INSERT, COPY) as copy:
+        copy.started()
         copy.refuse("changed my mind")
     assert written(broker) == ([], [])
     assert conn.exec_driver_sql("SELECT 1").scalar() == 1  # usable again
@@ -83,18 +84,30 @@ def test_a_refused_copy_takes_the_statement_back(broker: Broker, conn: Connectio
 
 def test_an_error_in_the_writer_writes_nothing(broker: Broker, conn: Connection) -> None:
     with pytest.raises(ZeroDivisionError), CopyCommitted(conn, INSERT, COPY) as copy:
+        copy.started()
         copy.write(b"x\n")
         raise ZeroDivisionError
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
 
 
+def test_an_error_before_the_copy_starts_writes_nothing(broker: Broker, conn: Connection) -> None:
+    """Raised while the payload is prepared, the statement already sent: the COPY that then
+    starts is failed, and the statement is taken back with it."""
+    with pytest.raises(ZeroDivisionError), CopyCommitted(conn, INSERT, COPY):
+        raise ZeroDivisionError
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+    assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+
+
 def test_a_failing_statement_raises_and_runs_no_copy(broker: Broker, conn: Connection) -> None:
     statement = b"INSERT INTO scratch_rows VALUES (1), (1)"
     with (
         pytest.raises(psycopg.errors.UniqueViolation),
-        CopyCommitted(conn, statement, COPY),
+        CopyCommitted(conn, statement, COPY) as copy,
     ):
+        copy.started()
         raise AssertionError("the COPY never starts")
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
@@ -105,6 +118,7 @@ def test_a_failing_copy_raises_and_writes_nothing(broker: Broker, conn: Connecti
         pytest.raises(psycopg.errors.InvalidTextRepresentation),
         CopyCommitted(conn, INSERT, "COPY scratch_rows (n) FROM STDIN") as copy,
     ):
+        copy.started()
         copy.write(b"3\nnot a number\n")
     assert written(broker) == ([], [])
     assert not in_transaction(conn)

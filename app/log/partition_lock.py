@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
@@ -241,12 +241,12 @@ def append_remembered_committed(
     advance: tuple[str, int, int, int],
     entry: ProducerEntry,
     version: RowVersion,
-    payload: bytes,
+    payload: Callable[[], bytes],
 ) -> str | None:
-    """``advance_remembered`` and the COPY of ``payload`` sent as one query string and
+    """``advance_remembered`` and the COPY of ``payload()`` sent as one query string and
     committed with it (``storage.one_query``; ``conn`` outside any transaction): the new
     version, or None with nothing written (the row moved, or the prepared statement was
-    gone from the session)."""
+    gone from the session). The payload is built while the server runs the advance."""
     params = _remembered_params(advance, entry, version)
     prepare_once(
         conn,
@@ -257,16 +257,17 @@ def append_remembered_committed(
     statement = call(conn, sql.ADVANCE_REMEMBERED_NAME, values)
     try:
         with CopyCommitted(conn, statement, sql.COPY_RECORDS) as copy:
-            assert copy.result is not None
-            if copy.result.ntuples == 0:
+            data = payload()
+            advanced = copy.started()
+            if advanced.ntuples == 0:
                 copy.refuse("the partition row moved")
                 return None
-            copy.write(payload)
+            copy.write(data)
             crash_point("append.in_one_query")  # the COPY's data given, its end not
-            version_after = copy.result.get_value(0, 2)
     except psycopg.errors.InvalidSqlStatementName:  # deallocated: prepared again next time
         unprepared(conn, sql.ADVANCE_REMEMBERED_NAME)
         return None
+    version_after = advanced.get_value(0, 2)
     assert version_after is not None
     return version_after.decode()
 

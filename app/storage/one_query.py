@@ -1,7 +1,8 @@
 """A short write sent as one query string: a prepared statement, then a COPY, committed as
 the COPY ends. Two round trips (to the COPY's start; then its data and the commit) where
 psycopg's own transaction takes one each for BEGIN, the statement, the COPY's start, its end
-and COMMIT (docs/design.md §3.9).
+and COMMIT, and the caller may prepare the COPY's data while the server runs the statement
+(docs/design.md §3.9).
 
 PostgreSQL runs the statements of one simple-protocol query string as one implicit
 transaction, committed after the last; a ``COPY ... FROM STDIN`` among them takes its data
@@ -77,10 +78,13 @@ def call(conn: Connection, name: str, values: Sequence[int | str | None]) -> byt
 class CopyCommitted:
     """``statement; copy`` run as one implicit transaction (see the module's docstring).
 
-    Entering sends both and waits for the COPY's start: ``result`` is the statement's. Then
-    ``refuse`` (nothing written) or ``write`` the payload; leaving ends the COPY, which
-    commits. Leaving on an exception fails the COPY, so nothing is written and the
-    connection is usable again. Any statement's error is raised as psycopg's."""
+    Entering sends both and returns at once, so the caller can prepare the COPY's data
+    while the server runs the statement (its answer is then usually in when asked for,
+    and the thread need not give up the interpreter's lock to wait). ``started`` waits
+    for the COPY's start and gives the statement's result; then ``refuse`` (nothing
+    written) or ``write`` the payload; leaving ends the COPY, which commits. Leaving on an
+    exception fails the COPY, so nothing is written and the connection is usable again.
+    Any statement's error is raised as psycopg's, from ``started``."""
 
     def __init__(self, conn: Connection, statement: bytes, copy: str) -> None:
         raw = driver_connection(conn)
@@ -88,23 +92,32 @@ class CopyCommitted:
             raise RuntimeError("a one-query write needs a connection outside any transaction")
         self._raw = raw
         self._query = statement + b"; " + copy.encode()
-        self._open = False
-        self.result: pq.abc.PGresult | None = None
+        self._sent = False  # the query went; its results are not read yet
+        self._open = False  # the COPY started and is not ended yet
 
     def __enter__(self) -> CopyCommitted:
-        results = _run(self._raw, self._query)
-        if not results or results[-1].status != pq.ExecStatus.COPY_IN:
-            raise RuntimeError("a one-query write must end in a COPY FROM STDIN")
-        self._open = True
-        self.result = results[0]
+        self._raw.pgconn.send_query(self._query)
+        self._sent = True
+        self._raw.wait(generators.send(self._raw.pgconn))
         return self
+
+    def started(self) -> pq.abc.PGresult:
+        """The statement's result, once the COPY has started."""
+        assert self._sent, "started once, inside the block"
+        self._sent = False
+        results: list[pq.abc.PGresult] = self._raw.wait(generators.fetch_many(self._raw.pgconn))
+        self._open = bool(results) and results[-1].status == pq.ExecStatus.COPY_IN
+        _raise_failed(self._raw, results)
+        if not self._open:
+            raise RuntimeError("a one-query write must end in a COPY FROM STDIN")
+        return results[0]
 
     def refuse(self, why: str) -> None:
         """Fail the COPY on purpose: the implicit transaction rolls back."""
         self._end(why.encode())
 
     def write(self, payload: bytes) -> None:
-        assert self._open, "the COPY was refused"
+        assert self._open, "the COPY was refused, or has not started"
         self._raw.wait(generators.copy_to(self._raw.pgconn, payload, flush=False))
 
     def __exit__(
@@ -113,13 +126,18 @@ class CopyCommitted:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self._open:
-            return
         if kind is None:
-            _raise_failed(self._raw, self._end(None))
+            assert not self._sent, "the block must wait for the COPY to start"
+            if self._open:
+                _raise_failed(self._raw, self._end(None))
             return
-        try:
-            self._end(b"the writer failed")
+        try:  # nothing may be written: the COPY, once started, is failed
+            if self._sent:
+                self._sent = False
+                results = self._raw.wait(generators.fetch_many(self._raw.pgconn))
+                self._open = bool(results) and results[-1].status == pq.ExecStatus.COPY_IN
+            if self._open:
+                self._end(b"the writer failed")
         except Exception:  # the connection is lost too: the original error says more
             pass
 
