@@ -211,8 +211,7 @@ def records_copy(
     if the row is still the version the last batch wrote. That is the produce's SQL
     without its Python. With ``encode`` too, each batch's rows are encoded in the loop, as
     the handler must (from the records it is given, at the offsets the remembered row
-    tells), while the server runs the advance, as the handler encodes them: everything a
-    produce does but deciding and SQLAlchemy's transaction."""
+    tells): everything a produce does but deciding and SQLAlchemy's transaction."""
     payloads = _floor_payloads(data, batch)
     now = int(time.time() * 1000)
     inputs = [
@@ -246,30 +245,21 @@ def records_copy(
             assert version is not None
             xmin = version[0]
             for i, payload in enumerate(payloads):
-                start = i * batch
-                if sql:
-
-                    def batch_rows(start: int = start, ready: bytes = payload) -> bytes:
-                        return (
-                            _encoded("floor", 0, inputs[start // batch], start) if encode else ready
-                        )
-
-                    xmin = _advance_and_copy(conn, advance(start, xmin), batch_rows)
-                    continue
                 if encode:
-                    payload = _encoded("floor", 0, inputs[i], start)
+                    payload = _encoded("floor", 0, inputs[i], i * batch)
+                if sql:
+                    xmin = _advance_and_copy(conn, advance(i * batch, xmin), payload)
+                    continue
                 with conn.cursor() as cur, cur.copy(COPY_RECORDS) as copy:
                     copy.write(payload)
 
         return timed(run, url)
 
 
-def _advance_and_copy(
-    conn: psycopg.Connection[Any], params: dict[str, Any], payload: Callable[[], bytes]
-) -> str:
+def _advance_and_copy(conn: psycopg.Connection[Any], params: dict[str, Any], payload: bytes) -> str:
     """The prepared advance and the COPY in one query string, one implicit transaction
-    (psycopg's libpq wrapper directly, as the handler's ``storage.one_query``), the payload
-    made while the server runs the advance: the partition row's new version."""
+    (psycopg's libpq wrapper directly, as the handler's ``storage.one_query``): the
+    partition row's new version."""
     pg = conn.pgconn
     escaping = psycopg.pq.Escaping(pg)
     values = b", ".join(
@@ -281,10 +271,8 @@ def _advance_and_copy(
         for name in ADVANCE_REMEMBERED_PARAMS
     )
     pg.send_query(b"EXECUTE floor_advance(" + values + b"); " + COPY_RECORDS.encode())
-    conn.wait(psycopg.generators.send(pg))
-    data = payload()
-    [advanced, _] = conn.wait(psycopg.generators.fetch_many(pg))
-    conn.wait(psycopg.generators.copy_to(pg, data, flush=False))
+    [advanced, _] = conn.wait(psycopg.generators.execute(pg))
+    conn.wait(psycopg.generators.copy_to(pg, payload, flush=False))
     pg.put_copy_end(None)
     [done] = conn.wait(psycopg.generators.execute(pg))
     assert done.status == psycopg.pq.ExecStatus.COMMAND_OK, done.error_message
@@ -1243,7 +1231,7 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.85 (0.84-0.87)** (0.77 in 0.12.0's
+- **Handler produce vs its floor (target 0.8): 0.81 (0.80-0.82)** (0.77 in 0.12.0's
   table against a slower floor, 0.68 before rule 32). The floor COPYs the produce's rows,
   encoded beforehand, into `records`, each COPY its own transaction: two round trips,
   the fewest PostgreSQL allows. (It used to be BEGIN, the COPY and COMMIT, four round
@@ -1254,30 +1242,35 @@ How to read these figures:
   process remembers the row as its last append left it and decides on that (rule 32);
   a request that is that one batch now sends the advance, prepared once per connection,
   and the COPY as one query string, which PostgreSQL runs as one implicit transaction
-  and commits as the COPY ends (docs/design.md §3.9), and encodes the rows while the
-  server runs the advance: a batch costs two round trips instead of five (BEGIN, the
-  advance, the COPY's start, its end, COMMIT), 4.15 ms → 3.6 ms a 1000-record batch
-  here (3.77 ms with the rows encoded before the query was sent). PostgreSQL running that
-  query string with values known in advance costs no more than the floor, 0.98
-  (0.97-1.05): the advance is free once it travels with the COPY. With the rows encoded
-  in the loop, as the handler encodes them, 0.93 (0.93-0.96): encoding from records the
-  process made long before costs ~0.45 ms a batch, half of it memory (the same batch
-  encoded again, its records in the cache, takes ~0.25 ms), and most of it now overlaps
-  the advance. The handler reaches 0.92 of that; the rest, ~0.2 ms, is its decisions and
-  SQLAlchemy's transaction (checkout, the BEGIN event, a commit with nothing left to
-  commit, check-in). Measured and not kept: the rows encoded and written in chunks of
-  100-250, so PostgreSQL parses one while the next is encoded (no gain in alternating A/B
-  runs: with the client writing in pieces the backend waits for data between them, and
-  the COPY took longer by what the overlap saved); the advance sent in psycopg's pipeline
-  mode while the rows are encoded (psycopg syncs after BEGIN and at the pipeline's end,
-  two round trips for the one it hides); a batch's integers packed with the prefix in
-  one `struct` call per record, four parts a record instead of five (no gain: the call
-  per record is the cost).
-- **Idempotent Producer vs handler produce (target 0.6): 0.75 (0.74-0.79)** (0.69 in
-  0.12.0's table, against a handler that has since become ~15% faster; the Producer's
-  requests go the same one-query way, and its sender thread, encoding while the server
-  runs the advance, finds the answer in and waits once less for the interpreter lock the
-  application's `produce()` holds; 0.44-0.55 before 0.10.0). `produce()` queues a record
+  and commits as the COPY ends (docs/design.md §3.9): a batch costs two round trips
+  instead of five (BEGIN, the advance, the COPY's start, its end, COMMIT), 4.15 ms →
+  3.77 ms a 1000-record batch here. PostgreSQL running that query string with values
+  known in advance costs no more than the floor, 1.00 (0.98-1.04): the advance is free
+  once it travels with the COPY. With the rows encoded in the loop, 0.88 (0.86-0.90):
+  encoding from records the process made long before costs ~0.45 ms a batch, half of it
+  memory (the same batch encoded again, its records in the cache, takes ~0.25 ms). The
+  handler reaches 0.92 of that; the rest, ~0.2 ms, is its decisions and SQLAlchemy's
+  transaction (checkout, the BEGIN event, a commit with nothing left to commit,
+  check-in). Measured and not kept: the rows encoded while the server runs the advance
+  (the query sent first, its answer read after): 3.6 ms a batch, this line 0.85
+  (0.84-0.87), the idempotent Producer / handler 0.75 and in-flight 1.17 over three full
+  runs, the sender's answer being in when it asks and its thread not waiting for the
+  interpreter lock once more; but from the advance on the session holds the partition
+  row and waits for the COPY's data, which no PostgreSQL timeout bounds (a
+  `statement_timeout` is only acted on when the data comes), so a process paused in
+  those ~0.3 ms would stall the partition's other writers until it resumed, a window
+  rule 24 keeps to the hand-over of a payload already encoded. The rows encoded and
+  written in chunks of 100-250, so PostgreSQL parses one while the next is encoded (no
+  gain in alternating A/B runs: with the client writing in pieces the backend waits for
+  data between them, and the COPY took longer by what the overlap saved); the advance
+  sent in psycopg's pipeline mode while the rows are encoded (psycopg syncs after BEGIN
+  and at the pipeline's end, two round trips for the one it hides); a batch's integers
+  packed with the prefix in one `struct` call per record, four parts a record instead of
+  five (no gain: the call per record is the cost).
+- **Idempotent Producer vs handler produce (target 0.6): 0.68 (0.67-0.69)** (0.69 in
+  0.12.0's table, against a handler that has since become ~10% faster; the Producer's
+  requests go the same one-query way, ~236,000 records/s here from ~223,000; 0.44-0.55
+  before 0.10.0). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
   run, columns of records, callbacks and enqueue times cut at a batch's limits as they
   arrive, with one lock and one call into the accumulator: about 1.4 µs of CPU a
@@ -1289,13 +1282,13 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 1.17 (1.15-1.18), from 0.99; PostgreSQL alone
-  1.55 (1.50-1.56); the ceiling on this machine 1.58 (1.54-1.58).** Lanes send one batch
+- **In-flight 5 / in-flight 1 (target 1.5): 1.08 (1.07-1.10), from 0.99; PostgreSQL alone
+  1.62 (1.52-1.65); the ceiling on this machine 1.57 (1.56-1.59).** Lanes send one batch
   per request, which now goes in one query string (§3.9, two round trips), while one lane
   sends every partition's batch in one DB transaction as before: the machine's work per
-  run with five lanes fell, and the ceiling rose above the target (1.48 before); a lane
-  that encodes while its advance runs waits once less for the interpreter lock (1.08
-  before that). Measured this version, before that overlap (200,000 records): with four lanes each request spends ~16 ms in the
+  run with five lanes fell, and the ceiling rose above the target (1.48 before); lanes
+  that encoded while their advance ran reached 1.17 (see the handler line for why they do
+  not). Measured this version (200,000 records): with four lanes each request spends ~16 ms in the
   broker, four at a time, against 3.8 ms for one alone; two, three or five lanes all take
   0.80-0.88 s; sampled while it holds the interpreter lock, the client spends ~40% of it
   in the application's `produce()` calls; a switch interval of 0.5 ms takes one lane from
@@ -1324,8 +1317,8 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.61 (0.61-0.62);
-  its floor 0.70 (0.69-0.71), below the target.** (The transactional producer's requests
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.60 (0.59-0.61);
+  its floor 0.69 (0.67-0.69), below the target.** (The transactional producer's requests
   register partitions or end the transaction, so they do not go the one-query way;
   transactions reach 0.87 of the floor, as before.) The idempotent Producer's application no longer waits on anything but
   its queue (about 1.4 µs of CPU a record) and its database work overlaps its
@@ -1342,25 +1335,25 @@ How to read these figures:
   The line was 0.82-0.87 while `produce()` cost 3.7 µs a record: the
   transactional producer got faster too (200 transactions in ~1.58 s), the idempotent one
   more.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.44 (0.36-0.45).** The Consumer's
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.42 (0.40-0.43).** The Consumer's
   prefetching cursors, per-record Message objects and offset bookkeeping on top of the
   fetch (itself 0.55-0.60 of the raw SELECT); the previous version measured 0.36-0.44 in
   the same session, so the gap predates this one and is left for the client's own work.
-- **acks (report): acks=1 0.96-1.00, acks=0 1.01-1.05 of acks=all.** A commit's WAL flush is a small
+- **acks (report): acks=1 0.95-0.97, acks=0 1.02-1.04 of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.63 (0.60-0.69) (librdkafka ~153,000 records/s, the native Producer
-  ~241,000 on one partition, ~223,000 in 0.12.0's table and ~194,000 in 0.11.0's;
+  The producer ratio is 0.68 (0.62-0.69) (librdkafka ~159,000 records/s, the native Producer
+  ~236,000 on one partition, ~223,000 in 0.12.0's table and ~194,000 in 0.11.0's;
   librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34). A librdkafka batch on
-  one partition goes the one-query way through the server too: `kip98 serve` spends 0.12
+  one partition goes the one-query way through the server too: `kip98 serve` spends 0.11
   CPU-seconds per 100,000 records, from 0.15.
   The Kafka client is what takes the time: per 100,000 records its own process spends
-  0.41 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  0.40 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
   callback per record), more than the native Producer's whole process with the broker
-  in it (0.28), while `kip98 serve` spends 0.12 and, sampled (py-spy), its
+  in it (0.27), while `kip98 serve` spends 0.11 and, sampled (py-spy), its
   worker is idle about half the run, waiting for the client's next request. A librdkafka
   producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
@@ -1370,7 +1363,7 @@ How to read these figures:
   0.93-0.99 (median of rounds; single rounds 0.90-1.17). A record goes from `produce()` to a consumer's poll in
   about 3-5 ms at the median and 5-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 1.00 (0.99-1.04).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 0.95 (0.93-1.05).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain

@@ -240,10 +240,7 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
     assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
     advance = (req.topic, req.partition, plan.next_offset, plan.lso)
     if work.commits and not in_transaction(work.conn):  # the whole request: one query
-
-        def payload() -> bytes:  # encoded while the server runs the advance
-            return copy_payload_of([plan.encoded(req, columns)])
-
+        payload = copy_payload_of([plan.encoded(req, columns)])
         version = append_remembered_committed(work.conn, advance, plan.entry, hint.version, payload)
     else:
         version = advance_remembered(work.conn, advance, plan.entry, hint.version)

@@ -1,8 +1,7 @@
 """A short write sent as one query string: a prepared statement, then a COPY, committed as
 the COPY ends. Two round trips (to the COPY's start; then its data and the commit) where
 psycopg's own transaction takes one each for BEGIN, the statement, the COPY's start, its end
-and COMMIT, and the caller may prepare the COPY's data while the server runs the statement
-(docs/design.md §3.9).
+and COMMIT (docs/design.md §3.9).
 
 PostgreSQL runs the statements of one simple-protocol query string as one implicit
 transaction, committed after the last; a ``COPY ... FROM STDIN`` among them takes its data
@@ -78,11 +77,13 @@ def call(conn: Connection, name: str, values: Sequence[int | str | None]) -> byt
 class CopyCommitted:
     """``statement; copy`` run as one implicit transaction (see the module's docstring).
 
-    Entering sends both and returns at once, so the caller can prepare the COPY's data
-    while the server runs the statement (its answer is then usually in when asked for,
-    and the thread need not give up the interpreter's lock to wait). ``started`` waits
-    for the COPY's start and gives the statement's result; then ``refuse`` (nothing
-    written) or ``write`` the payload; leaving ends the COPY, which commits. Leaving on an
+    Entering sends both and returns at once; ``started`` waits for the COPY's start and
+    gives the statement's result; then ``refuse`` (nothing written) or ``write`` the
+    payload; leaving ends the COPY, which commits. Work done between entering and
+    ``started`` overlaps the statement, but once the statement is done the server waits
+    for the COPY's data unbounded by any of its timeouts, holding what the statement
+    locked: have the payload ready before entering where a paused process must not stall
+    others (docs/design.md rule 24). Leaving on an
     exception fails the COPY, so nothing is written and the connection is usable again.
     Any statement's error is raised as psycopg's, from ``started``."""
 
