@@ -1,21 +1,44 @@
-"""An idempotent producer process that writes "a", then "b": its second batch goes on the
-partition row it remembers, in one query string (docs/design.md §3.9), where the tests
-kill it (``KIP98_CRASH_AT=append.in_one_query``). argv: database URL."""
+"""A producer process for the one-query write's crash tests (docs/design.md §3.9).
+argv: database URL, then the mode:
+
+- ``producer``: an idempotent Producer writes "a", then "b"; its second batch goes on the
+  partition row it remembers, in one query string, where the test kills it
+  (``KIP98_CRASH_AT=append.in_one_query``).
+- ``rounds``: "a" through the Produce handler, then one request with two batches for the
+  same partition, "b" and "c", appended in rounds; the process kills itself after the
+  first round's COPY (``append.after_copy``, set once "a" is in).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
+from app.broker import Broker
 from app.client import Producer
+from app.faults import ENV
+from app.protocol import InitProducerIdRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 
 
-def main() -> None:
-    producer = Producer({"database.url": sys.argv[1], "linger.ms": 0})
-    for value in ("a", "b"):
-        producer.produce("t", value=value.encode(), partition=0)
-        assert producer.flush(60) == 0
-    producer.close()
+def producer(url: str) -> None:
+    with Producer({"database.url": url, "linger.ms": 0}) as p:
+        for value in ("a", "b"):
+            p.produce("t", value=value.encode(), partition=0)
+            assert p.flush(60) == 0
+
+
+def rounds(url: str) -> None:
+    broker = Broker.connect(url)
+    ident = broker.handle(InitProducerIdRequest(None, 60_000))
+
+    def batch(seq: int, value: bytes) -> ProduceRequest:
+        record = RecordIn(None, value, 0)
+        return ProduceRequest("t", 0, [record], ident.producer_id, ident.producer_epoch, seq)
+
+    assert broker.handle(ProduceBatchesRequest([batch(0, b"a")])).batches[0].error_code == 0
+    os.environ[ENV] = "append.after_copy"
+    broker.handle(ProduceBatchesRequest([batch(1, b"b"), batch(2, b"c")]))
 
 
 if __name__ == "__main__":
-    main()
+    {"producer": producer, "rounds": rounds}[sys.argv[2]](sys.argv[1])

@@ -80,11 +80,21 @@ def test_every_column_round_trips_without_idempotence(broker: Broker, clock: Man
     assert rows == expected(1, [-1] * 5, -1, -1, False, clock.now_ms())
 
 
-def test_batch_size_is_the_sum_of_record_sizes() -> None:
-    assert Columns(RECORDS).size_bytes() == sum(
-        record_size_bytes(r.key, r.value, r.headers) for r in RECORDS
+@pytest.mark.parametrize(
+    "records",
+    [
+        RECORDS,  # NULL keys and values, headers
+        [r for r in RECORDS if r.key is not None and r.value is not None],  # neither
+        [RecordIn(None, b"v", 1), RecordIn(b"k", b"v", 1)],  # NULL keys only
+        [RecordIn(b"k", None, 1), RecordIn(b"k", b"v", 1, [])],  # NULL values, empty headers
+    ],
+    ids=["nulls-and-headers", "no-nulls", "null-keys", "null-values"],
+)
+def test_batch_size_is_the_sum_of_record_sizes(records: list[RecordIn]) -> None:
+    assert Columns(records).size_bytes() == sum(
+        record_size_bytes(r.key, r.value, r.headers) for r in records
     )
-    assert len(Columns(RECORDS)) == len(RECORDS)
+    assert len(Columns(records)) == len(records)
 
 
 def test_a_batch_left_wholly_to_the_broker_clock_is_stamped_with_it(

@@ -68,7 +68,7 @@ def test_values_are_literals_quoted_by_libpq(conn: Connection) -> None:
 
 def test_the_statement_and_the_copy_commit_together(broker: Broker, conn: Connection) -> None:
     with CopyCommitted(conn, INSERT, COPY) as copy:
-        assert copy.started().ntuples == 2
+        assert copy.result is not None and copy.result.ntuples == 2
         copy.write(b"x\ny\n")
     assert not in_transaction(conn)
     assert written(broker) == ([1, 2], ["x", "y"])
@@ -76,7 +76,6 @@ def test_the_statement_and_the_copy_commit_together(broker: Broker, conn: Connec
 
 def test_a_refused_copy_takes_the_statement_back(broker: Broker, conn: Connection) -> None:
     with CopyCommitted(conn, INSERT, COPY) as copy:
-        copy.started()
         copy.refuse("changed my mind")
     assert written(broker) == ([], [])
     assert conn.exec_driver_sql("SELECT 1").scalar() == 1  # usable again
@@ -84,16 +83,14 @@ def test_a_refused_copy_takes_the_statement_back(broker: Broker, conn: Connectio
 
 def test_an_error_in_the_writer_writes_nothing(broker: Broker, conn: Connection) -> None:
     with pytest.raises(ZeroDivisionError), CopyCommitted(conn, INSERT, COPY) as copy:
-        copy.started()
         copy.write(b"x\n")
         raise ZeroDivisionError
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
 
 
-def test_an_error_before_the_copy_starts_writes_nothing(broker: Broker, conn: Connection) -> None:
-    """Raised while the payload is prepared, the statement already sent: the COPY that then
-    starts is failed, and the statement is taken back with it."""
+def test_an_error_before_any_data_writes_nothing(broker: Broker, conn: Connection) -> None:
+    """Raised once the COPY started, nothing written to it: the statement is taken back."""
     with pytest.raises(ZeroDivisionError), CopyCommitted(conn, INSERT, COPY):
         raise ZeroDivisionError
     assert written(broker) == ([], [])
@@ -105,9 +102,8 @@ def test_a_failing_statement_raises_and_runs_no_copy(broker: Broker, conn: Conne
     statement = b"INSERT INTO scratch_rows VALUES (1), (1)"
     with (
         pytest.raises(psycopg.errors.UniqueViolation),
-        CopyCommitted(conn, statement, COPY) as copy,
+        CopyCommitted(conn, statement, COPY),
     ):
-        copy.started()
         raise AssertionError("the COPY never starts")
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
@@ -118,7 +114,6 @@ def test_a_failing_copy_raises_and_writes_nothing(broker: Broker, conn: Connecti
         pytest.raises(psycopg.errors.InvalidTextRepresentation),
         CopyCommitted(conn, INSERT, "COPY scratch_rows (n) FROM STDIN") as copy,
     ):
-        copy.started()
         copy.write(b"3\nnot a number\n")
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
@@ -188,24 +183,40 @@ def test_a_deallocated_statement_falls_back_then_is_prepared_again(producing: Br
     assert values(producing) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
 
 
+def run_child(db_url: str, mode: str, crash_at: str | None = None) -> int:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("KIP98_CRASH_AT", None)
+    if crash_at is not None:
+        env["KIP98_CRASH_AT"] = crash_at
+    child = subprocess.run(
+        [sys.executable, "-m", "tests.one_query_child", db_url, mode],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return child.returncode
+
+
 def test_a_process_killed_inside_its_one_query_write_leaves_nothing(
     db_url: str, producing: Broker
 ) -> None:
     """Killed with the COPY's data handed over and its end not sent: the server rolls the
     implicit transaction back, the advance with it; the next producer appends where the
     first batch left the partition."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KIP98_CRASH_AT": "append.in_one_query"}
-    child = subprocess.run(
-        [sys.executable, "-m", "tests.one_query_child", db_url],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert run_child(db_url, "producer", "append.in_one_query") == -signal.SIGKILL
     assert values(producing) == [(0, b"a")]
+    offsets: list[int] = []
     with Producer({"database.url": db_url, "linger.ms": 0}) as producer:
-        offsets: list[int] = []
         producer.produce(
             "t", value=b"c", partition=0, on_delivery=lambda _e, m: offsets.append(m.offset())
         )
         assert producer.flush(30) == 0
     assert offsets == [1]
     assert values(producing) == [(0, b"a"), (1, b"c")]
+
+
+def test_a_request_in_rounds_never_commits_a_round_alone(db_url: str, producing: Broker) -> None:
+    """Two batches for one partition in one request go in rounds, each a lone batch on the
+    row the round before left; only the request's end may commit (docs/design.md §3.2), so
+    a round never takes the one-query write: killed after the first round's COPY, the
+    request left nothing."""
+    assert run_child(db_url, "rounds") == -signal.SIGKILL
+    assert values(producing) == [(0, b"a")]

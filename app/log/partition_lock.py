@@ -264,7 +264,8 @@ def append_remembered_committed(
     statement = call(conn, sql.ADVANCE_REMEMBERED_NAME, values)
     try:
         with CopyCommitted(conn, statement, sql.COPY_RECORDS) as copy:
-            advanced = copy.started()
+            advanced = copy.result
+            assert advanced is not None
             if advanced.ntuples == 0:
                 copy.refuse("the partition row moved")
                 return None
