@@ -36,7 +36,7 @@ from app.broker import Broker  # noqa: E402
 from app.broker.produce import produce as produce_handler  # noqa: E402
 from app.client import Consumer, Producer, TopicPartition  # noqa: E402
 from app.coordinator.producer_id import init_producer_id  # noqa: E402
-from app.log.copy_records import Columns, copy_payload_of, encode_rows  # noqa: E402
+from app.log.copy_records import Columns, copy_payloads_of, encode_rows  # noqa: E402
 from app.log.fetch import fetch as fetch_handler  # noqa: E402
 from app.log.sql import (  # noqa: E402
     ADVANCE_REMEMBERED,
@@ -174,11 +174,12 @@ def raw_copy_batched(url: str, data: list[tuple[bytes, bytes]], batch: int) -> f
         return timed(run, url)
 
 
-def _floor_payloads(
+def _floor_batches(
     data: list[tuple[bytes, bytes]], batch: int, topic: str = "floor", partition: int = 0
-) -> list[bytes]:
-    """The COPY payloads a produce of ``data`` in ``batch``-record batches writes to
-    ``partition`` of ``topic``, encoded as the Produce handler encodes them."""
+) -> list[tuple[list[bytes], int]]:
+    """The rows a produce of ``data`` in ``batch``-record batches writes to ``partition``
+    of ``topic``, each batch encoded as the Produce handler encodes it (``encode_rows``'
+    parts and the row count, as ``copy_payloads_of`` takes them)."""
     now = int(time.time() * 1000)
     return [
         _encoded(
@@ -188,13 +189,15 @@ def _floor_payloads(
     ]
 
 
-def _encoded(topic: str, partition: int, records: list[RecordIn], start: int) -> bytes:
-    """One batch's COPY payload at offset ``start``, as the Produce handler encodes it."""
+def _encoded(
+    topic: str, partition: int, records: list[RecordIn], start: int
+) -> tuple[list[bytes], int]:
+    """One batch's COPY rows at offset ``start``, as the Produce handler encodes them."""
     columns = Columns(records)
     req = ProduceRequest(
         topic, partition, records, producer_id=1, producer_epoch=0, base_sequence=start
     )
-    return copy_payload_of([encode_rows(req, start, columns, columns.stamped(0))])
+    return encode_rows(req, start, columns, columns.stamped(0)), len(columns)
 
 
 def records_copy(
@@ -202,17 +205,19 @@ def records_copy(
 ) -> float:
     """The floor of a produce: the very rows the Produce handler writes (every column of
     ``records``), COPYed into ``records`` itself ``batch`` at a time, each COPY committed,
-    as each acknowledged batch must be; no produce logic. Each COPY is its own transaction
-    (autocommit): two round trips, the fewest PostgreSQL allows (the COPY's start, then its
-    data and the commit). With ``sql``, each transaction also runs the statement a produce
-    runs beside its COPY once its process remembers the partition row (rule 32), prepared
-    and sent with the COPY in one query string as the handler sends it (still two round
-    trips), with values known in advance: the partition and the producer's state advanced
-    if the row is still the version the last batch wrote. That is the produce's SQL
+    as each acknowledged batch must be; no produce logic. Each batch is its own
+    transaction (autocommit), its rows cut into COPYs as the handler cuts them
+    (``copy_payloads_of``, docs/design.md §3.10) and sent as one query string: the
+    fewest round trips PostgreSQL allows (a COPY's start, then its data and the next's
+    start or the commit). With ``sql``, each transaction also runs the statement a produce
+    runs beside its COPYs once its process remembers the partition row (rule 32), prepared
+    and sent with them in one query string as the handler sends it (no round trip more),
+    with values known in advance: the partition and the producer's state advanced if the
+    row is still the version the last batch wrote. That is the produce's SQL
     without its Python. With ``encode`` too, each batch's rows are encoded in the loop, as
     the handler must (from the records it is given, at the offsets the remembered row
     tells): everything a produce does but deciding and SQLAlchemy's transaction."""
-    payloads = _floor_payloads(data, batch)
+    payloads = [copy_payloads_of([rows]) for rows in _floor_batches(data, batch)]
     now = int(time.time() * 1000)
     inputs = [
         [RecordIn(k, v, now) for k, v in data[start : start + batch]]
@@ -244,24 +249,23 @@ def records_copy(
         def run() -> None:
             assert version is not None
             xmin = version[0]
-            for i, payload in enumerate(payloads):
+            for i, pieces in enumerate(payloads):
                 if encode:
-                    payload = _encoded("floor", 0, inputs[i], i * batch)
+                    pieces = copy_payloads_of([_encoded("floor", 0, inputs[i], i * batch)])
                 if sql:
-                    xmin = _advance_and_copy(conn, advance(i * batch, xmin), payload)
+                    xmin = _advance_and_copy(conn, advance(i * batch, xmin), pieces)
                     continue
-                with conn.cursor() as cur, cur.copy(COPY_RECORDS) as copy:
-                    copy.write(payload)
+                _copies(conn, pieces)
 
         return timed(run, url)
 
 
-def _advance_and_copy(conn: psycopg.Connection[Any], params: dict[str, Any], payload: bytes) -> str:
-    """The prepared advance and the COPY in one query string, one implicit transaction
-    (psycopg's libpq wrapper directly, as the handler's ``storage.one_query``): the
-    partition row's new version."""
-    pg = conn.pgconn
-    escaping = psycopg.pq.Escaping(pg)
+def _advance_and_copy(
+    conn: psycopg.Connection[Any], params: dict[str, Any], payloads: list[bytes]
+) -> str:
+    """The prepared advance and the COPYs in one query string, one implicit transaction,
+    as the handler's ``storage.one_query`` sends them: the partition row's new version."""
+    escaping = psycopg.pq.Escaping(conn.pgconn)
     values = b", ".join(
         b"NULL"
         if (v := params[name]) is None
@@ -270,15 +274,32 @@ def _advance_and_copy(conn: psycopg.Connection[Any], params: dict[str, Any], pay
         else escaping.escape_literal(v.encode())
         for name in ADVANCE_REMEMBERED_PARAMS
     )
-    pg.send_query(b"EXECUTE floor_advance(" + values + b"); " + COPY_RECORDS.encode())
-    [advanced, _] = conn.wait(psycopg.generators.execute(pg))
-    conn.wait(psycopg.generators.copy_to(pg, payload, flush=False))
-    pg.put_copy_end(None)
-    [done] = conn.wait(psycopg.generators.execute(pg))
-    assert done.status == psycopg.pq.ExecStatus.COMMAND_OK, done.error_message
+    advanced = _copies(conn, payloads, b"EXECUTE floor_advance(" + values + b")")
+    assert advanced is not None
     version = advanced.get_value(0, 2)
     assert version is not None
     return version.decode()
+
+
+def _copies(
+    conn: psycopg.Connection[Any], payloads: list[bytes], statement: bytes | None = None
+) -> psycopg.pq.abc.PGresult | None:
+    """``[statement; ]COPY; COPY...`` as one query string on ``conn`` (in autocommit: one
+    implicit transaction), one COPY per payload, with psycopg's libpq wrapper directly:
+    the statement's result. (``storage.one_query`` does this on the handler's pooled
+    connection; floors run no kip98 code but its SQL text.)"""
+    pg = conn.pgconn
+    copies = [COPY_RECORDS.encode()] * len(payloads)
+    pg.send_query(b"; ".join(([statement] if statement else []) + copies))
+    results = conn.wait(psycopg.generators.execute(pg))
+    first = results[0] if statement else None
+    for payload in payloads:
+        assert results[-1].status == psycopg.pq.ExecStatus.COPY_IN, results[-1].error_message
+        conn.wait(psycopg.generators.copy_to(pg, payload, flush=False))
+        pg.put_copy_end(None)
+        results = conn.wait(psycopg.generators.execute(pg))
+    assert results[-1].status == psycopg.pq.ExecStatus.COMMAND_OK, results[-1].error_message
+    return first
 
 
 def records_copy_side_by_side(
@@ -288,31 +309,35 @@ def records_copy_side_by_side(
     rows COPYed into ``records`` 1000 per partition at a time. Side by side, one connection
     per partition COPYs and commits its own rows (lanes, their commits overlapping); else
     one connection COPYs every partition's next 1000 and commits them together (one lane).
-    No produce logic: what PostgreSQL alone gains from overlapping commits here."""
+    Each transaction's rows are cut into COPYs as the handler cuts a request's
+    (``copy_payloads_of``: a lane's 1000 in three, a round's 4000 in one) and sent as one
+    query string in autocommit. No produce logic: what PostgreSQL alone gains from
+    overlapping commits here."""
     topic = f"lanes-{uuid.uuid4().hex[:6]}"
     create_topic(Broker.connect(url), topic, partitions)
     share = len(data) // partitions
-    payloads = [
-        _floor_payloads(data[p * share : (p + 1) * share], 1000, topic, p)
-        for p in range(partitions)
+    batches = [
+        _floor_batches(data[p * share : (p + 1) * share], 1000, topic, p) for p in range(partitions)
     ]
-    connections = [psycopg.connect(conninfo(url)) for _ in range(partitions)]
+    connections = [psycopg.connect(conninfo(url), autocommit=True) for _ in range(partitions)]
 
-    def lane(conn: psycopg.Connection[Any], mine: list[list[bytes]]) -> None:
-        for round_ in zip(*mine, strict=True):
-            with conn.cursor() as cur:
-                for payload in round_:
-                    with cur.copy(COPY_RECORDS) as copy:
-                        copy.write(payload)
-            conn.commit()
+    def transactions(mine: list[list[tuple[list[bytes], int]]]) -> list[list[bytes]]:
+        return [copy_payloads_of(round_) for round_ in zip(*mine, strict=True)]
+
+    together = transactions(batches)
+    alone = [transactions([mine]) for mine in batches]
+
+    def lane(conn: psycopg.Connection[Any], payloads: list[list[bytes]]) -> None:
+        for pieces in payloads:
+            _copies(conn, pieces)
 
     def run() -> None:
         if not side_by_side:
-            lane(connections[0], payloads)
+            lane(connections[0], together)
             return
         threads = [
-            threading.Thread(target=lane, args=(conn, [mine]))
-            for conn, mine in zip(connections, payloads, strict=True)
+            threading.Thread(target=lane, args=(conn, mine))
+            for conn, mine in zip(connections, alone, strict=True)
         ]
         for t in threads:
             t.start()

@@ -1,22 +1,35 @@
 """The bulk-built binary COPY payload of a produce batch: every column of every row lands
 in ``records`` exactly as the handler means it (NULL and empty keys and values, headers,
-timestamps stamped by the broker, sequences wrapping, the transactional flag)."""
+timestamps stamped by the broker, sequences wrapping, the transactional flag), in one COPY
+or cut into several where that costs the server less."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from app.broker import Broker
-from app.broker.produce import produce
+from app.broker.produce import produce, produce_batches
 from app.client.message import encode_headers
 from app.clock import ManualClock
-from app.log.copy_records import Columns
+from app.log.copy_records import (
+    SIGNATURE,
+    TRAILER,
+    Columns,
+    copy_payload_of,
+    copy_payloads_of,
+    copy_statements,
+    encode_rows,
+)
 from app.log.producer_state import INT32_MAX
 from app.log.topics import create_topic
-from app.protocol import ProduceRequest, RecordIn, record_size_bytes
+from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn, record_size_bytes
+from app.storage.one_query import QueryCopies
 from tests.identities import identity_at_epoch
 
 COLUMNS = (
@@ -103,3 +116,106 @@ def test_a_batch_left_wholly_to_the_broker_clock_is_stamped_with_it(
     unstamped = [RecordIn(r.key, r.value, 0, r.headers) for r in RECORDS]
     assert produce(broker, ProduceRequest("t_copy.x-1", 2, unstamped)).base_offset == 0
     assert [row[3] for row in stored(broker)] == [clock.now_ms()] * len(RECORDS)
+
+
+# ---------------------------------------------- rows cut into several COPYs (design §3.10)
+
+
+def test_a_write_is_cut_into_copies_only_where_it_pays() -> None:
+    assert [copy_statements(n) for n in (0, 1, 200, 500, 650)] == [1] * 5
+    assert copy_statements(700) == 2
+    assert copy_statements(1000) == 3
+    assert [copy_statements(n) for n in (1500, 2000, 4000, 100_000)] == [1] * 4
+
+
+@given(st.integers(min_value=1, max_value=20_000))
+def test_copies_never_buffer_more_than_one_copy_would(rows: int) -> None:
+    copies = copy_statements(rows)
+    assert 1 <= copies <= 8
+    if copies > 1:
+        assert -(-rows // copies) < min(rows, 1000)
+
+
+def _batch(n: int, headers: bool, base: int) -> tuple[list[bytes], int]:
+    records = [
+        RecordIn(b"k%d" % i, None if i % 7 == 0 else b"v" * (i % 50), 1 + i,
+                 encode_headers({"i": str(i)}) if headers and i % 2 else None)
+        for i in range(n)
+    ]  # fmt: skip
+    columns = Columns(records)
+    req = ProduceRequest("t", 0, records, 5, 0, base)
+    return encode_rows(req, base, columns, columns.stamped(9)), n
+
+
+@given(st.lists(st.tuples(st.integers(1, 700), st.booleans()), min_size=1, max_size=4))
+def test_the_pieces_hold_the_rows_in_order_each_a_whole_copy(
+    shapes: list[tuple[int, bool]],
+) -> None:
+    batches, base = [], 0
+    for n, headers in shapes:
+        batches.append(_batch(n, headers, base))
+        base += n
+    whole = copy_payload_of(parts for parts, _ in batches)
+    pieces = copy_payloads_of(batches)
+    assert len(pieces) == copy_statements(base)
+    assert all(p.startswith(SIGNATURE) and p.endswith(TRAILER) for p in pieces)
+    body = slice(len(SIGNATURE), -len(TRAILER))
+    assert b"".join(p[body] for p in pieces) == whole[body]
+
+
+@pytest.fixture
+def copies_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many COPYs each write of rows took."""
+    seen: list[int] = []
+    write = QueryCopies.write
+
+    def counted(self: QueryCopies, payloads: Sequence[bytes]) -> None:
+        seen.append(len(payloads))
+        write(self, payloads)
+
+    monkeypatch.setattr(QueryCopies, "write", counted)
+    return seen
+
+
+def test_a_request_of_1000_rows_goes_in_three_copies_and_round_trips(
+    broker: Broker, clock: ManualClock, copies_written: list[int]
+) -> None:
+    """Several batches, one DB transaction (the lock's way): every column as one COPY
+    would have written it."""
+    pid, epoch = identity_at_epoch(broker, "copies", 0)
+    many = [RecordIn(r.key, r.value, r.timestamp, r.headers) for r in RECORDS * 100]
+    requests = [
+        ProduceRequest("t_copy.x-1", p, many[:500] if p == 0 else many[:250], pid, epoch, 0)
+        for p in range(3)
+    ]
+    responses = produce_batches(broker, ProduceBatchesRequest(requests)).batches
+    assert [r.error_code for r in responses] == [0, 0, 0]
+    assert copies_written == [3]
+    with broker.engine.connect() as conn:
+        rows = conn.execute(
+            text(f'SELECT {COLUMNS} FROM records ORDER BY partition, "offset"')
+        ).all()
+    assert len(rows) == 1000
+    assert [tuple(r)[2:7] for r in rows if r[1] == 0] == [
+        (i, r.timestamp or clock.now_ms(), r.key, r.value, r.headers)
+        for i, r in enumerate(many[:500])
+    ]
+
+
+def test_a_lone_batch_of_1000_on_a_remembered_row_goes_in_three_copies(
+    broker: Broker, copies_written: list[int]
+) -> None:
+    pid, epoch = identity_at_epoch(broker, "lone", 0)
+    values = [b"%d" % i for i in range(1001)]
+    first = ProduceRequest("t_copy.x-1", 1, [RecordIn(None, values[0], 1)], pid, epoch, 0)
+    assert produce(broker, first).error_code == 0  # the row is remembered from here on
+    rest = [RecordIn(None, v, 1) for v in values[1:]]
+    assert produce(broker, ProduceRequest("t_copy.x-1", 1, rest, pid, epoch, 1)).base_offset == 1
+    assert copies_written[-1] == 3
+    with broker.engine.connect() as conn:
+        stored_values = (
+            conn.execute(text('SELECT value FROM records WHERE partition = 1 ORDER BY "offset"'))
+            .scalars()
+            .all()
+        )
+    assert stored_values == values

@@ -1,7 +1,8 @@
-"""A statement and a COPY sent as one query string and committed together
-(``app.storage.one_query``, docs/design.md §3.9): both or neither are written, a refused or
-failed one leaves the connection usable, and the Produce handler's lone batch on a
-remembered row goes this way and falls back when it must."""
+"""A statement and COPYs sent as one query string (``app.storage.one_query``,
+docs/design.md §3.9 and §3.10): committed together outside a transaction, or all inside an
+open one; all or nothing is written, a refused or failed one leaves the connection usable,
+and the Produce handler's lone batch on a remembered row goes this way and falls back when
+it must."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from app.log import sql
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
 from app.storage.driver import driver_connection, in_transaction
-from app.storage.one_query import CopyCommitted, as_prepared, call, prepare_once
+from app.storage.one_query import QueryCopies, as_prepared, call, prepare_once
 from tests.identities import hand_out
 
 PID = 11
@@ -56,6 +57,10 @@ INSERT = b"INSERT INTO scratch_rows VALUES (1), (2) RETURNING n"
 COPY = "COPY scratch_copied (line) FROM STDIN"
 
 
+def committed(conn: Connection, copy: str = COPY, copies: int = 1) -> QueryCopies:
+    return QueryCopies(conn, copy, copies, committed=True, statement=INSERT)
+
+
 def test_placeholders_become_numbered_parameters() -> None:
     statement = "SELECT %(b)s, %(a)s, %(b)s"
     assert as_prepared(statement, ("a", "b")) == "SELECT $2, $1, $2"
@@ -67,23 +72,23 @@ def test_values_are_literals_quoted_by_libpq(conn: Connection) -> None:
 
 
 def test_the_statement_and_the_copy_commit_together(broker: Broker, conn: Connection) -> None:
-    with CopyCommitted(conn, INSERT, COPY) as copy:
+    with committed(conn) as copy:
         assert copy.result is not None and copy.result.ntuples == 2
-        copy.write(b"x\ny\n")
+        copy.write([b"x\ny\n"])
     assert not in_transaction(conn)
     assert written(broker) == ([1, 2], ["x", "y"])
 
 
 def test_a_refused_copy_takes_the_statement_back(broker: Broker, conn: Connection) -> None:
-    with CopyCommitted(conn, INSERT, COPY) as copy:
+    with committed(conn) as copy:
         copy.refuse("changed my mind")
     assert written(broker) == ([], [])
     assert conn.exec_driver_sql("SELECT 1").scalar() == 1  # usable again
 
 
 def test_an_error_in_the_writer_writes_nothing(broker: Broker, conn: Connection) -> None:
-    with pytest.raises(ZeroDivisionError), CopyCommitted(conn, INSERT, COPY) as copy:
-        copy.write(b"x\n")
+    with pytest.raises(ZeroDivisionError), committed(conn) as copy:
+        copy.write([b"x\n"])
         raise ZeroDivisionError
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
@@ -91,7 +96,7 @@ def test_an_error_in_the_writer_writes_nothing(broker: Broker, conn: Connection)
 
 def test_an_error_before_any_data_writes_nothing(broker: Broker, conn: Connection) -> None:
     """Raised once the COPY started, nothing written to it: the statement is taken back."""
-    with pytest.raises(ZeroDivisionError), CopyCommitted(conn, INSERT, COPY):
+    with pytest.raises(ZeroDivisionError), committed(conn):
         raise ZeroDivisionError
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
@@ -102,7 +107,7 @@ def test_a_failing_statement_raises_and_runs_no_copy(broker: Broker, conn: Conne
     statement = b"INSERT INTO scratch_rows VALUES (1), (1)"
     with (
         pytest.raises(psycopg.errors.UniqueViolation),
-        CopyCommitted(conn, statement, COPY),
+        QueryCopies(conn, COPY, 1, committed=True, statement=statement),
     ):
         raise AssertionError("the COPY never starts")
     assert written(broker) == ([], [])
@@ -112,17 +117,82 @@ def test_a_failing_statement_raises_and_runs_no_copy(broker: Broker, conn: Conne
 def test_a_failing_copy_raises_and_writes_nothing(broker: Broker, conn: Connection) -> None:
     with (
         pytest.raises(psycopg.errors.InvalidTextRepresentation),
-        CopyCommitted(conn, INSERT, "COPY scratch_rows (n) FROM STDIN") as copy,
+        committed(conn, "COPY scratch_rows (n) FROM STDIN") as copy,
     ):
-        copy.write(b"3\nnot a number\n")
+        copy.write([b"3\nnot a number\n"])
     assert written(broker) == ([], [])
     assert not in_transaction(conn)
 
 
-def test_only_outside_a_transaction(conn: Connection) -> None:
+def test_committed_only_outside_a_transaction(conn: Connection) -> None:
     conn.exec_driver_sql("SELECT 1")
     with pytest.raises(RuntimeError, match="outside any transaction"):
-        CopyCommitted(conn, INSERT, COPY)
+        committed(conn)
+
+
+def test_uncommitted_only_inside_a_transaction(conn: Connection) -> None:
+    with pytest.raises(RuntimeError, match="open transaction"):
+        QueryCopies(conn, COPY, 1, committed=False)
+
+
+def test_several_copies_commit_with_the_statement(broker: Broker, conn: Connection) -> None:
+    with committed(conn, copies=3) as copy:
+        copy.write([b"a\n", b"b\nc\n", b"d\n"])
+    assert not in_transaction(conn)
+    assert written(broker) == ([1, 2], ["a", "b", "c", "d"])
+
+
+def test_a_later_copy_failing_takes_back_the_earlier_ones(broker: Broker, conn: Connection) -> None:
+    """The second COPY's error is raised as its data is ended; the first COPY's rows and
+    the statement's, in the same implicit transaction, are not kept."""
+    with (
+        pytest.raises(psycopg.errors.UniqueViolation),
+        committed(conn, "COPY scratch_rows (n) FROM STDIN", copies=3) as copy,
+    ):
+        copy.write([b"3\n", b"4\n4\n", b"5\n"])
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+    assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+
+
+def test_an_error_in_a_later_copy_writes_nothing(broker: Broker, conn: Connection) -> None:
+    """The first COPY ended and the second started when its data cannot be sent."""
+    with pytest.raises(TypeError), committed(conn, copies=2) as copy:
+        copy.write([b"x\n", None])  # type: ignore[list-item]
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+    assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+
+
+def test_copies_inside_a_transaction_are_the_transaction_s(
+    broker: Broker, conn: Connection
+) -> None:
+    """Inside an open transaction the COPYs commit or roll back with it, not on their own."""
+    conn.exec_driver_sql("INSERT INTO scratch_rows VALUES (9)")
+    with QueryCopies(conn, COPY, 2, committed=False) as copy:
+        copy.write([b"p\n", b"q\n"])
+    assert in_transaction(conn)
+    assert written(broker) == ([], [])  # not committed yet
+    conn.rollback()
+    assert written(broker) == ([], [])
+    conn.exec_driver_sql("INSERT INTO scratch_rows VALUES (9)")
+    with QueryCopies(conn, COPY, 2, committed=False) as copy:
+        copy.write([b"p\n", b"q\n"])
+    conn.commit()
+    assert written(broker) == ([9], ["p", "q"])
+
+
+def test_a_failing_copy_inside_a_transaction_aborts_it(broker: Broker, conn: Connection) -> None:
+    conn.exec_driver_sql("INSERT INTO scratch_copied VALUES ('before')")
+    with (
+        pytest.raises(psycopg.errors.InvalidTextRepresentation),
+        QueryCopies(conn, "COPY scratch_rows (n) FROM STDIN", 2, committed=False) as copy,
+    ):
+        copy.write([b"1\n", b"oops\n"])
+    with pytest.raises(Exception, match="aborted"):
+        conn.exec_driver_sql("SELECT 1")
+    conn.rollback()
+    assert written(broker) == ([], [])
 
 
 def test_a_statement_is_prepared_once_per_connection(conn: Connection) -> None:

@@ -202,7 +202,7 @@ def test_a_failed_request_registers_nothing(
     def broken_copy(*_: Any) -> None:
         raise RuntimeError("COPY failed")
 
-    monkeypatch.setattr(append, "copy_payload", broken_copy)
+    monkeypatch.setattr(append, "copy_rows", broken_copy)
     with pytest.raises(RuntimeError):
         produce_registering(broker, [txn_request(d, 0, "x")], registering(d, 0))
     assert state_of(broker, "atomic") == m.EMPTY

@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
 from app.log import sql
-from app.log.copy_records import Columns, copy_payload_of, encode_rows
+from app.log.copy_records import Columns, copy_payloads_of, encode_rows
 from app.log.lso import lso_after_append
 from app.log.partition_lock import (
     PartitionRow,
@@ -48,6 +48,7 @@ from app.log.producer_state import (
 from app.protocol import NO_PRODUCER_ID, ProduceRequest, ProduceResponse, increment_sequence
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection, in_transaction
+from app.storage.one_query import QueryCopies
 
 
 def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
@@ -77,10 +78,11 @@ def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
     return columns
 
 
-def copy_payload(conn: Connection, payload: bytes) -> None:
-    """Binary COPY inside the handler's transaction (never one INSERT per record)."""
-    with driver_connection(conn).cursor() as cur, cur.copy(sql.COPY_RECORDS) as copy:
-        copy.write(payload)
+def copy_rows(conn: Connection, payloads: list[bytes]) -> None:
+    """Binary COPY inside the handler's transaction (never one INSERT per record), one
+    statement per payload (``copy_records.copy_payloads_of``), all in one query string."""
+    with QueryCopies(conn, sql.COPY_RECORDS, len(payloads), committed=False) as copies:
+        copies.write(payloads)
 
 
 class Appending(Protocol):
@@ -190,7 +192,7 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
         if plan.timestamps is not None:
             plans.append((req, cols, plan))
     if plans:
-        copy_payload(conn, copy_payload_of(plan.encoded(req, cols) for req, cols, plan in plans))
+        copy_rows(conn, copy_payloads_of([plan.encoded(req, cols) for req, cols, plan in plans]))
         crash_point("append.after_copy")
         versions = advance_partitions(
             conn,
@@ -240,12 +242,14 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
     assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
     advance = (req.topic, req.partition, plan.next_offset, plan.lso)
     if work.commits and not in_transaction(work.conn):  # the whole request: one query
-        payload = copy_payload_of([plan.encoded(req, columns)])
-        version = append_remembered_committed(work.conn, advance, plan.entry, hint.version, payload)
+        payloads = copy_payloads_of([plan.encoded(req, columns)])
+        version = append_remembered_committed(
+            work.conn, advance, plan.entry, hint.version, payloads
+        )
     else:
         version = advance_remembered(work.conn, advance, plan.entry, hint.version)
         if version is not None:
-            copy_payload(work.conn, copy_payload_of([plan.encoded(req, columns)]))
+            copy_rows(work.conn, copy_payloads_of([plan.encoded(req, columns)]))
             crash_point("append.after_copy")
     if version is None:
         forget(work.conn, tp)
@@ -294,10 +298,12 @@ class AppendPlan:
     lso: int = -1
     entry: ProducerEntry | None = None
 
-    def encoded(self, req: ProduceRequest, columns: Columns) -> list[bytes]:
-        """The batch's COPY rows (``encode_rows``' parts) at the offsets decided."""
+    def encoded(self, req: ProduceRequest, columns: Columns) -> tuple[list[bytes], int]:
+        """The batch's COPY rows (``encode_rows``' parts) at the offsets decided, and how
+        many they are."""
         assert self.timestamps is not None, "a duplicate writes nothing"
-        return encode_rows(req, self.response.base_offset, columns, self.timestamps)
+        rows = encode_rows(req, self.response.base_offset, columns, self.timestamps)
+        return rows, len(columns)
 
 
 def needs_identity_check(req: ProduceRequest, row: PartitionRow | None) -> bool:

@@ -39,7 +39,7 @@ from app.faults import crash_point
 from app.log import sql
 from app.log.producer_state import ProducerEntry
 from app.storage.driver import WriteBehind, driver_connection
-from app.storage.one_query import CopyCommitted, as_prepared, call, prepare_once, unprepared
+from app.storage.one_query import QueryCopies, as_prepared, call, prepare_once, unprepared
 
 
 class PartitionRow(NamedTuple):
@@ -241,17 +241,17 @@ def append_remembered_committed(
     advance: tuple[str, int, int, int],
     entry: ProducerEntry,
     version: RowVersion,
-    payload: bytes,
+    payloads: list[bytes],
 ) -> str | None:
-    """``advance_remembered`` and the COPY of ``payload`` sent as one query string and
+    """``advance_remembered`` and the COPYs of ``payloads`` sent as one query string and
     committed with it (``storage.one_query``; ``conn`` outside any transaction): the new
     version, or None with nothing written (the row moved, or the prepared statement was
     gone from the session).
 
-    The payload is built before the query is sent, not while the server runs the
-    advance, though that would hide its encoding (~0.2 ms a 1000-record batch): from the
-    advance on, the session holds the partition row and waits for the COPY's data, which
-    no timeout of PostgreSQL's bounds, so a process paused meanwhile would stall the
+    The payloads are built before the query is sent, not while the server runs the
+    advance, though that would hide their encoding (~0.2 ms a 1000-record batch): from
+    the advance on, the session holds the partition row and waits for the COPY's data,
+    which no timeout of PostgreSQL's bounds, so a process paused meanwhile would stall the
     partition's other writers until it resumed (docs/design.md rule 24). Built first,
     that wait is only the hand-over."""
     params = _remembered_params(advance, entry, version)
@@ -263,14 +263,16 @@ def append_remembered_committed(
     values = [params[name] for name in sql.ADVANCE_REMEMBERED_PARAMS]
     statement = call(conn, sql.ADVANCE_REMEMBERED_NAME, values)
     try:
-        with CopyCommitted(conn, statement, sql.COPY_RECORDS) as copy:
-            advanced = copy.result
+        with QueryCopies(
+            conn, sql.COPY_RECORDS, len(payloads), committed=True, statement=statement
+        ) as copies:
+            advanced = copies.result
             assert advanced is not None
             if advanced.ntuples == 0:
-                copy.refuse("the partition row moved")
+                copies.refuse("the partition row moved")
                 return None
-            copy.write(payload)
-            crash_point("append.in_one_query")  # the COPY's data given, its end not
+            copies.write(payloads)
+            crash_point("append.in_one_query")  # every COPY's data given, the last not ended
     except psycopg.errors.InvalidSqlStatementName:  # deallocated: prepared again next time
         unprepared(conn, sql.ADVANCE_REMEMBERED_NAME)
         return None

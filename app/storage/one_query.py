@@ -1,20 +1,24 @@
-"""A short write sent as one query string: a prepared statement, then a COPY, committed as
-the COPY ends. Two round trips (to the COPY's start; then its data and the commit) where
-psycopg's own transaction takes one each for BEGIN, the statement, the COPY's start, its end
-and COMMIT (docs/design.md §3.9).
+"""Writes sent as one query string: a prepared statement and COPYs.
 
-PostgreSQL runs the statements of one simple-protocol query string as one implicit
-transaction, committed after the last; a ``COPY ... FROM STDIN`` among them takes its data
-when it is reached. The statement's result is back with the COPY's start, so the caller may
-still refuse: the COPY is then failed on purpose (CopyFail), the implicit transaction rolls
-back with nothing written, and no ROLLBACK is needed.
+A lone batch's write (docs/design.md §3.9): the prepared advance, then the COPY,
+committed as the COPY ends. Two round trips (to the COPY's start; then its data and the
+commit) where psycopg's own transaction takes one each for BEGIN, the statement, the
+COPY's start, its end and COMMIT. PostgreSQL runs the statements of one simple-protocol
+query string as one implicit transaction, committed after the last; a ``COPY ... FROM
+STDIN`` among them takes its data when it is reached. The statement's result is back with
+the COPY's start, so the caller may still refuse: the COPY is then failed on purpose
+(CopyFail), the implicit transaction rolls back with nothing written, and no ROLLBACK is
+needed. Only on a connection outside any transaction (psycopg's would otherwise be open),
+with the statement's values rendered as literals by libpq's own quoting
+(``escape_literal``), and the statement prepared once per connection so the server plans
+it once.
 
-Only on a connection outside any transaction (psycopg's would otherwise be open), with the
-statement's values rendered as literals by libpq's own quoting (``escape_literal``), and the
-statement prepared once per connection so the server plans it once. psycopg has no public
-call for a query string that mixes a COPY with other statements (``Cursor.copy`` refuses
-them), so this drives the connection with psycopg's libpq wrapper and its generators, as
-psycopg's ``Copy`` does.
+A request's rows cut into several COPYs (§3.10), inside its open transaction or in the
+lone batch's query string: one query string, each COPY started as the one before ends.
+
+psycopg has no public call for a query string that mixes a COPY with other statements, or
+holds several (``Cursor.copy`` refuses them), so this drives the connection with
+psycopg's libpq wrapper and its generators, as psycopg's ``Copy`` does.
 """
 
 from __future__ import annotations
@@ -74,43 +78,77 @@ def call(conn: Connection, name: str, values: Sequence[int | str | None]) -> byt
     return b"EXECUTE %s(%s)" % (name.encode(), b", ".join(literals))
 
 
-class CopyCommitted:
-    """``statement; copy`` run as one implicit transaction (see the module's docstring).
+class QueryCopies:
+    """``[statement; ]COPY ...; COPY ...`` sent as one query string, one COPY per payload.
 
-    Entering sends both and waits for the COPY's start: ``result`` is the statement's.
-    Then ``refuse`` (nothing written) or ``write`` the payload; leaving ends the COPY,
-    which commits. Leaving on an exception fails the COPY, so nothing is written and the
-    connection is usable again. Any statement's error is raised as psycopg's, on entering.
+    ``committed``: the connection is outside any transaction and the query string is its
+    own implicit transaction, committed as the last COPY ends (see the module's
+    docstring); else it runs inside the connection's open transaction, which the caller
+    commits. Several COPYs of the same rows cost the server less than one from ~700 rows
+    to ~1500 (``copy_records.copy_statements``, docs/design.md §3.10); each after the
+    first starts once the one before ended, one round trip more.
 
-    From the COPY's start the server waits for its data unbounded by any of its timeouts,
-    holding what the statement locked: have the payload ready before entering, so that a
+    Entering sends the query and waits for the first COPY's start: ``result`` is the
+    statement's. Then ``refuse`` (nothing written) or ``write`` the payloads; leaving ends
+    the last COPY. Leaving on an exception fails the COPY under way, which aborts the
+    transaction (the implicit one: nothing is written) and leaves the connection usable.
+    Any statement's error is raised as psycopg's.
+
+    From a COPY's start the server waits for its data unbounded by any of its timeouts,
+    holding what the statement locked: have the payloads ready before entering, so that a
     process paused inside the block is paused only in the hand-over (docs/design.md rule
     24). (Entering without waiting, to prepare the payload while the statement runs, was
     measured ~0.2 ms faster a 1000-record batch, and would widen that window as much.)"""
 
-    def __init__(self, conn: Connection, statement: bytes, copy: str) -> None:
-        if in_transaction(conn):
-            raise RuntimeError("a one-query write needs a connection outside any transaction")
+    def __init__(
+        self,
+        conn: Connection,
+        copy: str,
+        copies: int,
+        *,
+        committed: bool,
+        statement: bytes | None = None,
+    ) -> None:
+        if in_transaction(conn) == committed:
+            raise RuntimeError(
+                "a committed one-query write needs a connection outside any transaction"
+                if committed
+                else "these COPYs belong in the connection's open transaction"
+            )
         self._raw = driver_connection(conn)
-        self._query = statement + b"; " + copy.encode()
-        self._open = False  # the COPY started and is not ended yet
+        self._copies = copies
+        self._query = b"; ".join(
+            ([statement] if statement is not None else []) + [copy.encode()] * copies
+        )
+        self._open = False  # a COPY started and is not ended yet
+        self._statement = statement is not None
         self.result: pq.abc.PGresult | None = None
 
-    def __enter__(self) -> CopyCommitted:
+    def __enter__(self) -> QueryCopies:
         results = _run(self._raw, self._query)
-        if not results or results[-1].status != pq.ExecStatus.COPY_IN:
-            raise RuntimeError("a one-query write must end in a COPY FROM STDIN")
+        _expect_copy(results)
         self._open = True
-        self.result = results[0]
+        if self._statement:
+            self.result = results[0]
         return self
 
     def refuse(self, why: str) -> None:
-        """Fail the COPY on purpose: the implicit transaction rolls back."""
+        """Fail the first COPY on purpose: the query string's other COPYs are not run,
+        and the implicit transaction rolls back (an open one is aborted)."""
         self._end(why.encode())
 
-    def write(self, payload: bytes) -> None:
+    def write(self, payloads: Sequence[bytes]) -> None:
+        """Each payload as the data of its COPY, in order; every COPY but the last is
+        ended (its errors raised) before the next one's data goes."""
         assert self._open, "the COPY was refused"
-        self._raw.wait(generators.copy_to(self._raw.pgconn, payload, flush=False))
+        assert len(payloads) == self._copies, "one payload per COPY"
+        for i, payload in enumerate(payloads):
+            if i:
+                results = self._end(None)
+                _raise_failed(self._raw, results)
+                _expect_copy(results)
+                self._open = True
+            self._raw.wait(generators.copy_to(self._raw.pgconn, payload, flush=False))
 
     def __exit__(
         self,
@@ -129,8 +167,9 @@ class CopyCommitted:
             pass
 
     def _end(self, error: bytes | None) -> list[pq.abc.PGresult]:
-        """End the COPY (failed with ``error``, else done); the results to the query's end.
-        Refused on purpose, its own error is expected and not raised."""
+        """End the COPY under way (failed with ``error``, else done); the results up to the
+        next COPY's start or the query's end. Refused on purpose, its own error is
+        expected and not raised."""
         self._open = False
         pgconn = self._raw.pgconn
         while pgconn.put_copy_end(error) == 0:  # full buffers: wait until they drain
@@ -146,6 +185,11 @@ def _run(raw: Any, query: bytes) -> list[pq.abc.PGresult]:
     results: list[pq.abc.PGresult] = raw.wait(generators.execute(raw.pgconn))
     _raise_failed(raw, results)
     return results
+
+
+def _expect_copy(results: list[pq.abc.PGresult]) -> None:
+    if not results or results[-1].status != pq.ExecStatus.COPY_IN:
+        raise RuntimeError("a one-query write's statements must end in a COPY FROM STDIN")
 
 
 def _raise_failed(raw: Any, results: list[pq.abc.PGresult]) -> None:
