@@ -1199,8 +1199,9 @@ How to read these figures:
   at a time), each side on a fresh database, `--inflight-rounds` rounds taking turns to
   lead; the figure is the median of the rounds' ratios. Its floor does the same with
   PostgreSQL alone: the same rows, pre-encoded, COPYed 1000 per partition by four
-  connections committing side by side against one connection committing each round of
-  four COPYs together. Its ceiling is the time in-flight 5 would take if it kept every
+  connections committing side by side against one connection committing each round's
+  4000 together, each transaction's rows cut into COPYs as the handler cuts a request's
+  (docs/design.md §3.10: a lane's 1000 in three COPYs, a round's 4000 in one). Its ceiling is the time in-flight 5 would take if it kept every
   core of the machine busy with the work it does (the machine's busy CPU-seconds over
   the run, client, server and all, from /proc/stat, divided by the cores): in-flight 1's
   time over that, median of the rounds.
@@ -1217,12 +1218,14 @@ How to read these figures:
   validates and advances producer state in the same transaction; the "raw COPY, one
   commit per 1000 rows" line shows how much of the gap is the commits alone. The produce's
   floor COPYs the very rows a produce writes (every column of `records`, encoded as the
-  handler encodes them, beforehand) into `records` itself, each COPY its own transaction
-  (autocommit: two round trips, the fewest PostgreSQL allows): the table and the
-  commits, no produce logic. "The produce's SQL alone" adds, in each of those
-  transactions, the statement a produce runs beside its COPY while its process remembers
-  the partition row (docs/design.md rule 32), sent as the handler sends a lone batch's
-  (prepared, then `EXECUTE` and the COPY in one query string, §3.9), with values known
+  handler encodes them, beforehand) into `records` itself, each batch its own
+  transaction (autocommit), its rows cut into three COPYs sent as one query string, as
+  the handler cuts them (docs/design.md §3.10: the way that costs the server least, in
+  the fewest round trips PostgreSQL allows): the table and the commits, no produce logic.
+  "The produce's SQL alone" adds, in each of those transactions, the statement a produce
+  runs beside its COPYs while its process remembers the partition row (docs/design.md
+  rule 32), sent as the handler sends a lone batch's (prepared, then `EXECUTE` and the
+  COPYs in one query string, §3.9), with values known
   in advance: the partition and the producer's state advanced if the row is still the
   version the previous batch wrote. What is left between it and the handler is kip98's
   Python. "Its rows encoded in the loop" adds the one piece of that Python no produce can
@@ -1256,12 +1259,21 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.81 (0.80-0.82)** (0.77 in 0.12.0's
-  table against a slower floor, 0.68 before rule 32). The floor COPYs the produce's rows,
-  encoded beforehand, into `records`, each COPY its own transaction: two round trips,
-  the fewest PostgreSQL allows. (It used to be BEGIN, the COPY and COMMIT, four round
-  trips; once the handler took two, that floor was slower than the handler and no
-  floor.) A produce must also advance the partition row and the producer's state (what
+- **Handler produce vs its floor (target 0.8): 0.80 (0.80-0.80)**, against a floor
+  ~10% faster than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor
+  still, 0.68 before rule 32); against the committed raw COPY the handler went from 0.63
+  to 0.70. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
+  rows it buffers, growing with their square (docs/design.md §3.10, measured with perf
+  and by timing the backend against rows per COPY: ~0.16 ms per COPY and commit, ~1 ns
+  per pair of buffered rows, ~1.55 µs per row); the handler now sends a 1000-record
+  batch as three COPYs in its one query string, 3.8 → 3.4 ms a batch (its backend's CPU
+  down a sixth), and the floor, which must be the cheapest way PostgreSQL takes these
+  rows, does the same: its batches went from 3.05 to ~2.75 ms, a little more in
+  proportion than the handler's, hence the line at its target rather than above. The
+  floor COPYs the produce's rows, encoded beforehand, into `records`, each batch its own
+  transaction in one query string: the fewest round trips PostgreSQL allows. (It used
+  to be BEGIN, the COPY and COMMIT, four round trips; once the handler took two, that
+  floor was slower than the handler and no floor.) A produce must also advance the partition row and the producer's state (what
   makes offsets gapless and duplicates detectable, rules 4, 5 and 13), decide on that
   state, and encode the rows it was given. While one producer writes a partition, the
   process remembers the row as its last append left it and decides on that (rule 32);
@@ -1269,12 +1281,12 @@ How to read these figures:
   and the COPY as one query string, which PostgreSQL runs as one implicit transaction
   and commits as the COPY ends (docs/design.md §3.9): a batch costs two round trips
   instead of five (BEGIN, the advance, the COPY's start, its end, COMMIT), 4.15 ms →
-  3.77 ms a 1000-record batch here. PostgreSQL running that query string with values
-  known in advance costs no more than the floor, 1.00 (0.98-1.04): the advance is free
-  once it travels with the COPY. With the rows encoded in the loop, 0.88 (0.86-0.90):
-  encoding from records the process made long before costs ~0.45 ms a batch, half of it
-  memory (the same batch encoded again, its records in the cache, takes ~0.25 ms). The
-  handler reaches 0.92 of that; the rest, ~0.2 ms, is its decisions and SQLAlchemy's
+  3.77 ms a 1000-record batch here (0.13.0). PostgreSQL running that query string with
+  values known in advance costs no more than the floor, 1.01 (0.99-1.01): the advance is
+  free once it travels with the COPYs. With the rows encoded in the loop, 0.86
+  (0.86-0.88): encoding from records the process made long before costs ~0.45 ms a
+  batch, half of it memory (the same batch encoded again, its records in the cache,
+  takes ~0.25 ms). The handler reaches 0.93 of that; the rest, ~0.2 ms, is its decisions and SQLAlchemy's
   transaction (checkout, the BEGIN event, a commit with nothing left to commit,
   check-in). Measured and not kept: the rows encoded while the server runs the advance
   (the query sent first, its answer read after): 3.6 ms a batch, this line 0.85
@@ -1292,9 +1304,9 @@ How to read these figures:
   and at the pipeline's end, two round trips for the one it hides); a batch's integers
   packed with the prefix in one `struct` call per record, four parts a record instead of
   five (no gain: the call per record is the cost).
-- **Idempotent Producer vs handler produce (target 0.6): 0.68 (0.67-0.69)** (0.69 in
-  0.12.0's table, against a handler that has since become ~10% faster; the Producer's
-  requests go the same one-query way, ~236,000 records/s here from ~223,000; 0.44-0.55
+- **Idempotent Producer vs handler produce (target 0.6): 0.63 (0.62-0.64)** (0.68 in
+  0.13.0's table: the handler became ~10% faster again, the Producer ~3-8%, ~186,000
+  records/s over one partition in this line from ~180,000 in the same session; 0.44-0.55
   before 0.10.0). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
   run, columns of records, callbacks and enqueue times cut at a batch's limits as they
@@ -1307,13 +1319,23 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 1.08 (1.07-1.10), from 0.99; PostgreSQL alone
-  1.62 (1.52-1.65); the ceiling on this machine 1.57 (1.56-1.59).** Lanes send one batch
-  per request, which now goes in one query string (§3.9, two round trips), while one lane
-  sends every partition's batch in one DB transaction as before: the machine's work per
-  run with five lanes fell, and the ceiling rose above the target (1.48 before); lanes
-  that encoded while their advance ran reached 1.17 (see the handler line for why they do
-  not). Measured this version (200,000 records): with four lanes each request spends ~16 ms in the
+- **In-flight 5 / in-flight 1 (target 1.5): 1.09 (1.09-1.11); PostgreSQL alone 1.29
+  (1.28-1.32), below the target; the ceiling on this machine 1.63 (1.63-1.65).**
+  PostgreSQL alone used to gain 1.62 from four connections, but its one-connection side
+  COPYed each partition's 1000 rows on their own, four COPYs a transaction, paying the
+  cost a COPY's buffered rows carry (docs/design.md §3.10) four times, where the
+  Producer's one lane writes a request's 4000 rows in one COPY and pays it once: that
+  side was slower than the Producer's own in-flight 1 writes. Now each side writes as
+  the handler does (a round's 4000 rows in one COPY, a lane's 1000 in three), and four
+  connections gain 1.29 over one: what PostgreSQL alone, with no client work at all,
+  gains here from overlapping commits. The Producer reaches 0.85 of that. Its lanes'
+  backends now spend a sixth less CPU (0.65 → 0.55 CPU-seconds a run), which moved this
+  line little (1.08 → 1.09-1.11): the lanes wait on the client. The ceiling (the
+  machine's CPU-seconds over the run, spread over both cores) stays above the target
+  because it assumes the client's work overlaps everything else perfectly, which one
+  interpreter lock does not allow. Lanes send one batch per request, which goes in one
+  query string (§3.9); lanes that encoded while their advance ran reached 1.17 in 0.13.0
+  (see the handler line for why they do not). Measured in 0.13.0 (200,000 records): with four lanes each request spends ~16 ms in the
   broker, four at a time, against 3.8 ms for one alone; two, three or five lanes all take
   0.80-0.88 s; sampled while it holds the interpreter lock, the client spends ~40% of it
   in the application's `produce()` calls; a switch interval of 0.5 ms takes one lane from
@@ -1342,10 +1364,12 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.60 (0.59-0.61);
-  its floor 0.69 (0.67-0.69), below the target.** (The transactional producer's requests
-  register partitions or end the transaction, so they do not go the one-query way;
-  transactions reach 0.87 of the floor, as before.) The idempotent Producer's application no longer waits on anything but
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.64 (0.64-0.64),
+  from 0.60; its floor 0.73 (0.72-0.73), below the target.** (The transactional
+  producer's requests register partitions or end the transaction, so they do not go the
+  one-query way; a transaction's 1000 rows over four partitions now go in three COPYs,
+  §3.10, which the idempotent side, flushing every 1000, gains as well; transactions
+  reach 0.88 of the floor, as before.) The idempotent Producer's application no longer waits on anything but
   its queue (about 1.4 µs of CPU a record) and its database work overlaps its
   `produce()` calls; a transaction's commit cannot return before its DB transaction is
   committed, so each transaction's `produce()` calls (1.45 ms for 1000 records) and its
@@ -1360,35 +1384,37 @@ How to read these figures:
   The line was 0.82-0.87 while `produce()` cost 3.7 µs a record: the
   transactional producer got faster too (200 transactions in ~1.58 s), the idempotent one
   more.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.42 (0.40-0.43).** The Consumer's
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.44 (0.40-0.45).** The Consumer's
   prefetching cursors, per-record Message objects and offset bookkeeping on top of the
   fetch (itself 0.55-0.60 of the raw SELECT); the previous version measured 0.36-0.44 in
   the same session, so the gap predates this one and is left for the client's own work.
-- **acks (report): acks=1 0.95-0.97, acks=0 1.02-1.04 of acks=all.** A commit's WAL flush is a small
+- **acks (report): acks=1 0.97-1.04, acks=0 1.06-1.07 of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.68 (0.62-0.69) (librdkafka ~159,000 records/s, the native Producer
-  ~236,000 on one partition, ~223,000 in 0.12.0's table and ~194,000 in 0.11.0's;
-  librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34). A librdkafka batch on
-  one partition goes the one-query way through the server too: `kip98 serve` spends 0.11
-  CPU-seconds per 100,000 records, from 0.15.
+  The producer ratio is 0.67 (0.65-0.68) (librdkafka ~152,000 records/s, the native
+  Producer ~227,000 on one partition, on a machine slower this session: 0.13.0's code
+  measured ~223,000 beside it, ~236,000 in its own table; librdkafka was ~103,000-128,000
+  when this ratio was 0.79-1.34). A librdkafka batch on one partition goes the one-query
+  way through the server too, in one COPY (its ~7,900 rows are past where cutting pays):
+  `kip98 serve` spends 0.14 CPU-seconds per 100,000 records (0.14 for 0.13.0's code
+  beside it this session, 0.11 in its table).
   The Kafka client is what takes the time: per 100,000 records its own process spends
-  0.40 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  0.42 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
   callback per record), more than the native Producer's whole process with the broker
-  in it (0.27), while `kip98 serve` spends 0.11 and, sampled (py-spy), its
+  in it (0.29), while `kip98 serve` spends 0.14 and, sampled (py-spy), its
   worker is idle about half the run, waiting for the client's next request. A librdkafka
   producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
   server's reading and the client's work do not overlap. The consumer ratio lands at
-  0.93-0.99 (median of rounds; single rounds 0.90-1.17). A record goes from `produce()` to a consumer's poll in
+  0.96-0.99 (median of rounds; single rounds 0.85-1.05). A record goes from `produce()` to a consumer's poll in
   about 3-5 ms at the median and 5-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 0.95 (0.93-1.05).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 0.98 (0.97-1.06).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain
