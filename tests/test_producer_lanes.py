@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -34,6 +35,7 @@ from app.protocol import (
     ProduceResponse,
     RecordIn,
 )
+from app.storage.one_query import QueryCopies
 from tests.txn_driver import TxnDriver, batchwise, partition_offsets, read_values
 
 PARTITIONS = 4
@@ -93,11 +95,23 @@ class FaultyHandler:
         return response
 
 
-@pytest.mark.parametrize("in_flight", [1, 5])
+@pytest.mark.parametrize(
+    ("in_flight", "batch"),
+    [(1, 20), (5, 20), (5, 1000)],  # 1000-record batches each go as three COPYs (§3.10)
+    ids=["one-lane", "lanes", "lanes-large-batches"],
+)
 def test_each_partition_keeps_its_order_when_requests_complete_out_of_order(
-    db_url: str, broker: Broker, in_flight: int
+    db_url: str, broker: Broker, in_flight: int, batch: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    total = 4_000
+    total = 4_000 if batch < 100 else 48_000
+    copies: list[int] = []
+    write = QueryCopies.write
+
+    def counted(self: QueryCopies, payloads: Sequence[bytes]) -> None:
+        copies.append(len(payloads))
+        write(self, payloads)
+
+    monkeypatch.setattr(QueryCopies, "write", counted)
     handler = FaultyHandler()
     reports: list[tuple[KafkaError | None, Message]] = []
     producer = Producer(
@@ -106,7 +120,7 @@ def test_each_partition_keeps_its_order_when_requests_complete_out_of_order(
             "max.in.flight": in_flight,
             "retry.backoff.ms": 1,
             "linger.ms": 1,
-            "batch.num.messages": 20,
+            "batch.num.messages": batch,
             "on_delivery": lambda err, msg: reports.append((err, msg)),
         }
     )
@@ -122,6 +136,7 @@ def test_each_partition_keeps_its_order_when_requests_complete_out_of_order(
 
     # One lane per partition with five in flight; one lane for all with one.
     assert len(handler.threads) == min(in_flight, PARTITIONS)
+    assert (max(copies) > 1) == (batch == 1000)
     assert handler.duplicates > 0  # answers lost after the commit were asked for again
     assert len(reports) == total and all(err is None for err, _ in reports)
     log = stored(broker)
