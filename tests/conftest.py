@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.engine import dispose_engines
 from app.storage.migrate import upgrade_to_head
+from app.storage.one_query import QueryCopies
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,3 +107,17 @@ def clients() -> Iterator[list[Any]]:
             client.close()
         except Exception:
             pass
+
+
+@pytest.fixture
+def copies_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many COPY statements each write of rows took (``QueryCopies.write``)."""
+    seen: list[int] = []
+    write = QueryCopies.write
+
+    def counted(self: QueryCopies, payloads: Sequence[bytes]) -> None:
+        seen.append(len(payloads))
+        write(self, payloads)
+
+    monkeypatch.setattr(QueryCopies, "write", counted)
+    return seen

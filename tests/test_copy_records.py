@@ -5,7 +5,6 @@ or cut into several where that costs the server less."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -29,7 +28,6 @@ from app.log.copy_records import (
 from app.log.producer_state import INT32_MAX
 from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn, record_size_bytes
-from app.storage.one_query import QueryCopies
 from tests.identities import identity_at_epoch
 
 COLUMNS = (
@@ -161,20 +159,6 @@ def test_the_pieces_hold_the_rows_in_order_each_a_whole_copy(
     assert all(p.startswith(SIGNATURE) and p.endswith(TRAILER) for p in pieces)
     body = slice(len(SIGNATURE), -len(TRAILER))
     assert b"".join(p[body] for p in pieces) == whole[body]
-
-
-@pytest.fixture
-def copies_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many COPYs each write of rows took."""
-    seen: list[int] = []
-    write = QueryCopies.write
-
-    def counted(self: QueryCopies, payloads: Sequence[bytes]) -> None:
-        seen.append(len(payloads))
-        write(self, payloads)
-
-    monkeypatch.setattr(QueryCopies, "write", counted)
-    return seen
 
 
 def test_a_request_of_1000_rows_goes_in_three_copies_and_round_trips(
