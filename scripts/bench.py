@@ -1259,8 +1259,8 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.80 (0.80-0.80)**, against a floor
-  ~10% faster than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor
+- **Handler produce vs its floor (target 0.8): 0.80 (0.80-0.80), a hair below it (the
+  median 0.7999, runs 0.797-0.802)**, against a floor ~10% faster than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor
   still, 0.68 before rule 32); against the committed raw COPY the handler went from 0.63
   to 0.70. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
   rows it buffers, growing with their square (docs/design.md §3.10, measured with perf
@@ -1269,7 +1269,7 @@ How to read these figures:
   batch as three COPYs in its one query string, 3.8 → 3.4 ms a batch (its backend's CPU
   down a sixth), and the floor, which must be the cheapest way PostgreSQL takes these
   rows, does the same: its batches went from 3.05 to ~2.75 ms, a little more in
-  proportion than the handler's, hence the line at its target rather than above. The
+  proportion than the handler's, hence the line at its target rather than above it. The
   floor COPYs the produce's rows, encoded beforehand, into `records`, each batch its own
   transaction in one query string: the fewest round trips PostgreSQL allows. (It used
   to be BEGIN, the COPY and COMMIT, four round trips; once the handler took two, that
