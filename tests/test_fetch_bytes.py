@@ -14,6 +14,7 @@ from app.broker import Broker
 from app.broker.produce import produce
 from app.client.fetcher import Fetcher, FetchSettings
 from app.log import fetch as fetch_module
+from app.log import sql
 from app.log.fetch import fetch
 from app.log.topics import create_topic
 from app.protocol import (
@@ -276,3 +277,95 @@ def test_a_log_fetch_stops_where_the_byte_limit_does(broker: Broker) -> None:
                     ], (start, max_bytes, min_one, window)
                     assert not r.log_records or r.log_records[0][LOG_BATCH] is not None
                     assert r.next_offset == stop, (start, max_bytes, min_one, window)
+
+
+def records_fetch_expected(
+    log: list[tuple[int, int, bool]], start: int, end: int, max_bytes: int, min_one: bool
+) -> tuple[list[int], int]:
+    """What a records fetch of [start, end) returns, by the rule of ``sql._FETCH_WITHIN_BYTES``
+    applied to ``log`` (offset, stored size, whether the fetch shows it): the offsets kept
+    and the next offset (the first record left out, or ``end``)."""
+    kept: list[int] = []
+    running = 0
+    for offset, size, shown in log:
+        if not (start <= offset < end and shown):
+            continue
+        running += size
+        if running > max_bytes and not (not kept and min_one):
+            return kept, offset
+        kept.append(offset)
+    return kept, end
+
+
+@pytest.mark.parametrize("level", [READ_UNCOMMITTED, READ_COMMITTED])
+def test_a_records_fetch_reads_a_window_that_fits_whole_and_cuts_one_that_does_not(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, level: int
+) -> None:
+    """Committed, aborted and plain records of random sizes, headers on some, an open
+    transaction holding the LSO: from every start, at limits from below one record to
+    above the log, each fetch returns what the running sum would keep, and a window whose
+    stored records (markers and aborted ones counted) fit max_bytes is read whole, without
+    the running sum; a window over it, with."""
+    rng = random.Random(11)
+    d = TxnDriver(broker, "tx")
+    assert d.init() == 0
+    aborted: set[int] = set()
+    for i in range(6):
+        records = [
+            RecordIn(b"k", rng.randbytes(rng.randrange(1, 300)), 0,
+                     [{"key": "h", "value": "dg=="}] if rng.random() < 0.3 else None)
+            for _ in range(4)
+        ]  # fmt: skip
+        sent = d.send_records("t", 0, records)
+        assert sent.error_code == 0
+        assert d.end(commit=i % 3 != 1) == 0
+        if i % 3 == 1:
+            aborted.update(range(sent.base_offset, sent.base_offset + len(records)))
+        plain = [RecordIn(None, rng.randbytes(rng.randrange(1, 100)), 0)]
+        assert produce(broker, ProduceRequest("t", 0, plain)).error_code == 0
+    assert d.send_records("t", 0, [RecordIn(b"k", b"open", 0)]).error_code == 0
+    with broker.engine.connect() as conn:
+        stored = conn.exec_driver_sql(
+            'SELECT "offset", 24 + coalesce(octet_length(key), 0) + coalesce(octet_length(value), 0)'
+            " + coalesce(octet_length(CAST(headers AS text)), 0), is_control"
+            " FROM records WHERE topic = 't' AND partition = 0 ORDER BY \"offset\""
+        ).all()
+    hw = len(stored)
+    lso = hw - 1  # the open transaction's record
+    committed = level == READ_COMMITTED
+    log = [
+        (offset, size, not control and not (committed and offset in aborted))
+        for offset, size, control in stored
+    ]
+    statements: list[str] = []
+    original = fetch_module.read_records
+
+    def spy(conn: Any, statement: str, params: dict[str, object]) -> list[RecordOut]:
+        statements.append(statement)
+        return original(conn, statement, params)
+
+    monkeypatch.setattr(fetch_module, "read_records", spy)
+    small = BrokerSettings(fetch_max_records=7, transactional_id_expiration_ms=3_600_000)
+    upper = lso if committed else hw
+    for b in (broker, Broker.connect(broker.engine.url, settings=small)):
+        window = b.settings.fetch_max_records
+        for start in range(upper):
+            end = min(upper, start + window)
+            window_bytes = sum(size for offset, size, _ in stored if start <= offset < end)
+            for max_bytes in (1, 24, 200, 400, 1000, window_bytes, 5000, 1 << 30):
+                for min_one in (True, False):
+                    statements.clear()
+                    r = fetch(
+                        b,
+                        FetchRequest(
+                            "t", 0, start, max_bytes=max_bytes, isolation_level=level,
+                            min_one_record=min_one,
+                        ),
+                    )  # fmt: skip
+                    case = (start, max_bytes, min_one, window)
+                    assert r.error_code == 0, case
+                    kept, next_offset = records_fetch_expected(log, start, end, max_bytes, min_one)
+                    assert offsets(r.records) == kept and r.next_offset == next_offset, case
+                    (statement,) = statements
+                    whole = statement in (sql.FETCH_UNCOMMITTED_WHOLE, sql.FETCH_COMMITTED_WHOLE)
+                    assert whole == (window_bytes <= max_bytes), case

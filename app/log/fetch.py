@@ -8,7 +8,9 @@ transaction: at READ COMMITTED every statement takes its own snapshot anyway, so
 runs in autocommit and saves the BEGIN and ROLLBACK round trips. read_committed is
 bounded by the LSO and filtered in SQL (markers and aborted transactions never leave the
 database). So is max_bytes: the statement stops returning records at the limit, and the
-values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``). A fetch of
+values of those it leaves out are never read (see ``sql.FETCH_UNCOMMITTED``); a window
+the partition's look finds within max_bytes is read whole, without the running sum
+(``sql.FETCH_UNCOMMITTED_WHOLE``). A fetch of
 the log's batches (the wire protocol's) learns where the limit cuts its window with the
 partition's offsets and then reads the window up to there (see
 ``sql.PARTITION_FOR_BATCHES_FETCH``).
@@ -162,9 +164,10 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
                 KafkaError.NO_ERROR, hw, lso, log_start, [], window_end, aborted,
                 log_records=log_records,
             )  # fmt: skip
-        statement = sql.FETCH_UNCOMMITTED
+        whole = part.window_bytes is None or part.window_bytes <= req.max_bytes
+        statement = sql.FETCH_UNCOMMITTED_WHOLE if whole else sql.FETCH_UNCOMMITTED
         if ranges:
-            statement = sql.FETCH_COMMITTED
+            statement = sql.FETCH_COMMITTED_WHOLE if whole else sql.FETCH_COMMITTED
             params["aborted_pids"] = [pid for pid, _, _ in ranges]
             params["aborted_firsts"] = [first for _, first, _ in ranges]
             params["aborted_lasts"] = [last for _, _, last in ranges]

@@ -300,6 +300,12 @@ def _within_bytes(columns: tuple[str, ...], rows: str) -> str:
     return _FETCH_WITHIN_BYTES.format(columns=kept, rows=rows)
 
 
+def _whole(columns: tuple[str, ...], rows: str) -> str:
+    """A fetch statement over ``rows`` returning ``columns`` after the offset, for a window
+    known to fit max_bytes (every row kept, none past a cut)."""
+    return f'SELECT "offset", {", ".join(columns)} FROM ({rows}) w ORDER BY "offset"'
+
+
 # RecordOut's columns after the offset.
 _RECORD_COLUMNS = ('"timestamp"', "key", "value", "headers", "producer_id")
 
@@ -323,8 +329,7 @@ FETCH_UNCOMMITTED = _within_bytes(_RECORD_COLUMNS, _DATA_RECORDS)
 # offset spans, merged once into a multirange (PostgreSQL 14+), let every record outside
 # them skip the anti-join: most records, and the anti-join per record cost ~2x the scan.
 # Records filtered out count no bytes: the running sum is over the records returned.
-FETCH_COMMITTED = _within_bytes(
-    _RECORD_COLUMNS,
+_COMMITTED_RECORDS = (
     _DATA_RECORDS
     + """
       AND NOT (r.is_transactional
@@ -336,8 +341,16 @@ FETCH_COMMITTED = _within_bytes(
           SELECT 1 FROM unnest(CAST(%(aborted_pids)s AS bigint[]), CAST(%(aborted_firsts)s AS bigint[]),
                                CAST(%(aborted_lasts)s AS bigint[])) AS a(producer_id, first_offset, last_offset)
           WHERE a.producer_id = r.producer_id AND r."offset" BETWEEN a.first_offset AND a.last_offset))
-    """,
+    """
 )
+FETCH_COMMITTED = _within_bytes(_RECORD_COLUMNS, _COMMITTED_RECORDS)
+
+# The same reads for a window PARTITION_FOR_FETCH found to fit max_bytes whole (the
+# common case: a consumer's window of ``fetch_max_records`` small records): no running
+# sum, which over the wide rows cost as much as reading them (a 2000-record window read
+# ~1.9x as long with it).
+FETCH_UNCOMMITTED_WHOLE = _whole(_RECORD_COLUMNS, _DATA_RECORDS)
+FETCH_COMMITTED_WHOLE = _whole(_RECORD_COLUMNS, _COMMITTED_RECORDS)
 
 # The log as Kafka's fetch gives it (``FetchRequest.batches``, the wire protocol's): every
 # record of the window, markers and aborted ones included, as ``protocol.LogRecord``. The
@@ -371,9 +384,14 @@ _SIZE = _RECORD_SIZE.replace("%(record_overhead)s", ":record_overhead")
 # transactions that may overlap the window (as KIP-98's FetchResponse lists them), read in
 # one round trip and one snapshot. The window's end depends on the LSO read here, so the
 # ranges are bounded by the largest window and the caller drops those past the real end.
+# ``window_bytes`` is the plain sum of the window's record sizes, markers and aborted
+# records counted as stored: over narrow rows (a value's length comes from its row or
+# TOAST pointer), and at least what the records a fetch returns count, so a window it
+# does not exceed fits whole and is read without a running sum. Records can only leave
+# the window (cleaning) before the read, never grow, so what fits here fits then.
 _PARTITION_LOOK = """
     SELECT p.next_offset, p.log_start_offset, p.last_stable_offset,
-           a.producer_ids, a.first_offsets, a.last_offsets{cut_column}
+           a.producer_ids, a.first_offsets, a.last_offsets, w.window_bytes{cut_column}
     FROM partitions p
     LEFT JOIN LATERAL (
         SELECT array_agg(producer_id ORDER BY first_offset) AS producer_ids,
@@ -383,28 +401,30 @@ _PARTITION_LOOK = """
         WHERE :read_committed AND topic = p.topic AND partition = p.partition
           AND last_offset >= :from_offset
           AND first_offset < CAST(:from_offset AS bigint) + :max_records
-    ) a ON true{cut_join}
+    ) a ON true
+    LEFT JOIN LATERAL (
+        SELECT sum({size}) AS window_bytes
+        FROM records r
+        WHERE r.topic = p.topic AND r.partition = p.partition
+          AND r."offset" >= :from_offset AND r."offset" < {window_end}
+    ) w ON true{cut_join}
     WHERE p.topic = :topic AND p.partition = :partition
 """
-PARTITION_FOR_FETCH = text(_PARTITION_LOOK.format(cut_column="", cut_join=""))
+PARTITION_FOR_FETCH = text(
+    _PARTITION_LOOK.format(size=_SIZE, window_end=_WINDOW_END, cut_column="", cut_join="")
+)
 
 # The same look for a fetch of the log's batches (FETCH_LOG), with where max_bytes cuts
 # the window (up to the LSO or high watermark read here): the first record left out, as
-# _FETCH_WITHIN_BYTES would leave it out, or NULL when the whole window fits. The window's
-# plain sum comes first and the running sum, over narrow rows, only when it is over (and
-# only up to the cut): most windows of a fetch filling max_bytes fit whole. Records can
-# only leave the window (cleaning) before FETCH_LOG reads it, never grow, so what fits
-# here fits then. A native fetch cuts in its own statement and is spared these joins.
+# _FETCH_WITHIN_BYTES would leave it out, or NULL when the whole window fits. The running
+# sum, over narrow rows, runs only when the window's plain sum is over (and only up to
+# the cut): most windows of a fetch filling max_bytes fit whole.
 PARTITION_FOR_BATCHES_FETCH = text(
     _PARTITION_LOOK.format(
+        size=_SIZE,
+        window_end=_WINDOW_END,
         cut_column=", c.cut",
         cut_join=f"""
-    LEFT JOIN LATERAL (
-        SELECT sum({_SIZE}) AS window_bytes
-        FROM records r
-        WHERE r.topic = p.topic AND r.partition = p.partition
-          AND r."offset" >= :from_offset AND r."offset" < {_WINDOW_END}
-    ) w ON true
     LEFT JOIN LATERAL (
         SELECT s."offset" AS cut
         FROM (
