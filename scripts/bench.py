@@ -840,6 +840,13 @@ def core_cases(
                 statistics.median(ceilings),
                 "{:.2f}",
             )
+            for side, at in ((1, 0), (5, 1)):
+                add(
+                    f"idempotent Producer, 4 partitions, in-flight {side}: records/s "
+                    "(median of rounds)",
+                    statistics.median(n / r[at] for r in rounds),
+                    "{:,.0f}",
+                )
     if wanted("transactional"):
         with console.status("transactional produce"):
             # Rounds alternate the two sides, so drift in the machine's speed hits both; each
@@ -884,6 +891,12 @@ def core_cases(
                 statistics.median(f / t for _, t, f in rounds),
                 "{:.2f}",
             )
+            for name, at in (("idempotent", 0), ("transactional", 1)):
+                add(
+                    f"{name} Producer, 4 partitions: records/s (median of rounds)",
+                    statistics.median(n / r[at] for r in rounds),
+                    "{:,.0f}",
+                )
     if wanted("acks"):
         with console.status("acks all, 1 and 0"):
             # A plain producer (no idempotence): acks=1 and acks=0 commit with

@@ -1,4 +1,4 @@
-"""A statement and COPYs sent as one query string (``app.storage.one_query``,
+"""Statements and COPYs sent as one query string (``app.storage.one_query``,
 docs/design.md §3.9 and §3.10): committed together outside a transaction, or all inside an
 open one; all or nothing is written, a refused or failed one leaves the connection usable,
 and the Produce handler's lone batch on a remembered row goes this way and falls back when
@@ -58,7 +58,7 @@ COPY = "COPY scratch_copied (line) FROM STDIN"
 
 
 def committed(conn: Connection, copy: str = COPY, copies: int = 1) -> QueryCopies:
-    return QueryCopies(conn, copy, copies, committed=True, statement=INSERT)
+    return QueryCopies(conn, copy, copies, committed=True, statements=[INSERT])
 
 
 def test_placeholders_become_numbered_parameters() -> None:
@@ -73,7 +73,8 @@ def test_values_are_literals_quoted_by_libpq(conn: Connection) -> None:
 
 def test_the_statement_and_the_copy_commit_together(broker: Broker, conn: Connection) -> None:
     with committed(conn) as copy:
-        assert copy.result is not None and copy.result.ntuples == 2
+        [result] = copy.results
+        assert result.ntuples == 2
         copy.write([b"x\ny\n"])
     assert not in_transaction(conn)
     assert written(broker) == ([1, 2], ["x", "y"])
@@ -103,11 +104,32 @@ def test_an_error_before_any_data_writes_nothing(broker: Broker, conn: Connectio
     assert conn.exec_driver_sql("SELECT 1").scalar() == 1
 
 
+def test_several_statements_answer_in_order_and_commit_with_the_copy(
+    broker: Broker, conn: Connection
+) -> None:
+    statements = [INSERT, b"INSERT INTO scratch_rows VALUES (3) RETURNING n"]
+    with QueryCopies(conn, COPY, 1, committed=True, statements=statements) as copy:
+        assert [r.ntuples for r in copy.results] == [2, 1]
+        copy.write([b"x\n"])
+    assert written(broker) == ([1, 2, 3], ["x"])
+
+
+def test_a_later_statement_failing_takes_the_earlier_back(broker: Broker, conn: Connection) -> None:
+    statements = [INSERT, b"INSERT INTO scratch_rows VALUES (2)"]
+    with (
+        pytest.raises(psycopg.errors.UniqueViolation),
+        QueryCopies(conn, COPY, 1, committed=True, statements=statements),
+    ):
+        raise AssertionError("the COPY never starts")
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+
+
 def test_a_failing_statement_raises_and_runs_no_copy(broker: Broker, conn: Connection) -> None:
     statement = b"INSERT INTO scratch_rows VALUES (1), (1)"
     with (
         pytest.raises(psycopg.errors.UniqueViolation),
-        QueryCopies(conn, COPY, 1, committed=True, statement=statement),
+        QueryCopies(conn, COPY, 1, committed=True, statements=[statement]),
     ):
         raise AssertionError("the COPY never starts")
     assert written(broker) == ([], [])

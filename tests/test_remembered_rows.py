@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,9 +26,16 @@ from app.broker.produce import produce
 from app.broker.work import Work
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError
+from app.log import append as append_module
 from app.log.partition_lock import remembered
 from app.log.topics import create_topic
-from app.protocol import InitProducerIdRequest, ProduceRequest, ProduceResponse, RecordIn
+from app.protocol import (
+    InitProducerIdRequest,
+    ProduceBatchesRequest,
+    ProduceRequest,
+    ProduceResponse,
+    RecordIn,
+)
 from app.storage.context import BrokerContext
 from tests.txn_driver import TxnDriver, partition_offsets, read_values
 
@@ -220,6 +228,82 @@ def test_threads_racing_on_one_remembered_row(broker: Broker) -> None:
     assert offsets == list(range(len(values)))
 
 
+def batches(
+    producer_id: int, topic: str, values: dict[int, list[str]], seqs: dict[int, int]
+) -> ProduceBatchesRequest:
+    """One request with a batch per partition, each at its producer's next sequence."""
+    reqs = []
+    for partition, vs in values.items():
+        records = [RecordIn(None, v.encode(), 0) for v in vs]
+        reqs.append(ProduceRequest(topic, partition, records, producer_id, 0, seqs[partition]))
+        seqs[partition] += len(vs)
+    return ProduceBatchesRequest(reqs)
+
+
+def one_query_writes(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+    """Per one-query write of remembered rows, how many rows it advanced (None: refused)."""
+    seen: list[int | None] = []
+    original = append_module.append_remembered_committed
+
+    def spy(conn: Any, advances: Any, payloads: list[bytes]) -> list[str] | None:
+        versions = original(conn, advances, payloads)
+        seen.append(None if versions is None else len(versions))
+        return versions
+
+    monkeypatch.setattr(append_module, "append_remembered_committed", spy)
+    return seen
+
+
+def test_a_request_over_several_remembered_rows_goes_in_one_query(
+    broker: Broker, elsewhere: BrokerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every batch of the request on a row its process remembers: the advances and the
+    COPY in one query string. One of the rows written by another process since: that
+    advance matches nothing, the whole write is failed with nothing written (the other
+    row's advance with it), and the request goes the lock's way, each partition gapless."""
+    create_topic(broker, "m", 3)
+    mine, theirs = new_producer(broker), new_producer(elsewhere)
+    writes = one_query_writes(monkeypatch)
+    seqs = {0: 0, 1: 0, 2: 0}
+    first = broker.handle(batches(mine, "m", {0: ["a0"], 1: ["a1", "b1"], 2: ["a2"]}, seqs))
+    assert [answer(r) for r in first.batches] == [(0, 0, False)] * 3
+    assert writes == []  # nothing remembered yet: the lock's way
+    second = broker.handle(batches(mine, "m", {0: ["c0"], 1: ["c1"], 2: ["c2", "d2"]}, seqs))
+    assert [answer(r) for r in second.batches] == [(0, 1, False), (0, 2, False), (0, 1, False)]
+    assert writes == [3]
+    other = ProduceRequest("m", 1, [RecordIn(None, b"x1", 0)], theirs, 0, 0)
+    assert answer(produce(elsewhere, other)) == (0, 3, False)
+    third = broker.handle(batches(mine, "m", {0: ["e0"], 1: ["e1"], 2: ["e2"]}, seqs))
+    assert [answer(r) for r in third.batches] == [(0, 2, False), (0, 4, False), (0, 3, False)]
+    assert writes == [3, None]  # refused, then under the locks
+    fourth = broker.handle(batches(mine, "m", {0: ["f0"], 1: ["f1"]}, seqs))
+    assert [answer(r) for r in fourth.batches] == [(0, 3, False), (0, 5, False)]
+    assert writes == [3, None, 2]
+    assert read_values(broker, "m", 0) == ["a0", "c0", "e0", "f0"]
+    assert read_values(broker, "m", 1) == ["a1", "b1", "c1", "x1", "e1", "f1"]
+    assert read_values(broker, "m", 2) == ["a2", "c2", "d2", "e2"]
+    for partition, end in ((0, 4), (1, 6), (2, 4)):
+        assert partition_offsets(broker, "m", partition) == (end, end)
+
+
+def test_a_request_with_a_batch_not_remembered_takes_the_locks(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One partition of the request never written by this process: no advance runs on
+    the others' remembered rows, the whole request is decided under the locks."""
+    create_topic(broker, "m", 2)
+    mine = new_producer(broker)
+    writes = one_query_writes(monkeypatch)
+    seqs = {0: 0, 1: 0}
+    broker.handle(batches(mine, "m", {0: ["a0"]}, seqs))
+    both = broker.handle(batches(mine, "m", {0: ["b0"], 1: ["b1"]}, seqs))
+    assert [answer(r) for r in both.batches] == [(0, 1, False), (0, 0, False)]
+    assert writes == []
+    again = broker.handle(batches(mine, "m", {0: ["c0"], 1: ["c1"]}, seqs))
+    assert [answer(r) for r in again.batches] == [(0, 2, False), (0, 1, False)]
+    assert writes == [2]
+
+
 # Steps of the property below: the remembering producer's next batch (a retry first if its
 # last attempt rolled back), the same attempted and rolled back, its last committed batch
 # sent again, another process's producer's batch, a plain batch, a lost connection.
@@ -292,3 +376,91 @@ def test_remembered_rows_against_a_model(
                 conn.invalidate()
     assert read_values(broker, topic, 0) == log
     assert partition_offsets(broker, topic, 0) == (len(log), len(log))
+
+
+# Steps of the property below: the remembering producer's next request over some of the
+# partitions (a retry first if its last attempt rolled back), the same attempted and rolled
+# back, its last committed request sent again, another process's producer's batch or a
+# plain batch on one partition, a lost connection.
+SOME_PARTITIONS = st.sampled_from([(0,), (1,), (0, 1)])
+ONE_PARTITION = st.sampled_from([(0,), (1,)])
+REQUEST_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["mine", "rolled back"]), SOME_PARTITIONS, st.integers(1, 3)),
+        st.tuples(st.sampled_from(["theirs", "plain"]), ONE_PARTITION, st.integers(1, 2)),
+        st.tuples(st.sampled_from(["again", "lost"]), st.just(()), st.just(0)),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=REQUEST_STEPS)
+def test_requests_over_several_remembered_rows_against_a_model(
+    broker: Broker, elsewhere: BrokerContext, steps: list[tuple[str, tuple[int, ...], int]]
+) -> None:
+    """The same as above with requests of a batch per partition over two partitions, the
+    one-query write advancing several remembered rows at once: every interleaving leaves
+    each partition's log and every answer as the model says."""
+    topic = f"requests{next(EXAMPLES)}"
+    create_topic(broker, topic, 2)
+    mine, theirs = new_producer(broker), new_producer(elsewhere)
+    logs: dict[int, list[str]] = {0: [], 1: []}
+    sequences = {(pid, p): 0 for pid in (mine, theirs) for p in (0, 1)}
+    pending: ProduceBatchesRequest | None = None  # my attempt that rolled back
+    last: tuple[ProduceBatchesRequest, list[int]] | None = None  # my last committed one
+
+    def next_request(pid: int, partitions: tuple[int, ...], n: int) -> ProduceBatchesRequest:
+        reqs = []
+        for p in partitions:
+            seq = sequences[(pid, p)]
+            records = [RecordIn(None, f"{pid}-{p}-{seq + i}".encode(), 0) for i in range(n)]
+            reqs.append(ProduceRequest(topic, p, records, pid, 0, seq))
+        return ProduceBatchesRequest(reqs)
+
+    def expected(req: ProduceBatchesRequest) -> list[tuple[int, int, bool]]:
+        return [(0, len(logs[b.partition]), False) for b in req.batches]
+
+    def appended(req: ProduceBatchesRequest, responses: list[ProduceResponse]) -> list[int]:
+        assert [answer(r) for r in responses] == expected(req)
+        for b in req.batches:
+            logs[b.partition].extend(bytes(r.value or b"").decode() for r in b.records)
+            sequences[(b.producer_id, b.partition)] = b.base_sequence + len(b.records)
+        return [r.base_offset for r in responses]
+
+    for kind, partitions, n in steps:
+        if kind in ("mine", "rolled back"):
+            req = pending or next_request(mine, partitions, n)
+            if kind == "rolled back":
+                with broker.engine.connect() as conn:
+                    tx = conn.begin()
+                    _, lost = append_batches(Work(broker, conn), req.batches, None)
+                    assert [answer(r) for r in lost] == expected(req)
+                    tx.rollback()
+                pending = req
+                continue
+            offsets = appended(req, broker.handle(req).batches)
+            pending, last = None, (req, offsets)
+        elif kind == "again" and last is not None and pending is None:
+            again = broker.handle(last[0]).batches
+            assert [answer(r) for r in again] == [(0, o, True) for o in last[1]]
+        elif kind == "theirs":
+            req = next_request(theirs, partitions, n)
+            appended(req, [produce(elsewhere, req.batches[0])])
+        elif kind == "plain":
+            (p,) = partitions
+            value = f"plain-{len(logs[p])}"
+            plain = ProduceRequest(topic, p, [RecordIn(None, value.encode(), 0)])
+            assert answer(produce(broker, plain)) == (0, len(logs[p]), False)
+            logs[p].append(value)
+        elif kind == "lost":
+            with broker.engine.connect() as conn:
+                conn.invalidate()
+    for p in (0, 1):
+        assert read_values(broker, topic, p) == logs[p]
+        assert partition_offsets(broker, topic, p) == (len(logs[p]), len(logs[p]))

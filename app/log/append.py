@@ -9,8 +9,9 @@ original offsets.
 
 The COPY payload is built in bulk (``copy_records``) and the lock and the advance run on
 psycopg directly (``partition_lock``): this is the hot path of every producer. A request
-with one batch whose partition row the process remembers goes without the lock's read,
-deciding on that row and advancing first, only if the row is still that version (rule 32).
+whose batches go on partition rows the process remembers goes without the lock's read,
+deciding on those rows and advancing first, only if each row is still that version (rule
+32); with nothing else to do, all of it in one query string (§3.9).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from app.log.copy_records import Columns, copy_payloads_of, encode_rows
 from app.log.lso import lso_after_append
 from app.log.partition_lock import (
     PartitionRow,
+    Remembered,
+    RememberedAdvance,
     TopicPartition,
     advance_partitions,
     advance_remembered,
@@ -162,7 +165,7 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
     conn, broker, locked = work.conn, work.context, work.locked
     if not admitted:
         return {}
-    if locked is None and len(admitted) == 1:
+    if locked is None:
         answered = _append_on_remembered(work, admitted)
         if answered is not None:
             return answered
@@ -211,51 +214,62 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
 
 
 def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse] | None:
-    """One batch appended on the partition row as this process's last append to it left
-    it (rule 32), without reading the row: the advance goes first and checks the row is
-    still that version, then the COPY; both in one query string that commits when the
-    batch is all the request does and nothing ran yet in its DB transaction (§3.9; a
-    refusal then leaves no transaction open, and the lock's way starts another). None,
-    with nothing written, where the lock's read
-    must decide: no such row remembered, or one of another producer's, a batch this row
-    would not take as it is (a duplicate or a refusal is only ever decided on the row read
-    under the lock), or a row another transaction has written since. Only for a batch
-    with a producer id: a row last written by the same producer is likely still as it
-    left it; plain batches, which may come from any of the process's writers, would pay
-    a refused advance whenever another wrote in between."""
-    [(i, (req, columns))] = admitted.items()
-    if req.producer_id == NO_PRODUCER_ID:
-        return None  # no telling whose the row is: the process's other writers' may be
-    tp = (req.topic, req.partition)
-    hint = remembered(work.conn, tp)
-    if hint is None:
-        return None
-    row = hint.row
-    if row.s_producer_id != req.producer_id or needs_identity_check(req, row):
-        return None
-    try:
-        plan = plan_append(work.context, req, columns, row)
-    except KafkaException:
-        return None
-    if plan.timestamps is None:
-        return None  # a duplicate
-    assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
-    advance = (req.topic, req.partition, plan.next_offset, plan.lso)
-    if work.commits and not in_transaction(work.conn):  # the whole request: one query
-        payloads = copy_payloads_of([plan.encoded(req, columns)])
-        version = append_remembered_committed(
-            work.conn, advance, plan.entry, hint.version, payloads
-        )
+    """The batches (of distinct partitions) appended on the partition rows as this
+    process's last appends to them left them (rule 32), without reading the rows: the
+    advances go first and check each row is still that version, then the COPY. When the
+    batches are all the request does and nothing ran yet in its DB transaction, all of it
+    goes in one query string that commits (§3.9; a refusal then leaves no transaction
+    open, and the lock's way starts another); otherwise only a lone batch goes this way,
+    inside the transaction. None, with nothing written, where the lock's read must decide:
+    a row not remembered, or one of another producer's, a batch its row would not take as
+    it is (a duplicate or a refusal is only ever decided on the row read under the lock),
+    or a row another transaction has written since. Only for batches with a producer id:
+    a row last written by the same producer is likely still as it left it; plain batches,
+    which may come from any of the process's writers, would pay a refused advance
+    whenever another wrote in between."""
+    one_query = work.commits and not in_transaction(work.conn)
+    if len(admitted) > 1 and not one_query:
+        return None  # an advance refused after another went would leave that one written
+    planned: list[tuple[int, ProduceRequest, Columns, Remembered, AppendPlan]] = []
+    advances: list[RememberedAdvance] = []
+    for i, (req, columns) in admitted.items():
+        if req.producer_id == NO_PRODUCER_ID:
+            return None  # no telling whose the row is: the process's other writers' may be
+        hint = remembered(work.conn, (req.topic, req.partition))
+        if hint is None:
+            return None
+        row = hint.row
+        if row.s_producer_id != req.producer_id or needs_identity_check(req, row):
+            return None
+        try:
+            plan = plan_append(work.context, req, columns, row)
+        except KafkaException:
+            return None
+        if plan.timestamps is None:
+            return None  # a duplicate
+        assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
+        planned.append((i, req, columns, hint, plan))
+        advance = (req.topic, req.partition, plan.next_offset, plan.lso)
+        advances.append((advance, plan.entry, hint.version))
+    if one_query:  # the whole request: one query
+        payloads = copy_payloads_of([plan.encoded(req, cols) for _, req, cols, _, plan in planned])
+        versions = append_remembered_committed(work.conn, advances, payloads)
     else:
-        version = advance_remembered(work.conn, advance, plan.entry, hint.version)
-        if version is not None:
+        [(advance, entry, version)] = advances
+        [(_, req, columns, _, plan)] = planned
+        version_after = advance_remembered(work.conn, advance, entry, version)
+        versions = None if version_after is None else [version_after]
+        if versions is not None:
             copy_rows(work.conn, copy_payloads_of([plan.encoded(req, columns)]))
             crash_point("append.after_copy")
-    if version is None:
-        forget(work.conn, tp)
+    if versions is None:
+        for _, req, _, _, _ in planned:
+            forget(work.conn, (req.topic, req.partition))
         return None
-    remember(work.conn, tp, version, row.advanced(plan.next_offset, plan.lso, plan.entry))
-    return {i: plan.response}
+    for (_, req, _, hint, plan), xmin in zip(planned, versions, strict=True):
+        after = hint.row.advanced(plan.next_offset, plan.lso, plan.entry)
+        remember(work.conn, (req.topic, req.partition), xmin, after)
+    return {i: plan.response for i, _, _, _, plan in planned}
 
 
 def recorded_batch(conn: Connection, req: ProduceRequest) -> ProduceResponse:

@@ -236,49 +236,53 @@ def advance_remembered(
     return None if found is None else str(found[2])
 
 
+# A partition's advance on its remembered row (``advance_remembered``'s arguments).
+RememberedAdvance = tuple[tuple[str, int, int, int], ProducerEntry, RowVersion]
+
+
 def append_remembered_committed(
-    conn: Connection,
-    advance: tuple[str, int, int, int],
-    entry: ProducerEntry,
-    version: RowVersion,
-    payloads: list[bytes],
-) -> str | None:
-    """``advance_remembered`` and the COPYs of ``payloads`` sent as one query string and
-    committed with it (``storage.one_query``; ``conn`` outside any transaction): the new
-    version, or None with nothing written (the row moved, or the prepared statement was
-    gone from the session).
+    conn: Connection, advances: Sequence[RememberedAdvance], payloads: list[bytes]
+) -> list[str] | None:
+    """``advance_remembered`` for each partition, in the order given (the lock order,
+    docs/design.md §3.3), and the COPYs of ``payloads`` sent as one query string and
+    committed with it (``storage.one_query``; ``conn`` outside any transaction): each
+    row's new version, or None with nothing written (a row moved, or the prepared
+    statement was gone from the session).
 
     The payloads are built before the query is sent, not while the server runs the
-    advance, though that would hide their encoding (~0.2 ms a 1000-record batch): from
-    the advance on, the session holds the partition row and waits for the COPY's data,
-    which no timeout of PostgreSQL's bounds, so a process paused meanwhile would stall the
-    partition's other writers until it resumed (docs/design.md rule 24). Built first,
+    advances, though that would hide their encoding (~0.2 ms a 1000-record batch): from
+    the first advance on, the session holds partition rows and waits for the COPY's data,
+    which no timeout of PostgreSQL's bounds, so a process paused meanwhile would stall
+    the partitions' other writers until it resumed (docs/design.md rule 24). Built first,
     that wait is only the hand-over."""
-    params = _remembered_params(advance, entry, version)
     prepare_once(
         conn,
         sql.ADVANCE_REMEMBERED_NAME,
         as_prepared(sql.ADVANCE_REMEMBERED, sql.ADVANCE_REMEMBERED_PARAMS),
     )
-    values = [params[name] for name in sql.ADVANCE_REMEMBERED_PARAMS]
-    statement = call(conn, sql.ADVANCE_REMEMBERED_NAME, values)
+    statements = []
+    for advance, entry, version in advances:
+        params = _remembered_params(advance, entry, version)
+        values = [params[name] for name in sql.ADVANCE_REMEMBERED_PARAMS]
+        statements.append(call(conn, sql.ADVANCE_REMEMBERED_NAME, values))
     try:
         with QueryCopies(
-            conn, sql.COPY_RECORDS, len(payloads), committed=True, statement=statement
+            conn, sql.COPY_RECORDS, len(payloads), committed=True, statements=statements
         ) as copies:
-            advanced = copies.result
-            assert advanced is not None
-            if advanced.ntuples == 0:
-                copies.refuse("the partition row moved")
+            if any(advanced.ntuples == 0 for advanced in copies.results):
+                copies.refuse("a partition row moved")
                 return None
             copies.write(payloads)
             crash_point("append.in_one_query")  # every COPY's data given, the last not ended
     except psycopg.errors.InvalidSqlStatementName:  # deallocated: prepared again next time
         unprepared(conn, sql.ADVANCE_REMEMBERED_NAME)
         return None
-    version_after = advanced.get_value(0, 2)
-    assert version_after is not None
-    return version_after.decode()
+    versions = []
+    for advanced in copies.results:
+        version_after = advanced.get_value(0, 2)
+        assert version_after is not None
+        versions.append(version_after.decode())
+    return versions
 
 
 def _remembered_params(

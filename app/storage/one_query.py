@@ -1,12 +1,13 @@
-"""Writes sent as one query string: a prepared statement and COPYs.
+"""Writes sent as one query string: prepared statements and COPYs.
 
-A lone batch's write (docs/design.md §3.9): the prepared advance, then the COPY,
-committed as the COPY ends. Two round trips (to the COPY's start; then its data and the
-commit) where psycopg's own transaction takes one each for BEGIN, the statement, the
-COPY's start, its end and COMMIT. PostgreSQL runs the statements of one simple-protocol
-query string as one implicit transaction, committed after the last; a ``COPY ... FROM
-STDIN`` among them takes its data when it is reached. The statement's result is back with
-the COPY's start, so the caller may still refuse: the COPY is then failed on purpose
+A request's batches on remembered rows (docs/design.md §3.9): the prepared advance of
+each partition, then the COPY, committed as the COPY ends. Two round trips (to the COPY's
+start; then its data and the commit) where psycopg's own transaction takes one each for
+BEGIN, each statement, the COPY's start, its end and COMMIT. PostgreSQL runs the
+statements of one simple-protocol query string as one implicit transaction, committed
+after the last; a ``COPY ... FROM STDIN`` among them takes its data when it is reached.
+The statements' results are back with the COPY's start, so the caller may still refuse:
+the COPY is then failed on purpose
 (CopyFail), the implicit transaction rolls back with nothing written, and no ROLLBACK is
 needed. Only on a connection outside any transaction (psycopg's would otherwise be open),
 with the statement's values rendered as literals by libpq's own quoting
@@ -79,7 +80,8 @@ def call(conn: Connection, name: str, values: Sequence[int | str | None]) -> byt
 
 
 class QueryCopies:
-    """``[statement; ]COPY ...; COPY ...`` sent as one query string, one COPY per payload.
+    """``[statement; ...; ]COPY ...; COPY ...`` sent as one query string, one COPY per
+    payload.
 
     ``committed``: the connection is outside any transaction and the query string is its
     own implicit transaction, committed as the last COPY ends (see the module's
@@ -88,8 +90,8 @@ class QueryCopies:
     to ~1500 (``copy_records.copy_statements``, docs/design.md §3.10); each after the
     first starts once the one before ended, one round trip more.
 
-    Entering sends the query and waits for the first COPY's start: ``result`` is the
-    statement's. Then ``refuse`` (nothing written) or ``write`` the payloads; leaving ends
+    Entering sends the query and waits for the first COPY's start: ``results`` are the
+    statements', in order. Then ``refuse`` (nothing written) or ``write`` the payloads; leaving ends
     the last COPY. Leaving on an exception fails the COPY under way, which aborts the
     transaction (the implicit one: nothing is written) and leaves the connection usable.
     Any statement's error is raised as psycopg's.
@@ -107,7 +109,7 @@ class QueryCopies:
         copies: int,
         *,
         committed: bool,
-        statement: bytes | None = None,
+        statements: Sequence[bytes] = (),
     ) -> None:
         if in_transaction(conn) == committed:
             raise RuntimeError(
@@ -117,19 +119,16 @@ class QueryCopies:
             )
         self._raw = driver_connection(conn)
         self._copies = copies
-        self._query = b"; ".join(
-            ([statement] if statement is not None else []) + [copy.encode()] * copies
-        )
+        self._query = b"; ".join([*statements, *[copy.encode()] * copies])
         self._open = False  # a COPY started and is not ended yet
-        self._statement = statement is not None
-        self.result: pq.abc.PGresult | None = None
+        self._statements = len(statements)
+        self.results: list[pq.abc.PGresult] = []
 
     def __enter__(self) -> QueryCopies:
         results = _run(self._raw, self._query)
         _expect_copy(results)
         self._open = True
-        if self._statement:
-            self.result = results[0]
+        self.results = results[: self._statements]
         return self
 
     def refuse(self, why: str) -> None:
