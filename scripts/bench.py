@@ -1272,10 +1272,10 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.80 (0.80-0.80), a hair below it (the
-  median 0.7999, runs 0.797-0.802)**, against a floor ~10% faster than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor
-  still, 0.68 before rule 32); against the committed raw COPY the handler went from 0.63
-  to 0.70. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
+- **Handler produce vs its floor (target 0.8): 0.80 (0.80-0.80), at it (the median
+  0.8029, runs 0.8025-0.8031; 0.7999 in 0.14.0's table)**, against a floor ~10% faster
+  than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor still, 0.68
+  before rule 32); against the committed raw COPY the handler went from 0.63 to 0.71. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
   rows it buffers, growing with their square (docs/design.md §3.10, measured with perf
   and by timing the backend against rows per COPY: ~0.16 ms per COPY and commit, ~1 ns
   per pair of buffered rows, ~1.55 µs per row); the handler now sends a 1000-record
@@ -1317,8 +1317,8 @@ How to read these figures:
   and at the pipeline's end, two round trips for the one it hides); a batch's integers
   packed with the prefix in one `struct` call per record, four parts a record instead of
   five (no gain: the call per record is the cost).
-- **Idempotent Producer vs handler produce (target 0.6): 0.63 (0.62-0.64)** (0.68 in
-  0.13.0's table: the handler became ~10% faster again, the Producer ~3-8%, ~186,000
+- **Idempotent Producer vs handler produce (target 0.6): 0.65 (0.63-0.66)** (0.63 in
+  0.14.0's table, 0.68 in 0.13.0's: the handler became ~10% faster again, the Producer ~3-8%, ~186,000
   records/s over one partition in this line from ~180,000 in the same session; 0.44-0.55
   before 0.10.0). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
@@ -1332,9 +1332,16 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 1.09 (1.09-1.11); PostgreSQL alone 1.29
-  (1.28-1.32), below the target; the ceiling on this machine 1.63 (1.63-1.65).**
-  PostgreSQL alone used to gain 1.62 from four connections, but its one-connection side
+- **In-flight 5 / in-flight 1 (target 1.5): 1.05 (1.04-1.06); PostgreSQL alone 1.26
+  (1.24-1.26), below the target; the ceiling on this machine 1.52 (1.51-1.55).** The
+  line fell from 1.09 because in-flight 1 got faster: its requests, each the four
+  partitions' batches on rows the process remembers, now go as one query string, the
+  four advances and the COPY, committed as the COPY ends (docs/design.md §3.9, extended
+  from the lone batch), where they took BEGIN, the lock's read, the COPY, the advance
+  and COMMIT: 1000 records over four partitions 5.2 → 3.9 ms in the handler, in-flight 1
+  0.93-0.99 s → 0.86-0.87 s in the same session (A/B, two runs of three rounds), while
+  in-flight 5, whose lanes already sent a lone batch that way, stayed at 0.81-0.90 s
+  (now ~235,000 records/s against ~220,000). PostgreSQL alone used to gain 1.62 from four connections, but its one-connection side
   COPYed each partition's 1000 rows on their own, four COPYs a transaction, paying the
   cost a COPY's buffered rows carry (docs/design.md §3.10) four times, where the
   Producer's one lane writes a request's 4000 rows in one COPY and pays it once: that
@@ -1377,57 +1384,84 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.64 (0.64-0.64),
-  from 0.60; its floor 0.73 (0.72-0.73), below the target.** (The transactional
-  producer's requests register partitions or end the transaction, so they do not go the
-  one-query way; a transaction's 1000 rows over four partitions now go in three COPYs,
-  §3.10, which the idempotent side, flushing every 1000, gains as well; transactions
-  reach 0.88 of the floor, as before.) The idempotent Producer's application no longer waits on anything but
-  its queue (about 1.4 µs of CPU a record) and its database work overlaps its
-  `produce()` calls; a transaction's commit cannot return before its DB transaction is
-  committed, so each transaction's `produce()` calls (1.45 ms for 1000 records) and its
-  commit (6.8 ms: the four 250-record batches' COPY 3.2 ms, the markers, transitions and
-  advance in one pipeline 0.9 ms, the locks, BEGIN and COMMIT) follow one another. The
-  same idempotent Producer made to wait for acknowledgement every 1000 records, as a
-  commit waits, reaches 0.69-0.71 of itself running freely: the floor of this line, below
-  its target; transactions reach 0.87-0.89 of that floor, the rest being the markers and the
-  transaction's state. Each pipeline now sends its Sync before waiting for its results
-  (docs/design.md rule 24), a round trip more per commit: within the noise here (this
-  line 0.62 before and after; one-record transactions 397-448 per second, 413-423 before).
-  The line was 0.82-0.87 while `produce()` cost 3.7 µs a record: the
-  transactional producer got faster too (200 transactions in ~1.58 s), the idempotent one
-  more.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.44 (0.40-0.45).** The Consumer's
-  prefetching cursors, per-record Message objects and offset bookkeeping on top of the
-  fetch (itself 0.55-0.60 of the raw SELECT); the previous version measured 0.36-0.44 in
-  the same session, so the gap predates this one and is left for the client's own work.
-- **acks (report): acks=1 0.97-1.04, acks=0 1.06-1.07 of acks=all.** A commit's WAL flush is a small
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.61 (0.59-0.61),
+  from 0.64; its floor 0.80 (0.80-0.81), below the target.** Both sides of this line's
+  idempotent Producer got faster and the transactional one did not: an idempotent
+  request whose batches all go on rows the process remembers is now one query string,
+  the advances and the COPY, committed as it ends (docs/design.md §3.9), where it took
+  BEGIN, the lock's read, the COPY, the advance and COMMIT (1000 records over four
+  partitions 5.2 → 3.9 ms in the handler). In the same session (A/B, two runs of six
+  rounds) the free-running idempotent Producer went from 0.95-1.04 s to 0.89-0.94 s, the
+  one flushing every 1000 records from 1.26-1.34 s to 1.09-1.19 s, and the
+  transactional one stayed at 1.44-1.68 s (~137,000 records/s against ~223,000). A
+  transaction's commit cannot go that way: it reads the transactional id's row and its
+  lease, locks every partition it touched with the producer states the markers decide
+  on, and writes the transitions and the markers after the COPY; measured per commit of
+  1000 records over four partitions (5.6 ms): the id's row and lease 0.35 ms (with
+  BEGIN), the partition locks 0.42 ms, the checks, decisions and encoding 0.6 ms, the
+  COPY 2.6 ms, the transitions, advance and markers in one pipeline 0.6 ms, COMMIT 0.5
+  ms. Transactions now reach 0.76 of the floor (0.87-0.89 before, when the floor's
+  requests took the same locked way). Remembering the transactional id's row as the
+  partition rows are remembered (rule 32), so that a commit too could go as one query
+  string of version-checked writes, is the way on; it is not built. The application's
+  `produce()` calls (1.45 ms for 1000 records) and the commit follow one another, which
+  is what keeps the floor below 1: the idempotent Producer's application waits on
+  nothing but its queue (about 1.4 µs of CPU a record) and its database work overlaps
+  its `produce()` calls. Each pipeline sends its Sync before waiting for its results
+  (docs/design.md rule 24), a round trip more per commit: within the noise here (one-record
+  transactions 397-448 per second, 413-423 before). The line was 0.82-0.87 while
+  `produce()` cost 3.7 µs a record: the transactional producer got faster too (200
+  transactions in ~1.58 s), the idempotent one more.
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.51 (0.47-0.54), from 0.44.**
+  A fetch's max_bytes cut is a running sum over the window in SQL, which over the wide
+  rows cost as much as reading them; the partition's look now sums the window's stored
+  sizes first (narrow: a value's length is in its row or TOAST pointer), and a window
+  within the limit, nearly every consumer's, is read whole without the running sum
+  (docs/design.md §5). The read_uncommitted fetch went from 0.58-0.60 to 0.75-0.77 of the
+  raw SELECT, the Consumer from 0.39-0.41 to 0.47-0.50 in the same session (A/B, three
+  runs). What is left is the client's per-record work: a Message per record (~0.15 µs)
+  and the garbage collector, which the Message objects the application holds keep
+  promoting (one full collection per ~200,000 records read here, ~33 ms with the
+  process's ~88,000 tracked objects; the read takes ~0.27 s with the collector off, 0.33
+  s with it). The read_committed fetch over a log with one transaction in ten aborted
+  keeps 0.87 of the read_uncommitted one (0.97 in 0.14.0's table, target 0.8): the
+  read_uncommitted fetch it is divided by gained more from reading windows whole than
+  the read_committed one, which still filters the aborted ranges in each window.
+- **acks (report): acks=1 0.89-1.00, acks=0 1.01-1.06 of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.67 (0.65-0.68) (librdkafka ~152,000 records/s, the native
-  Producer ~227,000 on one partition, on a machine slower this session: 0.13.0's code
-  measured ~223,000 beside it, ~236,000 in its own table; librdkafka was ~103,000-128,000
-  when this ratio was 0.79-1.34). A librdkafka batch on one partition goes the one-query
+  The producer ratio is 0.65 (0.63-0.65) (librdkafka ~142,000 records/s, the native
+  Producer ~222,000 on one partition; 0.67 with ~152,000 and ~227,000 in 0.14.0's table;
+  librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34). A librdkafka batch on one partition goes the one-query
   way through the server too, in one COPY (its ~7,900 rows are past where cutting pays):
-  `kip98 serve` spends 0.14 CPU-seconds per 100,000 records (0.14 for 0.13.0's code
-  beside it this session, 0.11 in its table).
+  `kip98 serve` spends 0.15 CPU-seconds per 100,000 records (0.14 in 0.14.0's table,
+  0.11 in 0.13.0's).
   The Kafka client is what takes the time: per 100,000 records its own process spends
-  0.42 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  0.45 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
   callback per record), more than the native Producer's whole process with the broker
-  in it (0.29), while `kip98 serve` spends 0.14 and, sampled (py-spy), its
+  in it (0.29), while `kip98 serve` spends 0.15 and, sampled (py-spy), its
   worker is idle about half the run, waiting for the client's next request. A librdkafka
   producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
-  server's reading and the client's work do not overlap. The consumer ratio lands at
-  0.96-0.99 (median of rounds; single rounds 0.85-1.05). A record goes from `produce()` to a consumer's poll in
+  server's reading and the client's work do not overlap. **The consumer ratio is 0.72
+  (0.69-0.78; single rounds 0.67-0.85), below its target of 0.8, because the native
+  Consumer it is divided by got faster**: a native fetch whose window fits max_bytes is
+  now read without the running sum (see the read_committed Consumer line), 0.39-0.45 s
+  → 0.30-0.37 s for the 200,000 records, while librdkafka through the server takes the
+  same 0.42-0.46 s as in 0.14.0's table (0.40-0.46 s). A wire fetch fills ~1 MB from
+  windows sized by the bytes per offset read so far, each after a look that sums the
+  window's sizes (the same plain sum the native fetch now makes); sampled (py-spy),
+  the server's fetch spends about as long in that look as in reading the records. The
+  way on is to cut at max_bytes without a pass over the window's rows (a byte position
+  kept per record, as Kafka's offset index keeps one); it is not built. A record goes from `produce()` to a consumer's poll in
   about 3-5 ms at the median and 5-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 0.98 (0.97-1.06).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 0.93 (0.90-0.97).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain
