@@ -7,15 +7,14 @@ BEGIN, each statement, the COPY's start, its end and COMMIT. PostgreSQL runs the
 statements of one simple-protocol query string as one implicit transaction, committed
 after the last; a ``COPY ... FROM STDIN`` among them takes its data when it is reached.
 The statements' results are back with the COPY's start, so the caller may still refuse:
-the COPY is then failed on purpose
-(CopyFail), the implicit transaction rolls back with nothing written, and no ROLLBACK is
-needed. Only on a connection outside any transaction (psycopg's would otherwise be open),
-with the statement's values rendered as literals by libpq's own quoting
-(``escape_literal``), and the statement prepared once per connection so the server plans
-it once.
+the COPY is then failed on purpose (CopyFail), the implicit transaction rolls back with
+nothing written, and no ROLLBACK is needed. Only on a connection outside any transaction
+(psycopg's would otherwise be open), with the statements' values rendered as literals by
+libpq's own quoting (``escape_literal``), and each statement prepared once per
+connection so the server plans it once.
 
 A request's rows cut into several COPYs (§3.10), inside its open transaction or in the
-lone batch's query string: one query string, each COPY started as the one before ends.
+one-query write: one query string, each COPY started as the one before ends.
 
 psycopg has no public call for a query string that mixes a COPY with other statements, or
 holds several (``Cursor.copy`` refuses them), so this drives the connection with
@@ -91,10 +90,11 @@ class QueryCopies:
     first starts once the one before ended, one round trip more.
 
     Entering sends the query and waits for the first COPY's start: ``results`` are the
-    statements', in order. Then ``refuse`` (nothing written) or ``write`` the payloads; leaving ends
-    the last COPY. Leaving on an exception fails the COPY under way, which aborts the
-    transaction (the implicit one: nothing is written) and leaves the connection usable.
-    Any statement's error is raised as psycopg's.
+    statements', in order. Then ``refuse`` (nothing written) or ``write`` the payloads;
+    leaving ends the last COPY. Leaving on an exception fails the COPY under way, which
+    aborts the transaction (the implicit one: nothing is written) and leaves the
+    connection usable. Any statement's error is raised as psycopg's (the rest of the
+    query string is not run).
 
     From a COPY's start the server waits for its data unbounded by any of its timeouts,
     holding what the statement locked: have the payloads ready before entering, so that a
