@@ -4,6 +4,10 @@ argv: database URL, then the mode:
 - ``producer``: an idempotent Producer writes "a", then "b"; its second batch goes on the
   partition row it remembers, in one query string, where the test kills it
   (``KIP98_CRASH_AT=append.in_one_query``).
+- ``partitions``: through the Produce handler, one request with a batch for each of
+  topic "two"'s partitions, "a0" and "a1" (the lock's way), then "b0" and "b1", on the
+  rows it remembers, in one query string, where the process kills itself
+  (``append.in_one_query``, set once the first request is in).
 - ``rounds``: "a" through the Produce handler, then one request with two batches for the
   same partition, "b" and "c", appended in rounds; the process kills itself after the
   first round's COPY (``append.after_copy``, set once "a" is in).
@@ -27,6 +31,23 @@ def producer(url: str) -> None:
             assert p.flush(60) == 0
 
 
+def partitions(url: str) -> None:
+    broker = Broker.connect(url)
+    ident = broker.handle(InitProducerIdRequest(None, 60_000))
+
+    def batch(partition: int, seq: int, tag: str) -> ProduceRequest:
+        record = RecordIn(None, f"{tag}{partition}".encode(), 0)
+        pid, epoch = ident.producer_id, ident.producer_epoch
+        return ProduceRequest("two", partition, [record], pid, epoch, seq)
+
+    def request(seq: int, tag: str) -> ProduceBatchesRequest:
+        return ProduceBatchesRequest([batch(p, seq, tag) for p in (0, 1)])
+
+    assert all(r.error_code == 0 for r in broker.handle(request(0, "a")).batches)
+    os.environ[ENV] = "append.in_one_query"
+    broker.handle(request(1, "b"))
+
+
 def rounds(url: str) -> None:
     broker = Broker.connect(url)
     ident = broker.handle(InitProducerIdRequest(None, 60_000))
@@ -41,4 +62,4 @@ def rounds(url: str) -> None:
 
 
 if __name__ == "__main__":
-    {"producer": producer, "rounds": rounds}[sys.argv[2]](sys.argv[1])
+    {"producer": producer, "partitions": partitions, "rounds": rounds}[sys.argv[2]](sys.argv[1])

@@ -305,6 +305,35 @@ def test_a_process_killed_inside_its_one_query_write_leaves_nothing(
     assert values(producing) == [(0, b"a"), (1, b"c")]
 
 
+def test_a_process_killed_inside_a_write_over_several_rows_leaves_nothing(
+    db_url: str, producing: Broker
+) -> None:
+    """Killed inside the one query string that advances two remembered rows and COPYs a
+    batch to each: neither partition keeps its advance or its record, and the next
+    producer appends on both where the first request left them."""
+    create_topic(producing, "two", 2)
+    assert run_child(db_url, "partitions") == -signal.SIGKILL
+    for partition in (0, 1):
+        with producing.engine.connect() as c:
+            rows = c.execute(
+                text(
+                    "SELECT \"offset\", value FROM records WHERE topic = 'two' "
+                    "AND partition = :p ORDER BY 1"
+                ),
+                {"p": partition},
+            ).all()
+        assert [(r[0], r[1]) for r in rows] == [(0, f"a{partition}".encode())]
+    offsets: list[tuple[int | None, int | None]] = []
+    with Producer({"database.url": db_url, "linger.ms": 0}) as producer:
+        for partition in (0, 1):
+            producer.produce(
+                "two", value=b"c", partition=partition,
+                on_delivery=lambda _e, m: offsets.append((m.partition(), m.offset())),
+            )  # fmt: skip
+        assert producer.flush(30) == 0
+    assert sorted(offsets) == [(0, 1), (1, 1)]
+
+
 def test_a_request_in_rounds_never_commits_a_round_alone(db_url: str, producing: Broker) -> None:
     """Two batches for one partition in one request go in rounds, each a lone batch on the
     row the round before left; only the request's end may commit (docs/design.md §3.2), so
