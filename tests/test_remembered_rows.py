@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 
 from app.broker import Broker
 from app.broker.batches import append_batches
-from app.broker.produce import produce
+from app.broker.produce import produce, produce_batches
 from app.broker.work import Work
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError
@@ -376,6 +376,53 @@ def test_remembered_rows_against_a_model(
                 conn.invalidate()
     assert read_values(broker, topic, 0) == log
     assert partition_offsets(broker, topic, 0) == (len(log), len(log))
+
+
+def test_requests_over_shared_rows_racing_from_two_processes(
+    broker: Broker, elsewhere: BrokerContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Producers in two processes (two engines, each remembering its own appends), two
+    threads each, requests with a batch for each of three partitions (the second
+    process's every other one for one partition only): their one-query writes wait on
+    each other's advances (taken in the same order, so none deadlocks), find some or all
+    of their rows moved and take the locks. Every partition ends gapless, each
+    producer's records once and in order."""
+    create_topic(broker, "race", 3)
+    writes = one_query_writes(monkeypatch)
+    per_thread = 25
+    contexts = [broker, broker, elsewhere, elsewhere]
+    pids = [new_producer(context) for context in contexts]
+    errors: list[BaseException] = []
+
+    def run(n: int) -> None:
+        try:
+            seqs = {0: 0, 1: 0, 2: 0}
+            for i in range(per_thread):
+                # The other process's producers write one partition every other request,
+                # moving one of the rows the first process remembers and not the others.
+                partitions = (i % 3,) if n >= 2 and i % 2 else (0, 1, 2)
+                values = {p: [f"{n}-{p}-{seqs[p]}"] for p in partitions}
+                response = produce_batches(contexts[n], batches(pids[n], "race", values, seqs))
+                assert [r.error_code for r in response.batches] == [0] * len(partitions)
+        except BaseException as exc:  # checked below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(len(contexts))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert not errors, errors[:1]
+    # Both ways were raced: one-query writes that went through and ones refused.
+    assert 3 in writes and None in writes, writes
+    for p in (0, 1, 2):
+        values = read_values(broker, "race", p)
+        assert len(values) == len(set(values))
+        for n in range(len(contexts)):
+            mine = [v for v in values if v.startswith(f"{n}-")]
+            assert mine == [f"{n}-{p}-{i}" for i in range(len(mine))]
+            assert len(mine) >= per_thread // 2
+        assert partition_offsets(broker, "race", p) == (len(values), len(values))
 
 
 # Steps of the property below: the remembering producer's next request over some of the
