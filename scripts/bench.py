@@ -1341,16 +1341,17 @@ How to read these figures:
   and COMMIT: 1000 records over four partitions 5.2 → 3.9 ms in the handler, in-flight 1
   0.93-0.99 s → 0.86-0.87 s in the same session (A/B, two runs of three rounds), while
   in-flight 5, whose lanes already sent a lone batch that way, stayed at 0.81-0.90 s
-  (now ~235,000 records/s against ~220,000). PostgreSQL alone used to gain 1.62 from four connections, but its one-connection side
-  COPYed each partition's 1000 rows on their own, four COPYs a transaction, paying the
-  cost a COPY's buffered rows carry (docs/design.md §3.10) four times, where the
-  Producer's one lane writes a request's 4000 rows in one COPY and pays it once: that
-  side was slower than the Producer's own in-flight 1 writes. Now each side writes as
-  the handler does (a round's 4000 rows in one COPY, a lane's 1000 in three), and four
-  connections gain 1.29 over one: what PostgreSQL alone, with no client work at all,
-  gains here from overlapping commits. The Producer reaches 0.85 of that. Its lanes'
-  backends now spend a sixth less CPU (0.65 → 0.55 CPU-seconds a run), which moved this
-  line little (1.08 → 1.09-1.11): the lanes wait on the client. The ceiling (the
+  (now ~235,000 records/s against ~220,000). In 0.14.0 PostgreSQL alone went from
+  1.62 to 1.29 here: its one-connection side had COPYed each partition's 1000 rows on
+  their own, four COPYs a transaction, paying the cost a COPY's buffered rows carry
+  (docs/design.md §3.10) four times, where the Producer's one lane writes a request's
+  4000 rows in one COPY and pays it once, and was slower than the Producer's own
+  in-flight 1 writes. Each side writes as the handler does (a round's 4000 rows in one
+  COPY, a lane's 1000 in three), and four connections gain 1.26 over one: what
+  PostgreSQL alone, with no client work at all, gains here from overlapping commits.
+  The Producer reaches 0.84 of that. Its lanes' backends came to spend a sixth less CPU
+  in 0.14.0 (0.65 → 0.55 CPU-seconds a run), which moved this line little (1.08 →
+  1.09-1.11): the lanes wait on the client. The ceiling (the
   machine's CPU-seconds over the run, spread over both cores) stays above the target
   because it assumes the client's work overlaps everything else perfectly, which one
   interpreter lock does not allow. Lanes send one batch per request, which goes in one
