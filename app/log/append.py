@@ -230,19 +230,21 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
     one_query = work.commits and not in_transaction(work.conn)
     if len(admitted) > 1 and not one_query:
         return None  # an advance refused after another went would leave that one written
-    planned: list[tuple[int, ProduceRequest, Columns, Remembered, AppendPlan]] = []
-    advances: list[RememberedAdvance] = []
-    for i, (req, columns) in admitted.items():
+    hints: list[Remembered] = []
+    for req, _ in admitted.values():  # every row first: no batch decided for nothing
         if req.producer_id == NO_PRODUCER_ID:
             return None  # no telling whose the row is: the process's other writers' may be
         hint = remembered(work.conn, (req.topic, req.partition))
         if hint is None:
             return None
-        row = hint.row
-        if row.s_producer_id != req.producer_id or needs_identity_check(req, row):
+        if hint.row.s_producer_id != req.producer_id or needs_identity_check(req, hint.row):
             return None
+        hints.append(hint)
+    planned: list[tuple[int, ProduceRequest, Columns, Remembered, AppendPlan]] = []
+    advances: list[RememberedAdvance] = []
+    for (i, (req, columns)), hint in zip(admitted.items(), hints, strict=True):
         try:
-            plan = plan_append(work.context, req, columns, row)
+            plan = plan_append(work.context, req, columns, hint.row)
         except KafkaException:
             return None
         if plan.timestamps is None:
