@@ -316,13 +316,16 @@ STEPS = st.lists(
     max_size=25,
 )
 EXAMPLES = itertools.count()
-
-
-@settings(
+# The property tests against a model of the log: each example starts a fresh topic on the
+# same database, so the fixtures are shared and examples are slow.
+MODEL_RUNS = settings(
     max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+
+
+@MODEL_RUNS
 @given(steps=STEPS)
 def test_remembered_rows_against_a_model(
     broker: Broker, elsewhere: BrokerContext, steps: list[tuple[str, int]]
@@ -442,11 +445,7 @@ REQUEST_STEPS = st.lists(
 )
 
 
-@settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@MODEL_RUNS
 @given(steps=REQUEST_STEPS)
 def test_requests_over_several_remembered_rows_against_a_model(
     broker: Broker, elsewhere: BrokerContext, steps: list[tuple[str, tuple[int, ...], int]]
