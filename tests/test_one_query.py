@@ -134,6 +134,47 @@ def test_a_failing_statement_raises_and_runs_no_copy(
     assert not in_transaction(conn)
 
 
+def test_a_failing_copy_raises_and_writes_nothing(broker: Broker, conn: Connection) -> None:
+    with (
+        pytest.raises(psycopg.errors.InvalidTextRepresentation),
+        committed(conn, "COPY scratch_rows (n) FROM STDIN") as copy,
+    ):
+        copy.write([b"3\nnot a number\n"])
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+
+
+def test_committed_only_outside_a_transaction(conn: Connection) -> None:
+    conn.exec_driver_sql("SELECT 1")
+    with pytest.raises(RuntimeError, match="outside any transaction"):
+        committed(conn)
+
+
+def test_uncommitted_only_inside_a_transaction(conn: Connection) -> None:
+    with pytest.raises(RuntimeError, match="open transaction"):
+        QueryCopies(conn, COPY, 1, committed=False)
+
+
+def test_several_copies_commit_with_the_statement(broker: Broker, conn: Connection) -> None:
+    with committed(conn, copies=3) as copy:
+        copy.write([b"a\n", b"b\nc\n", b"d\n"])
+    assert not in_transaction(conn)
+    assert written(broker) == ([1, 2], ["a", "b", "c", "d"])
+
+
+def test_a_later_copy_failing_takes_back_the_earlier_ones(broker: Broker, conn: Connection) -> None:
+    """The second COPY's error is raised as its data is ended; the first COPY's rows and
+    the statement's, in the same implicit transaction, are not kept."""
+    with (
+        pytest.raises(psycopg.errors.UniqueViolation),
+        committed(conn, "COPY scratch_rows (n) FROM STDIN", copies=3) as copy,
+    ):
+        copy.write([b"3\n", b"4\n4\n", b"5\n"])
+    assert written(broker) == ([], [])
+    assert not in_transaction(conn)
+    assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+
+
 def test_an_error_in_a_later_copy_writes_nothing(broker: Broker, conn: Connection) -> None:
     """The first COPY ended and the second started when its data cannot be sent."""
     with pytest.raises(TypeError), committed(conn, copies=2) as copy:
