@@ -24,22 +24,16 @@ markers will mark); the registration, the appends and the markers work on those 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from app.broker.batches import append_batches
+from app.broker.commit_decision import answer, decide, ok
+from app.broker.commit_remembered import Remembering, commit_on_remembered, remember_commit
 from app.broker.work import Work
-from app.coordinator import machines as m
-from app.coordinator.completion import complete_transaction
-from app.coordinator.handlers import prepare_in
 from app.coordinator.metadata import TxnMetadata, end_retry_outcome
-from app.coordinator.txn_log import Leased, TransitionBatch, load_with_lease
+from app.coordinator.txn_log import TransitionBatch, load_with_lease, txn_version
 from app.errors import KafkaError, KafkaException
 from app.faults import crash_point
 from app.log.append import recorded_batch
 from app.log.markers import MarkerLocks, lock_for_markers
 from app.protocol import (
-    AddPartitionsToTxnRequest,
-    AddPartitionsToTxnResponse,
     EndTxnResponse,
     ProduceBatchesRequest,
     ProduceBatchesResponse,
@@ -51,8 +45,6 @@ from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
 from app.storage.engine import retry_conflicts
 
-NOT_ATTEMPTED = "a batch of the transaction was refused; the transaction was not ended"
-
 
 @retry_conflicts
 def produce_and_end_txn(
@@ -60,73 +52,57 @@ def produce_and_end_txn(
 ) -> ProduceBatchesResponse:
     """Append ``req``'s batches (after registering ``req.add``) and end the transaction
     (``req.end``), in one DB transaction; see the module docstring for what a retry and a
-    refusal do."""
+    refusal do. On the rows this process's last commit of the id left, in one query string
+    (``commit_remembered``) if they are still those."""
+    answered = commit_on_remembered(context, req)
+    if answered is not None:
+        return answered
+    assert req.end is not None
     with context.engine.begin() as conn:
         work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind())
-        response = _commit(work, req)
+        response, remembering = _commit(work, req)
         work.send()
+        version = None if remembering is None else txn_version(conn, req.end.transactional_id)
         crash_point("commit_request.before_commit")  # every write done, none committed
-        return response
+    if remembering is not None and version is not None:
+        remember_commit(conn, version, remembering)
+    return response
 
 
-def _commit(work: Work, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
-    """The request inside its DB transaction. Its transitions (registration, PREPARE,
-    COMPLETE) and its last writes (the partitions' advance, the markers) are queued on
-    ``work``: the caller sends them together once the request is decided."""
+def _commit(
+    work: Work, req: ProduceBatchesRequest
+) -> tuple[ProduceBatchesResponse, Remembering | None]:
+    """The request inside its DB transaction, its rows read under their locks; and, if it
+    ended the transaction, what the process remembers of it once committed."""
     end, add, conn, context = req.end, req.add, work.conn, work.context
     assert end is not None
     try:
         authorize_all(conn, context, needs.end_txn(end.transactional_id))
-        meta, epoch = load_with_lease(conn, end.transactional_id)
+        leased = load_with_lease(conn, end.transactional_id)
+        meta = leased.meta
         if meta is not None and end_retry_outcome(
             meta, end.producer_id, end.producer_epoch, end.committed
         ):
             delivered = [recorded_batch(conn, batch) for batch in req.batches]
-            return ProduceBatchesResponse(delivered, _answer(add, KafkaError.NO_ERROR), _ok(meta))
+            return ProduceBatchesResponse(
+                delivered, answer(add, KafkaError.NO_ERROR), ok(meta)
+            ), None
     except KafkaException as exc:
         code, message = exc.error.code(), exc.error.str()
         failed = ProduceResponse(code, error_message=message)
         return ProduceBatchesResponse(
             [failed] * len(req.batches),
-            _answer(add, code, message),
+            answer(add, code, message),
             EndTxnResponse(code, error_message=message),
-        )
-    work.loaded[end.transactional_id] = meta
+        ), None
     locked = None if meta is None else _lock_partitions(work, meta, req)
-    work.locked = None if locked is None else locked.rows
-    registered, responses = append_batches(work, req.batches, add)
-    failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
-    if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
-        not_attempted = EndTxnResponse(KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED)
-        return ProduceBatchesResponse(responses, registered, not_attempted)
-    try:
-        leased = Leased(work.loaded[end.transactional_id], epoch)
-        meta = prepare_in(conn, context, end, leased, work.record)
-        crash_point("end_txn.after_prepare")
-        if meta.state in m.PREPARE:
-            now = context.clock.now_ms()
-            stamped = replace(meta, coordinator_epoch=epoch)
-            meta = complete_transaction(conn, stamped, now, locked=locked, record=work.record)
-        ended = _ok(meta)
-    except KafkaException as exc:
-        # A refused marker (a fenced coordinator) leaves PREPARE to commit alone, to be
-        # rolled forward later (rule 2), and is answered as a bare EndTxn answers it.
-        ended = EndTxnResponse(exc.error.code(), error_message=exc.error.str())
-    return ProduceBatchesResponse(responses, registered, ended)
-
-
-def _answer(
-    add: AddPartitionsToTxnRequest | None, code: int, message: str | None = None
-) -> AddPartitionsToTxnResponse | None:
-    """The registration's answer when the request was decided before it: registered by
-    the request being retried, or refused with it."""
-    if add is None:
-        return None
-    return AddPartitionsToTxnResponse(code, dict.fromkeys(add.partitions, code), message)
-
-
-def _ok(meta: TxnMetadata) -> EndTxnResponse:
-    return EndTxnResponse(KafkaError.NO_ERROR, meta.producer_id, meta.producer_epoch)
+    before = {} if locked is None else dict(locked.rows)
+    decided = decide(work, req, leased, locked)
+    if decided.ended is None or locked is None:
+        return decided.response, None
+    return decided.response, Remembering(
+        decided.ended, leased.coordinator_epoch, before, locked.rows
+    )
 
 
 def _lock_partitions(work: Work, meta: TxnMetadata, req: ProduceBatchesRequest) -> MarkerLocks:

@@ -27,7 +27,9 @@ class Work:
     while it locks as it goes). ``transitions`` and ``writes``: where its transitions and
     its last writes are queued to be sent together before COMMIT (None: each runs at once).
     ``commits``: nothing of the request runs after its append, which may then commit the DB
-    transaction itself (``log.append``; docs/design.md §3.9).
+    transaction itself (``log.append``; docs/design.md §3.9). ``copies``: where the appends
+    leave their COPY payloads instead of sending them, for a request that is decided in
+    full before anything is sent (``broker.commit_remembered``; None: sent at once).
     """
 
     context: BrokerContext
@@ -37,6 +39,7 @@ class Work:
     transitions: TransitionBatch | None = None
     writes: WriteBehind | None = None
     commits: bool = False
+    copies: list[bytes] | None = None
 
     @property
     def record(self) -> Persist:

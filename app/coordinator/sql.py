@@ -28,6 +28,17 @@ LOAD_FOR_UPDATE_WITH_LEASE = text(
     FROM transactions t WHERE t.transactional_id = :tid FOR UPDATE OF t
     """
 )
+# The one-query commit's first statement (docs/design.md §3.11): the row's version and its
+# lease's epoch, both rows locked as LOAD_FOR_UPDATE_WITH_LEASE locks them; the caller
+# compares them with what it decided on.
+TXN_VERSION_WITH_LEASE = """
+    SELECT CAST(t.xmin AS text),
+           COALESCE((SELECT l.coordinator_epoch FROM coordinator_leases l
+                     WHERE l.txn_partition = t.txn_partition FOR SHARE), 0)
+    FROM transactions t WHERE t.transactional_id = %(tid)s FOR UPDATE OF t
+"""
+# The row's version as the DB transaction that has just written it leaves it (its own id).
+TXN_VERSION = "SELECT CAST(xmin AS text) FROM transactions WHERE transactional_id = %(tid)s"
 LOAD_FOR_SHARE = text(
     f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR SHARE"
 )

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from psycopg import pq
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection
 
@@ -17,6 +18,8 @@ from app.coordinator import sql
 from app.coordinator.machines import DEAD
 from app.coordinator.metadata import TxnMetadata
 from app.storage.driver import WriteBehind, driver_connection, driver_sql
+from app.storage.memory import EngineMemory
+from app.storage.one_query import prepared_call
 
 
 def metadata_from_row(row: Any, txn_partition: int | None = None) -> TxnMetadata:
@@ -61,6 +64,63 @@ def load_with_lease(conn: Connection, transactional_id: str) -> Leased:
     if row is None:
         return Leased(None, 0)
     return Leased(metadata_from_row(row), int(row.lease_epoch))  # type: ignore[attr-defined]
+
+
+class RememberedTxn(NamedTuple):
+    """A transactional id's row as this process's last commit of it left it: its version
+    (``xmin``) and what it holds with its lease's epoch, as ``load_with_lease`` would read
+    them."""
+
+    xmin: str
+    leased: Leased
+
+
+# The transactional ids' rows this process's commits last wrote (docs/design.md §3.11), a
+# hint the next commit may decide on; its first statement checks the row is still that.
+_remembered: EngineMemory[str, RememberedTxn] = EngineMemory()
+
+
+def remembered_txn(conn: Connection, transactional_id: str) -> RememberedTxn | None:
+    return _remembered.get(conn, transactional_id)
+
+
+def remember_txn(conn: Connection, xmin: str, leased: Leased) -> None:
+    """The row of ``leased``'s id as this DB transaction, committed, has just left it."""
+    assert leased.meta is not None
+    _remembered.put(conn, leased.meta.transactional_id, RememberedTxn(xmin, leased))
+
+
+def forget_txn(conn: Connection, transactional_id: str) -> None:
+    _remembered.drop(conn, transactional_id)
+
+
+def txn_version_query(conn: Connection, transactional_id: str) -> bytes:
+    """TXN_VERSION_WITH_LEASE, as a statement of a query string (``storage.one_query``):
+    locks the id's row and its lease's as ``load_with_lease`` does, for ``txn_matches``."""
+    return prepared_call(conn, sql.TXN_VERSION_WITH_LEASE, {"tid": transactional_id})
+
+
+def txn_matches(result: pq.abc.PGresult, memory: RememberedTxn) -> bool:
+    """Whether ``txn_version_query`` found the row still as ``memory`` has it."""
+    if result.ntuples != 1:
+        return False
+    xmin, lease_epoch = result.get_value(0, 0), result.get_value(0, 1)
+    assert xmin is not None and lease_epoch is not None
+    return (xmin.decode(), int(lease_epoch)) == (memory.xmin, memory.leased.coordinator_epoch)
+
+
+def written_version_query(conn: Connection, transactional_id: str) -> bytes:
+    """TXN_VERSION as a statement of a query string that writes the row: its result's
+    only value is the version the row is left at."""
+    return prepared_call(conn, sql.TXN_VERSION, {"tid": transactional_id})
+
+
+def txn_version(conn: Connection, transactional_id: str) -> str:
+    """The row's version as this DB transaction, which has written it, leaves it."""
+    with driver_connection(conn).cursor() as cur:
+        row = cur.execute(sql.TXN_VERSION, {"tid": transactional_id}).fetchone()
+    assert row is not None
+    return str(row[0])
 
 
 def _params(meta: TxnMetadata) -> dict[str, Any]:

@@ -95,7 +95,8 @@ class Appending(Protocol):
     them), where its last writes are queued (None: they run at once), and whether the
     append is all that is left of it (``commits``): then a lone batch on a remembered row,
     the first thing the DB transaction runs, is sent with its COPY in one query string
-    that commits (docs/design.md §3.9)."""
+    that commits (docs/design.md §3.9); and where its COPY payloads are held to be sent
+    later with the rest of the request (``copies``; None: sent at once, §3.11)."""
 
     @property
     def context(self) -> BrokerContext: ...
@@ -112,6 +113,9 @@ class Appending(Protocol):
     @property
     def commits(self) -> bool: ...
 
+    @property
+    def copies(self) -> list[bytes] | None: ...
+
 
 @dataclass(frozen=True)
 class _AtOnce:
@@ -122,6 +126,7 @@ class _AtOnce:
     locked: None = None
     writes: None = None
     commits: bool = False
+    copies: None = None
 
 
 Admitted = dict[int, tuple[ProduceRequest, Columns]]
@@ -195,8 +200,12 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
         if plan.timestamps is not None:
             plans.append((req, cols, plan))
     if plans:
-        copy_rows(conn, copy_payloads_of([plan.encoded(req, cols) for req, cols, plan in plans]))
-        crash_point("append.after_copy")
+        payloads = copy_payloads_of([plan.encoded(req, cols) for req, cols, plan in plans])
+        if work.copies is None:
+            copy_rows(conn, payloads)
+            crash_point("append.after_copy")
+        else:
+            work.copies.extend(payloads)
         versions = advance_partitions(
             conn,
             [(req.topic, req.partition, plan.next_offset, plan.lso) for req, _, plan in plans],

@@ -37,7 +37,13 @@ from app.log.producer_state import Marker, ProducerEntry, apply_marker, validate
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
 
-__all__ = ["Marker", "MarkerLocks", "lock_for_markers", "write_txn_markers"]
+__all__ = [
+    "Marker",
+    "MarkerLocks",
+    "lock_for_markers",
+    "others_first_open",
+    "write_txn_markers",
+]
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,8 @@ class MarkerLocks:
     locks: each row with the producer's state (``rows``, kept up to date by later steps of
     the same DB transaction, e.g. appends) and, per partition, the first offset of the
     earliest transaction of another producer still open there (``others_first_open``;
-    absent if none), which no one else can change while the locks are held. ``writes``:
+    absent if none), which no one else can change while the locks are held; the markers
+    too leave ``rows`` as they write them. ``writes``:
     where the DB transaction holding the locks queues its last writes, the markers' too
     (``None``: they run at once)."""
 
@@ -86,6 +93,19 @@ def lock_for_markers(
         {(t, p): first for t, p, first in first_open},
         writes,
     )
+
+
+def others_first_open(rows: dict[TopicPartition, PartitionRow]) -> dict[TopicPartition, int]:
+    """``MarkerLocks.others_first_open`` as it follows from rows where the producer has no
+    open transaction: by the LSO's invariant (``lso``), below the row's next offset exactly
+    when another's transaction is open, and then that transaction's first offset. (Every
+    write of a producer's state on a partition also writes the partition's row: while
+    the row is the version these came from, so are the other producers' states.)"""
+    return {
+        tp: row.last_stable_offset
+        for tp, row in rows.items()
+        if row.last_stable_offset < row.next_offset
+    }
 
 
 @dataclass(frozen=True)
@@ -147,7 +167,13 @@ def write_txn_markers(
     if not marked:
         return []
     first_others = locked.others_first_open
-    values = [_marker_values(o, first_others.get((o.topic, o.partition)), marker) for o in marked]
+    values = []
+    for o in marked:
+        tp = (o.topic, o.partition)
+        after = apply_marker(o.entry, marker, o.offset)
+        lso = lso_after_marker(first_others.get(tp), o.offset + 1)
+        rows[tp] = rows[tp].advanced(o.offset + 1, lso, after)  # as the marker leaves it
+        values.append(_marker_values(o, lso, after))
     writes = locked.writes
     if writes is not None:
         # The markers' write sets these partitions' rows and this producer's state on each
@@ -177,16 +203,14 @@ def write_txn_markers(
     return [(o.topic, o.partition) for o in marked]
 
 
-def _marker_values(opened: _Open, first_other: int | None, marker: Marker) -> dict[str, Any]:
+def _marker_values(opened: _Open, lso: int, after: ProducerEntry) -> dict[str, Any]:
     """One partition's share of WRITE_MARKERS: the marker offset, the LSO after it, the first
     offset of the transaction it closes, and the producer's state after it."""
-    offset = opened.offset
-    after = apply_marker(opened.entry, marker, offset)
     return {
         "topics": opened.topic,
         "partitions": opened.partition,
-        "offsets": offset,
-        "lsos": lso_after_marker(first_other, offset + 1),
+        "offsets": opened.offset,
+        "lsos": lso,
         "closed_first_offsets": opened.entry.txn_first_offset,
         "s_producer_epochs": after.producer_epoch,
         "s_last_sequences": after.last_sequence,

@@ -26,20 +26,26 @@ batch spends beside its COPY and COMMIT). The memory is only ever a hint.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple
-from weakref import WeakKeyDictionary
 
 import psycopg
-from sqlalchemy import Connection, Engine, event
+from psycopg import pq
+from sqlalchemy import Connection
 
 from app.faults import crash_point
 from app.log import sql
 from app.log.producer_state import ProducerEntry
 from app.storage.driver import WriteBehind, driver_connection
-from app.storage.one_query import QueryCopies, as_prepared, call, prepare_once, unprepared
+from app.storage.memory import EngineMemory
+from app.storage.one_query import (
+    QueryCopies,
+    as_prepared,
+    call,
+    prepare_once,
+    prepared_call,
+    unprepared,
+)
 
 
 class PartitionRow(NamedTuple):
@@ -108,53 +114,45 @@ class Remembered(NamedTuple):
     row: PartitionRow
 
 
-# Per database (engine), the partition rows this process's appends last wrote (rule 32):
-# a hint an append may decide on without reading the row, its advance then checking that
-# the row is still that version. Entries are replaced whole, never changed in place.
-_remembered: WeakKeyDictionary[Engine, dict[TopicPartition, Remembered]] = WeakKeyDictionary()
-_first_memory = threading.Lock()
+# The partition rows this process's appends and markers last wrote (rule 32): a hint an
+# append may decide on without reading the row, its advance then checking that the row is
+# still that version.
+_remembered: EngineMemory[TopicPartition, Remembered] = EngineMemory()
 
 
 def remembered(conn: Connection, tp: TopicPartition) -> Remembered | None:
     """The partition row as this process last wrote it to ``conn``'s database, if it did."""
-    rows = _remembered.get(conn.engine)
-    return None if rows is None else rows.get(tp)
+    return _remembered.get(conn, tp)
 
 
 def remember(conn: Connection, tp: TopicPartition, xmin: str, row: PartitionRow) -> None:
     """The partition row this DB transaction has just written (``xmin``: its version)."""
-    rows = _remembered.get(conn.engine)
-    if rows is None:
-        rows = _memory_of(conn.engine)
-    rows[tp] = Remembered(RowVersion(xmin, row.next_offset), row)
-
-
-def _memory_of(engine: Engine) -> dict[TopicPartition, Remembered]:
-    """The engine's memory, made on first use. Everything in it is forgotten whenever one
-    of its connections is found lost: the server may have restarted from a backup, its
-    transaction ids counting again from an earlier point, so that a remembered ``xmin``
-    could name another transaction's row."""
-    with _first_memory:
-        rows = _remembered.get(engine)
-        if rows is None:
-            rows = _remembered[engine] = {}
-            engine_ref = weakref.ref(engine)
-
-            def forget_everything(*_: object) -> None:
-                alive = engine_ref()
-                if alive is not None and (lost := _remembered.get(alive)) is not None:
-                    lost.clear()
-
-            event.listen(engine, "invalidate", forget_everything)
-            event.listen(engine, "soft_invalidate", forget_everything)
-        return rows
+    _remembered.put(conn, tp, Remembered(RowVersion(xmin, row.next_offset), row))
 
 
 def forget(conn: Connection, tp: TopicPartition) -> None:
     """Drop what this process remembers of a partition row (another wrote it since)."""
-    rows = _remembered.get(conn.engine)
-    if rows is not None:
-        rows.pop(tp, None)
+    _remembered.drop(conn, tp)
+
+
+def lock_versions_query(conn: Connection, partitions: Sequence[TopicPartition]) -> bytes:
+    """LOCK_PARTITION_VERSIONS for ``partitions`` (sorted), as a statement of a query
+    string (``storage.one_query``): locks them as ``lock_partitions`` does, in the same
+    order, and gives their versions for ``versions_match``."""
+    params = {"topics": [t for t, _ in partitions], "partitions": [p for _, p in partitions]}
+    return prepared_call(conn, sql.LOCK_PARTITION_VERSIONS, params)
+
+
+def versions_match(result: pq.abc.PGresult, expected: dict[TopicPartition, RowVersion]) -> bool:
+    """Whether the rows ``lock_versions_query`` locked are every one of ``expected`` and
+    each still that version."""
+    found = {}
+    for i in range(result.ntuples):
+        topic, partition, xmin, next_offset = (result.get_value(i, c) for c in range(4))
+        assert topic is not None and partition is not None and xmin is not None
+        assert next_offset is not None
+        found[(topic.decode(), int(partition))] = RowVersion(xmin.decode(), int(next_offset))
+    return found == expected
 
 
 def lock_partitions(

@@ -107,6 +107,17 @@ LOCK_PARTITIONS = f"""
     FOR UPDATE OF p
 """
 
+# The one-query commit's lock (docs/design.md §3.11): the rows LOCK_PARTITIONS would lock,
+# in the same order, with the versions (``xmin``, next_offset) of the rows locked (after a
+# wait, the newest), for the caller to compare with the rows it decided on.
+LOCK_PARTITION_VERSIONS = """
+    SELECT p.topic, p.partition, CAST(p.xmin AS text), p.next_offset
+    FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[])) AS u(topic, partition)
+    JOIN partitions p ON p.topic = u.topic AND p.partition = u.partition
+    ORDER BY p.topic COLLATE "C", p.partition
+    FOR UPDATE OF p
+"""
+
 # The state of the producer named for each partition, read once their locks are held.
 PRODUCER_STATES = f"""
     SELECT s.topic, s.partition, {_PRODUCER_STATE_COLUMNS}

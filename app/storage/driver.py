@@ -83,6 +83,12 @@ class WriteBehind:
         covered = frozenset(keys)
         self._queued = [q for q in self._queued if not (q[2] and q[2] <= covered)]
 
+    def take(self) -> list[tuple[str, dict[str, Any]]]:
+        """The queued writes, in order, no longer queued: to be sent some other way (a
+        query string of their own, ``storage.one_query``)."""
+        queued, self._queued = self._queued, []
+        return [(statement, params) for statement, params, _ in queued]
+
     def send(self, conn: Connection) -> None:
         """Run the queued writes, in order; errors raise here, before COMMIT."""
         queued, self._queued = self._queued, []

@@ -24,12 +24,14 @@ psycopg's libpq wrapper and its generators, as psycopg's ``Copy`` does.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from psycopg import errors, generators, pq
+from psycopg.adapt import PyFormat, Transformer
 from sqlalchemy import Connection
 
 from app.storage.driver import driver_connection, in_transaction
@@ -45,37 +47,85 @@ def as_prepared(statement: str, names: tuple[str, ...]) -> str:
     return _PLACEHOLDER.sub(lambda m: f"${position[m.group(1)]}", statement)
 
 
-def prepare_once(conn: Connection, name: str, statement: str) -> None:
-    """``PREPARE name AS statement`` on ``conn``'s session unless done already (marked in the
-    pool's per-connection info, which a reconnect starts afresh). ``conn`` is outside any
-    transaction: the PREPARE runs on its own."""
+def prepare_once(conn: Connection, name: str, statement: str, types: Sequence[str] = ()) -> None:
+    """``PREPARE name[(types)] AS statement`` on ``conn``'s session unless done already
+    (marked in the pool's per-connection info, which a reconnect starts afresh). ``conn`` is
+    outside any transaction: the PREPARE runs on its own."""
     info = conn.connection.info
     key = ("kip98_prepared", name)
     if info.get(key):
         return
     raw = driver_connection(conn)
-    _run(raw, f"PREPARE {name} AS {statement}".encode())
+    declared = f"({', '.join(types)})" if types else ""
+    _run(raw, f"PREPARE {name}{declared} AS {statement}".encode())
     info[key] = True
 
 
-def unprepared(conn: Connection, name: str) -> None:
-    """Forget that ``name`` is prepared on ``conn`` (the server said it is not: a
-    DEALLOCATE ran on the session); the next ``prepare_once`` prepares it again."""
-    conn.connection.info.pop(("kip98_prepared", name), None)
+def unprepared(conn: Connection, name: str | None = None) -> None:
+    """Forget that ``name`` (None: every statement) is prepared on ``conn`` (the server said
+    it is not: a DEALLOCATE ran on the session); the next ``prepare_once`` prepares it
+    again."""
+    info = conn.connection.info
+    for key in [k for k in info if isinstance(k, tuple) and k[0] == "kip98_prepared"]:
+        if name is None or key[1] == name:
+            del info[key]
 
 
-def call(conn: Connection, name: str, values: Sequence[int | str | None]) -> bytes:
-    """``EXECUTE name(...)`` with ``values`` as SQL literals (NULL, integers, quoted text)."""
+def call(conn: Connection, name: str, values: Sequence[Any]) -> bytes:
+    """``EXECUTE name(...)`` with ``values`` as SQL literals: NULL, booleans, integers,
+    quoted text, and lists as quoted array text (psycopg's own text form of them)."""
     escaping = pq.Escaping(driver_connection(conn).pgconn)
-    literals = [
-        b"NULL"
-        if v is None
-        else b"%d" % v
-        if isinstance(v, int)
-        else escaping.escape_literal(v.encode())
-        for v in values
-    ]
-    return b"EXECUTE %s(%s)" % (name.encode(), b", ".join(literals))
+    return b"EXECUTE %s(%s)" % (name.encode(), b", ".join(_literal(escaping, v) for v in values))
+
+
+def _literal(escaping: Any, value: Any) -> bytes:
+    if value is None:
+        return b"NULL"
+    if isinstance(value, bool):
+        return b"true" if value else b"false"
+    if isinstance(value, int):
+        return b"%d" % value
+    if isinstance(value, list):
+        text = _TEXT.get_dumper(value, PyFormat.TEXT).dump(value)
+        assert text is not None
+        return bytes(escaping.escape_literal(bytes(text)))
+    return bytes(escaping.escape_literal(value.encode()))
+
+
+_TEXT = Transformer()
+
+
+def prepared_call(conn: Connection, statement: str, params: Mapping[str, Any]) -> bytes:
+    """``statement`` (psycopg's ``%(name)s`` placeholders, literal ``%`` doubled) as an
+    ``EXECUTE`` of it prepared once per session, ``params`` as its literals (``call``).
+    Its parameters are declared from the values, as psycopg's own binding types them
+    (integers as bigint, lists of them as bigint[], booleans), the rest left for the
+    server to infer from the statement; each signature is a statement of its own."""
+    names = _names(statement)
+    values = [params[n] for n in names]
+    types = tuple(_type_of(v) for v in values)
+    digest = hashlib.sha1(repr((statement, types)).encode()).hexdigest()[:20]
+    name = f"kip98_{digest}"
+    prepare_once(conn, name, as_prepared(statement, names).replace("%%", "%"), types)
+    return call(conn, name, values)
+
+
+@functools.cache
+def _names(statement: str) -> tuple[str, ...]:
+    """The statement's placeholders, each once, in order of appearance."""
+    return tuple(dict.fromkeys(_PLACEHOLDER.findall(statement)))
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, list) and any(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return "bigint[]"
+    return "unknown"
 
 
 class QueryCopies:

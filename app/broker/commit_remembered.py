@@ -1,0 +1,205 @@
+"""The combined commit (``broker.commit``) on the rows this process's last commit of the
+transactional id left (docs/design.md §3.11).
+
+A producer's commits of one transactional id follow each other, and between two of them
+nothing else usually writes the id's row or its partitions. So the process remembers each
+row as its commit left it (the id's metadata with its lease epoch; each partition with the
+producer's state, rule 32), and the next commit is decided on those, in full, before
+anything is sent: registration, appends, PREPARE, markers and COMPLETE, exactly as
+``commit_decision.decide`` decides under the locks. Then one query string: lock the id's
+row and its lease (as ``load_with_lease``), lock the partitions in sorted order and read
+the other producers' open transactions (as ``lock_for_markers``), every write the decision
+queued, the row's new version, then the COPYs, committed as the last COPY ends. Its reads
+come back with the first COPY's start: only if each row is the version remembered, and no
+other producer's transaction opened or closed, are the COPYs' data sent; otherwise the
+COPY is failed on purpose and the implicit transaction rolls back with nothing written (a
+write decided on a stale row may instead fail outright, which rolls back the same way);
+the request then takes the lock's way in a fresh DB transaction, as if nothing had been
+tried. The locks are taken in the usual order (§3.3), before any write.
+
+Only a commit that the lock's way would end with every batch in goes this way: any
+refusal, a retry, a decision that would read the database (ACLs, a new producer id,
+several batches for one partition), offsets in the transaction, or a row not remembered,
+and the request goes the lock's way from the start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from sqlalchemy import Connection
+
+from app.broker.commit_decision import Decided, decide
+from app.broker.work import Work
+from app.coordinator.metadata import TxnMetadata, end_retry_outcome
+from app.coordinator.txn_log import (
+    Leased,
+    RememberedTxn,
+    TransitionBatch,
+    forget_txn,
+    remember_txn,
+    remembered_txn,
+    txn_matches,
+    txn_version_query,
+    written_version_query,
+)
+from app.faults import crash_point
+from app.log import sql as log_sql
+from app.log.markers import MarkerLocks, others_first_open
+from app.log.partition_lock import (
+    PartitionRow,
+    Remembered,
+    TopicPartition,
+    forget,
+    lock_versions_query,
+    remember,
+    remembered,
+    versions_match,
+)
+from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse
+from app.storage.context import BrokerContext
+from app.storage.driver import WriteBehind, driver_connection, in_transaction
+from app.storage.one_query import QueryCopies, prepared_call, unprepared
+
+
+@dataclass(frozen=True)
+class Remembering:
+    """What a commit that ended its transaction leaves for the next one: the metadata it
+    ended with and its lease epoch, and its partitions' rows before and after it (a row
+    it changed was written by it, at its version)."""
+
+    ended: TxnMetadata
+    coordinator_epoch: int
+    before: dict[TopicPartition, PartitionRow]
+    after: dict[TopicPartition, PartitionRow]
+
+
+def remember_commit(conn: Connection, xmin: str, remembering: Remembering) -> None:
+    """Remember the rows a committed commit left, ``xmin`` being its version."""
+    remember_txn(conn, xmin, Leased(remembering.ended, remembering.coordinator_epoch))
+    for tp, row in remembering.after.items():
+        if remembering.before.get(tp) != row:
+            remember(conn, tp, xmin, row)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    decided: Decided
+    hints: dict[TopicPartition, Remembered]
+    writes: list[bytes]
+    copies: list[bytes]
+    after: dict[TopicPartition, PartitionRow]
+
+
+def commit_on_remembered(
+    context: BrokerContext, req: ProduceBatchesRequest
+) -> ProduceBatchesResponse | None:
+    """``req`` decided on the remembered rows and sent as one query string; None, with
+    nothing written, where the lock's way must take it (see the module docstring)."""
+    end = req.end
+    assert end is not None
+    if context.settings.authorization:
+        return None  # the ACLs are read in the DB transaction
+    with context.engine.connect() as conn:
+        memory = remembered_txn(conn, end.transactional_id)
+        if memory is None or in_transaction(conn):
+            return None
+        planned = _plan(conn, context, req, memory)
+        if planned is None:
+            return None
+        return _send(conn, req, memory, planned)
+
+
+def _plan(
+    conn: Connection, context: BrokerContext, req: ProduceBatchesRequest, memory: RememberedTxn
+) -> _Planned | None:
+    end = req.end
+    meta = memory.leased.meta
+    assert end is not None and meta is not None
+    if meta.has_offsets or end_retry_outcome(
+        meta, end.producer_id, end.producer_epoch, end.committed
+    ):
+        return None
+    hints: dict[TopicPartition, Remembered] = {}
+    for tp in _touched(meta, req):
+        hint = remembered(conn, tp)
+        if (
+            hint is None
+            or hint.row.s_producer_id != meta.producer_id
+            or hint.row.s_txn_first_offset is not None
+        ):
+            return None
+        hints[tp] = hint
+    rows = {tp: hint.row for tp, hint in hints.items()}
+    writes = WriteBehind()
+    work = Work(context, conn, transitions=TransitionBatch(), writes=writes, copies=[])
+    locks = MarkerLocks(meta.producer_id, rows, others_first_open(rows), writes)
+    decided = decide(work, req, memory.leased, locks)
+    if in_transaction(conn) or conn.in_transaction():
+        conn.rollback()  # a decision read the database: it is taken under the locks
+        return None
+    if decided.ended is None or not work.copies:
+        return None
+    assert work.transitions is not None
+    work.transitions.flush(conn, writes)
+    calls = [prepared_call(conn, statement, params) for statement, params in writes.take()]
+    return _Planned(decided, hints, calls, work.copies, locks.rows)
+
+
+def _touched(meta: TxnMetadata, req: ProduceBatchesRequest) -> list[TopicPartition]:
+    """The partitions the commit locks, sorted: as ``commit._lock_partitions``."""
+    touched = set(meta.partitions) | {(b.topic, b.partition) for b in req.batches}
+    if req.add is not None:
+        touched |= set(req.add.partitions)
+    return sorted(touched)
+
+
+def _send(
+    conn: Connection, req: ProduceBatchesRequest, memory: RememberedTxn, planned: _Planned
+) -> ProduceBatchesResponse | None:
+    end = req.end
+    meta = memory.leased.meta
+    assert end is not None and meta is not None
+    tid, touched = end.transactional_id, sorted(planned.hints)
+    reads = [txn_version_query(conn, tid), lock_versions_query(conn, touched)]
+    statements = [*reads, *planned.writes, written_version_query(conn, tid)]
+    expected = {tp: hint.version for tp, hint in planned.hints.items()}
+    try:
+        with QueryCopies(
+            conn,
+            log_sql.COPY_RECORDS,
+            len(planned.copies),
+            committed=True,
+            statements=statements,
+        ) as query:
+            txn, partitions = query.results[:2]
+            if not (txn_matches(txn, memory) and versions_match(partitions, expected)):
+                query.refuse("a row moved since this process wrote it")
+                _forget(conn, tid, touched)
+                return None
+            query.write(planned.copies)
+            crash_point("commit.in_one_query")  # every COPY's data given, the last not ended
+    except psycopg.Error as exc:
+        if driver_connection(conn).broken:
+            raise
+        if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
+            unprepared(conn)  # deallocated: prepared again next time
+        _forget(conn, tid, touched)  # a write decided on a moved row failed
+        return None
+    xmin = query.results[-1].get_value(0, 0)
+    assert xmin is not None and planned.decided.ended is not None
+    before = {tp: hint.row for tp, hint in planned.hints.items()}
+    ended = planned.decided.ended
+    remember_commit(
+        conn,
+        xmin.decode(),
+        Remembering(ended, memory.leased.coordinator_epoch, before, planned.after),
+    )
+    return planned.decided.response
+
+
+def _forget(conn: Connection, transactional_id: str, partitions: list[TopicPartition]) -> None:
+    forget_txn(conn, transactional_id)
+    for tp in partitions:
+        forget(conn, tp)
