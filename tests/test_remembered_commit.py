@@ -13,14 +13,18 @@ that do go in one query leave the tables exactly as the lock's way leaves them.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from app.broker import Broker
@@ -28,6 +32,7 @@ from app.broker import commit as commit_module
 from app.client import KafkaException, Producer
 from app.errors import KafkaError
 from app.log.topics import create_topic
+from app.storage import one_query as one_query_module
 from app.storage.one_query import QueryCopies
 from tests.txn_driver import partition_offsets, read_values
 
@@ -152,24 +157,27 @@ _TABLES = {
                      FROM partitions WHERE topic = :topic ORDER BY partition""",
     "producer_states": """SELECT partition, producer_epoch, last_sequence, last_offset,
                                  batches, coordinator_epoch, txn_first_offset
-                          FROM producer_states WHERE topic = :topic ORDER BY partition""",
+                          FROM producer_states WHERE topic = :topic
+                          ORDER BY partition, last_offset""",
     "aborted_txns": """SELECT partition, first_offset, last_offset, last_stable_offset
                        FROM aborted_txns WHERE topic = :topic ORDER BY partition, first_offset""",
-    "transaction_log": """SELECT producer_epoch, last_producer_epoch, state,
+    "transaction_log": """SELECT array_position(CAST(:tids AS text[]), transactional_id),
+                                 producer_epoch, last_producer_epoch, state,
                                  jsonb_path_query_array(partitions, '$[*][1]'),
                                  has_offsets, coordinator_epoch, reason
-                          FROM transaction_log WHERE transactional_id = :tid ORDER BY event_id""",
+                          FROM transaction_log
+                          WHERE transactional_id = ANY(CAST(:tids AS text[]))
+                          ORDER BY event_id""",
 }
 
 
-def tables(broker: Broker, topic: str, transactional_id: str) -> dict[str, list[Any]]:
-    """What a run left, without what differs between two runs of it (producer ids, times)."""
+def tables(broker: Broker, topic: str, *transactional_ids: str) -> dict[str, list[Any]]:
+    """What a run left, without what differs between two runs of it (producer ids, times;
+    the transactional ids by their place in ``transactional_ids``)."""
+    params = {"topic": topic, "tids": list(transactional_ids)}
     with broker.engine.connect() as conn:
         return {
-            name: [
-                tuple(r) for r in conn.execute(text(q), {"topic": topic, "tid": transactional_id})
-            ]
-            for name, q in _TABLES.items()
+            name: [tuple(r) for r in conn.execute(text(q), params)] for name, q in _TABLES.items()
         }
 
 
@@ -332,3 +340,229 @@ def test_a_process_killed_inside_the_one_query_commit_leaves_nothing(
         transaction(p, {0: ["e"], 1: ["f"]})
     assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
     assert [partition_offsets(broker, "t", i)[0] for i in (0, 1)] == [6, 6]
+
+
+def test_producers_racing_on_shared_partitions(
+    db_url: str, broker: Broker, producers: Any, ways: Ways
+) -> None:
+    """Two transactional producers commit on threads of their own, one mostly on
+    partitions 0 and 1, the other mostly on 2 and now and then on 1, while an idempotent
+    producer appends to 1: commits go in one query while their rows stay theirs and are
+    refused when the other wrote in between. Every committed record is read once, each
+    producer's in order, every partition gapless, its LSO at the end."""
+    create_topic(broker, "r", 3)
+    plans = {
+        "r0": [[0, 1] if i % 5 else [0, 1, 2] for i in range(25)],
+        "r1": [[2] if i % 3 else [1, 2] for i in range(25)],
+    }
+    made = {tid: producers(tid) for tid in plans}
+    errors: list[BaseException] = []
+
+    def run(tid: str) -> None:
+        try:
+            p = made[tid]
+            for n, partitions in enumerate(plans[tid]):
+                p.begin_transaction()
+                for partition in partitions:
+                    for k in range(random.randint(1, 3)):
+                        value = f"{tid}-{n}-{k}".encode()
+                        p.produce("r", value=value, partition=partition)
+                p.commit_transaction()
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    def plain() -> None:
+        try:
+            with Producer({"database.url": db_url, "linger.ms": 0}) as other:
+                for i in range(20):
+                    other.produce("r", value=f"x-{i}".encode(), partition=1)
+                    assert other.flush(30) == 0
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(tid,)) for tid in plans]
+    threads.append(threading.Thread(target=plain))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert ways.taken.count("one") >= 1
+    for partition in range(3):
+        values = read_values(broker, "r", partition)
+        assert len(values) == len(set(values))
+        for tid in (*plans, "x"):
+            mine = [v for v in values if v.startswith(f"{tid}-")]
+            assert mine == sorted(mine, key=lambda v: tuple(int(x) for x in v.split("-")[1:]))
+        expected = {
+            f"{tid}-{n}"
+            for tid, ps in plans.items()
+            for n, parts in enumerate(ps)
+            if partition in parts
+        }
+        assert {v.rsplit("-", 1)[0] for v in values if not v.startswith("x-")} == expected
+        high_watermark, lso = partition_offsets(broker, "r", partition)
+        assert lso == high_watermark
+        with broker.engine.connect() as conn:
+            offsets = (
+                conn.execute(
+                    text(
+                        'SELECT "offset" FROM records WHERE topic = :t AND partition = :p ORDER BY 1'
+                    ),
+                    {"t": "r", "p": partition},
+                )
+                .scalars()
+                .all()
+            )
+        assert offsets == list(range(high_watermark))
+    plain_values = [v for v in read_values(broker, "r", 1) if v.startswith("x-")]
+    assert plain_values == [f"x-{i}" for i in range(20)]
+
+
+class World:
+    """One run of a property example: a topic, the producer under test (``main``, replaced
+    by a new instance when fenced) and another transactional producer, on their own ids."""
+
+    def __init__(self, db_url: str, broker: Broker, name: str) -> None:
+        self.db_url, self.topic = db_url, name
+        self.main_id, self.other_id = f"{name}-main", f"{name}-other"
+        create_topic(broker, name, 3)
+        self.main = self._transactional(self.main_id)
+        self.other = self._transactional(self.other_id, 0)
+        self.other_open = False
+        self.plain = Producer({"database.url": db_url, "linger.ms": 0})
+
+    def _transactional(self, transactional_id: str, linger_ms: int = 5_000) -> Producer:
+        p = Producer(
+            {"database.url": self.db_url, "transactional.id": transactional_id}
+            | {"linger.ms": linger_ms}
+        )
+        p.init_transactions()
+        return p
+
+    def apply(self, op: tuple[Any, ...]) -> None:
+        kind = op[0]
+        if kind in ("commit", "abort"):
+            self.main.begin_transaction()
+            for partition, count in sorted(op[1].items()):
+                for k in range(count):
+                    value = f"{kind}-{partition}-{k}".encode()
+                    self.main.produce(self.topic, value=value, partition=partition, timestamp=7)
+            if kind == "commit":
+                self.main.commit_transaction()
+            else:
+                self.main.abort_transaction()
+        elif kind == "plain":
+            for _ in range(op[2]):  # a batch each, as both topics' must be alike
+                self.plain.produce(self.topic, value=b"p", partition=op[1], timestamp=7)
+                assert self.plain.flush(30) == 0
+        elif kind == "open_other":
+            if not self.other_open:
+                self.other.begin_transaction()
+                self.other_open = True
+            self.other.produce(self.topic, value=b"o", partition=op[1], timestamp=7)
+            assert self.other.flush(30) == 0
+        elif kind == "commit_other" and self.other_open:
+            self.other.commit_transaction()
+            self.other_open = False
+        elif kind == "fence":
+            self.main.close()
+            self.main = self._transactional(self.main_id)
+
+    def close(self) -> None:
+        for p in (self.main, self.other, self.plain):
+            p.close()
+
+
+_PARTITION_COUNTS = st.dictionaries(st.integers(0, 2), st.integers(1, 3), min_size=1)
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["commit", "commit", "commit", "abort"]), _PARTITION_COUNTS),
+        st.tuples(st.just("plain"), st.integers(0, 2), st.integers(1, 4)),
+        st.tuples(st.just("open_other"), st.integers(0, 2)),
+        st.tuples(st.just("commit_other")),
+        st.tuples(st.just("lease")),
+        st.tuples(st.just("fence")),
+    ),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=_OPS)
+def test_any_interleaving_leaves_what_the_lock_way_leaves(
+    db_url: str, broker: Broker, ways: Ways, monkeypatch: pytest.MonkeyPatch, ops: list[Any]
+) -> None:
+    """Random runs of the producer's commits and aborts, with another producer's plain
+    appends, another transaction opened and committed on the same partitions, the lease
+    moving and the producer fenced by a new instance in between, each applied to two
+    topics at once: on one the producer's commits may go in one query, on the other every
+    commit takes the lock's way. Both leave the same rows."""
+    tag = f"w{len(ways.taken)}x{random.randrange(1 << 30)}"
+    with broker.engine.begin() as conn:  # the leases as no example moved them
+        conn.execute(text("DELETE FROM coordinator_leases"))
+    one_query, lock_way = World(db_url, broker, f"{tag}a"), World(db_url, broker, f"{tag}b")
+    original = commit_module.commit_on_remembered
+
+    def only_on_one_query(context: Any, req: Any) -> Any:
+        if req.end.transactional_id == lock_way.main_id:
+            return None
+        return original(context, req)
+
+    monkeypatch.setattr(commit_module, "commit_on_remembered", only_on_one_query)
+    try:
+        for op in [("commit", {0: 1, 1: 1, 2: 1}), *ops, ("commit", {0: 1, 1: 1, 2: 1})]:
+            if op[0] == "lease":
+                ids = (one_query.main_id, one_query.other_id, lock_way.main_id, lock_way.other_id)
+                _move_leases(broker, *ids)
+                continue
+            one_query.apply(op)
+            lock_way.apply(op)
+    finally:
+        one_query.close()
+        lock_way.close()
+    assert tables(broker, one_query.topic, one_query.main_id, one_query.other_id) == tables(
+        broker, lock_way.topic, lock_way.main_id, lock_way.other_id
+    )
+
+
+def _move_leases(broker: Broker, *transactional_ids: str) -> None:
+    """Move the lease of the ids' transaction-log partitions to another coordinator epoch,
+    once for a partition several share: every id's lease moves alike, whichever share."""
+    with broker.engine.begin() as conn:
+        conn.execute(
+            text(
+                """INSERT INTO coordinator_leases (txn_partition, owner, coordinator_epoch)
+                   SELECT DISTINCT txn_partition, 'elsewhere', 1 FROM transactions
+                   WHERE transactional_id = ANY(:tids)
+                   ON CONFLICT (txn_partition)
+                   DO UPDATE SET coordinator_epoch = coordinator_leases.coordinator_epoch + 1"""
+            ),
+            {"tids": list(transactional_ids)},
+        )
+
+
+def test_statements_gone_from_the_session_are_prepared_again(
+    broker: Broker, producers: Any, ways: Ways, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session whose prepared statements are gone (someone ran DEALLOCATE, here: they
+    were taken for prepared without being so) fails the query string's first EXECUTE:
+    the commit takes the lock's way, and the next one prepares them again."""
+    p = producers("tx")
+    transaction(p, {0: ["a"], 1: ["b"]})
+    real = one_query_module.prepare_once
+    monkeypatch.setattr(one_query_module, "prepare_once", _taken_for_prepared)
+    transaction(p, {0: ["c"], 1: ["d"]})
+    monkeypatch.setattr(one_query_module, "prepare_once", real)
+    transaction(p, {0: ["e"], 1: ["f"]})
+    assert ways.taken == ["lock", "lock", "one"]
+    assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
+
+
+def _taken_for_prepared(conn: Any, name: str, statement: str, types: Any = ()) -> None:
+    conn.connection.info[("kip98_prepared", name)] = True

@@ -20,6 +20,11 @@ ongoing, and the client's commit fails as it would after a failed flush.
 Lock order (docs/design.md §3.3): the transactional id's row first (FOR UPDATE), then, in one
 statement and sorted, every partition the request touches (its batches' and those the
 markers will mark); the registration, the appends and the markers work on those rows.
+
+After a commit of the id by this process, the next is first tried on the rows that commit
+left, decided the same way (``commit_decision``) and sent as one query string whose locking
+reads check that the rows are still those (``commit_remembered``, §3.11); the lock's way
+here is the fallback, and seeds what is remembered.
 """
 
 from __future__ import annotations

@@ -105,10 +105,18 @@ def commit_on_remembered(
         memory = remembered_txn(conn, end.transactional_id)
         if memory is None or in_transaction(conn):
             return None
-        planned = _plan(conn, context, req, memory)
-        if planned is None:
+        try:
+            planned = _plan(conn, context, req, memory)
+            return None if planned is None else _send(conn, req, memory, planned)
+        except psycopg.Error as exc:
+            if driver_connection(conn).broken:
+                raise  # the outcome is unknown: the client retries the request
+            if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
+                unprepared(conn)  # deallocated: prepared again next time
+            # Nothing was written: a write decided on a moved row failed (or a statement
+            # could not be prepared), and the lock's way decides again.
+            _forget(conn, end.transactional_id, _touched(memory.leased.meta, req))
             return None
-        return _send(conn, req, memory, planned)
 
 
 def _plan(
@@ -147,9 +155,11 @@ def _plan(
     return _Planned(decided, hints, calls, work.copies, locks.rows)
 
 
-def _touched(meta: TxnMetadata, req: ProduceBatchesRequest) -> list[TopicPartition]:
+def _touched(meta: TxnMetadata | None, req: ProduceBatchesRequest) -> list[TopicPartition]:
     """The partitions the commit locks, sorted: as ``commit._lock_partitions``."""
-    touched = set(meta.partitions) | {(b.topic, b.partition) for b in req.batches}
+    touched = {(b.topic, b.partition) for b in req.batches}
+    if meta is not None:
+        touched |= set(meta.partitions)
     if req.add is not None:
         touched |= set(req.add.partitions)
     return sorted(touched)
@@ -165,28 +175,16 @@ def _send(
     reads = [txn_version_query(conn, tid), lock_versions_query(conn, touched)]
     statements = [*reads, *planned.writes, written_version_query(conn, tid)]
     expected = {tp: hint.version for tp, hint in planned.hints.items()}
-    try:
-        with QueryCopies(
-            conn,
-            log_sql.COPY_RECORDS,
-            len(planned.copies),
-            committed=True,
-            statements=statements,
-        ) as query:
-            txn, partitions = query.results[:2]
-            if not (txn_matches(txn, memory) and versions_match(partitions, expected)):
-                query.refuse("a row moved since this process wrote it")
-                _forget(conn, tid, touched)
-                return None
-            query.write(planned.copies)
-            crash_point("commit.in_one_query")  # every COPY's data given, the last not ended
-    except psycopg.Error as exc:
-        if driver_connection(conn).broken:
-            raise
-        if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
-            unprepared(conn)  # deallocated: prepared again next time
-        _forget(conn, tid, touched)  # a write decided on a moved row failed
-        return None
+    with QueryCopies(
+        conn, log_sql.COPY_RECORDS, len(planned.copies), committed=True, statements=statements
+    ) as query:
+        txn, partitions = query.results[:2]
+        if not (txn_matches(txn, memory) and versions_match(partitions, expected)):
+            query.refuse("a row moved since this process wrote it")
+            _forget(conn, tid, touched)
+            return None
+        query.write(planned.copies)
+        crash_point("commit.in_one_query")  # every COPY's data given, the last not ended
     xmin = query.results[-1].get_value(0, 0)
     assert xmin is not None and planned.decided.ended is not None
     before = {tp: hint.row for tp, hint in planned.hints.items()}

@@ -16,6 +16,9 @@ connection so the server plans it once.
 A request's rows cut into several COPYs (§3.10), inside its open transaction or in the
 one-query write: one query string, each COPY started as the one before ends.
 
+A transactional id's commit on remembered rows (§3.11): its locking reads, its writes (any
+statement, through ``prepared_call``) and its COPYs, the same way.
+
 psycopg has no public call for a query string that mixes a COPY with other statements, or
 holds several (``Cursor.copy`` refuses them), so this drives the connection with
 psycopg's libpq wrapper and its generators, as psycopg's ``Copy`` does.
@@ -104,10 +107,14 @@ def prepared_call(conn: Connection, statement: str, params: Mapping[str, Any]) -
     names = _names(statement)
     values = [params[n] for n in names]
     types = tuple(_type_of(v) for v in values)
-    digest = hashlib.sha1(repr((statement, types)).encode()).hexdigest()[:20]
-    name = f"kip98_{digest}"
+    name = _prepared_name(statement, types)
     prepare_once(conn, name, as_prepared(statement, names).replace("%%", "%"), types)
     return call(conn, name, values)
+
+
+@functools.cache
+def _prepared_name(statement: str, types: tuple[str, ...]) -> str:
+    return "kip98_" + hashlib.sha1(repr((statement, types)).encode()).hexdigest()[:20]
 
 
 @functools.cache
@@ -167,6 +174,7 @@ class QueryCopies:
                 if committed
                 else "these COPYs belong in the connection's open transaction"
             )
+        self.committed = committed
         self._raw = driver_connection(conn)
         self._copies = copies
         self._query = b"; ".join([*statements, *[copy.encode()] * copies])
