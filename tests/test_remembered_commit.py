@@ -566,3 +566,23 @@ def test_statements_gone_from_the_session_are_prepared_again(
 
 def _taken_for_prepared(conn: Any, name: str, statement: str, types: Any = ()) -> None:
     conn.connection.info[("kip98_prepared", name)] = True
+
+
+def test_a_commit_after_batches_sent_early_takes_the_lock_way_without_trying(
+    broker: Broker, producers: Any, ways: Ways
+) -> None:
+    """A transaction whose first batch went before the commit (a flush) registered its
+    partition then, moving the transactional id's row: the process forgets the row as its
+    last commit left it, so the commit takes the lock's way without a query string
+    refused in vain; the next transaction sent whole with its commit goes in one query."""
+    p = producers("tx")
+    transaction(p, {0: ["a"], 1: ["b"]})
+    p.begin_transaction()
+    p.produce("t", value=b"c", partition=0)
+    assert p.flush(30) == 0
+    p.produce("t", value=b"d", partition=1)
+    p.commit_transaction()
+    transaction(p, {0: ["e"], 1: ["f"]})
+    assert ways.taken == ["lock", "lock", "one"]
+    assert ways.refused == 0
+    assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}

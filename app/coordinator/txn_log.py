@@ -77,6 +77,9 @@ class RememberedTxn(NamedTuple):
 
 # The transactional ids' rows this process's commits last wrote (docs/design.md §3.11), a
 # hint the next commit may decide on; its first statement checks the row is still that.
+# Every transition this process persists forgets its id's entry (the combined commit
+# remembers the row again once committed): a producer whose transactions register their
+# partitions before the commit does not try its commits on a row it has moved itself.
 _remembered: EngineMemory[str, RememberedTxn] = EngineMemory()
 
 
@@ -144,6 +147,7 @@ def _params(meta: TxnMetadata) -> dict[str, Any]:
 def persist(conn: Connection, meta: TxnMetadata, reason: str) -> TxnMetadata:
     """Append one event for this transition and bring the projection to it (one statement)."""
     statement = sql.APPEND_EVENT_AND_FORGET if meta.state == DEAD else sql.APPEND_EVENT_AND_PROJECT
+    forget_txn(conn, meta.transactional_id)  # the row moves from what a commit left
     conn.execute(statement, {**_params(meta), "reason": reason})
     return meta
 
@@ -153,6 +157,7 @@ def claim(conn: Connection, meta: TxnMetadata, reason: str) -> bool:
     row is still absent; False (nothing written) if another request created it first, whose
     row ``load_for_update`` then waits for and locks. A row read as absent is not locked:
     only this insert-if-absent makes two first InitProducerIds take turns."""
+    forget_txn(conn, meta.transactional_id)
     return conn.execute(sql.CLAIM_NEW_ID, {**_params(meta), "reason": reason}).first() is not None
 
 
@@ -181,6 +186,8 @@ class TransitionBatch:
         if not self._pending:
             return
         events = [{**_params(meta), "reason": reason} for meta, reason in self._pending]
+        for meta, _ in self._pending:
+            forget_txn(conn, meta.transactional_id)  # the row moves from what a commit left
         self._pending.clear()
         if len(events) == 1:
             statement, params = sql.APPEND_EVENT_AND_PROJECT, events[0]

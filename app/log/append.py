@@ -219,6 +219,8 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
                 locked[tp] = after
             if versions is not None:
                 remember(conn, tp, versions[tp], after)
+            else:  # its version is not known until the queued advance runs
+                forget(conn, tp)
     return responses
 
 

@@ -28,6 +28,7 @@ from app.log.lso import lso_after_marker
 from app.log.partition_lock import (
     PartitionRow,
     TopicPartition,
+    forget,
     lock_params,
     partition_key,
     partition_rows,
@@ -173,6 +174,7 @@ def write_txn_markers(
         after = apply_marker(o.entry, marker, o.offset)
         lso = lso_after_marker(first_others.get(tp), o.offset + 1)
         rows[tp] = rows[tp].advanced(o.offset + 1, lso, after)  # as the marker leaves it
+        forget(conn, tp)  # at a version not known here (a commit remembers it once committed)
         values.append(_marker_values(o, lso, after))
     writes = locked.writes
     if writes is not None:
