@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import Connection, text
 
 from app.broker import Broker
@@ -24,7 +26,7 @@ from app.log import sql
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
 from app.storage.driver import driver_connection, in_transaction
-from app.storage.one_query import QueryCopies, as_prepared, call, prepare_once
+from app.storage.one_query import QueryCopies, as_prepared, call, prepare_once, prepared_call
 from tests.identities import hand_out
 
 PID = 11
@@ -339,3 +341,43 @@ def test_a_request_in_rounds_never_commits_a_round_alone(db_url: str, producing:
     request left nothing."""
     assert run_child(db_url, "rounds") == -signal.SIGKILL
     assert values(producing) == [(0, b"a")]
+
+
+_ELEMENTS = st.one_of(
+    st.none(),
+    st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00")),
+    st.sampled_from(['"', "\\", "{", "}", ",", " ", "NULL", "", "a b", '\\"', "'"]),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    texts=st.lists(_ELEMENTS, max_size=6),
+    ints=st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=6),
+    flag=st.booleans(),
+    one=st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+    word=st.text(alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00")),
+)
+def test_prepared_calls_carry_their_values_exactly(
+    conn: Connection,
+    texts: list[str | None],
+    ints: list[int | None],
+    flag: bool,
+    one: int | None,
+    word: str,
+) -> None:
+    """A statement sent as an ``EXECUTE`` of it prepared (``prepared_call``) gets its
+    values as psycopg would bind them: text arrays with quotes, backslashes, braces,
+    commas, blanks, the word NULL and empty strings; bigint arrays with NULLs; booleans,
+    NULL and text scalars."""
+    statement = (
+        "SELECT CAST(%(texts)s AS text[]), CAST(%(ints)s AS bigint[]), %(flag)s, "
+        "CAST(%(one)s AS bigint), CAST(%(word)s AS text), '100%%'"
+    )
+    params = {"texts": texts, "ints": ints, "flag": flag, "one": one, "word": word}
+    executed = prepared_call(conn, statement, params)
+    row = driver_connection(conn).execute(executed).fetchone()
+    driver_connection(conn).rollback()
+    assert row == (texts, ints, flag, one, word, "100%")

@@ -34,7 +34,6 @@ from types import TracebackType
 from typing import Any
 
 from psycopg import errors, generators, pq
-from psycopg.adapt import PyFormat, Transformer
 from sqlalchemy import Connection
 
 from app.storage.driver import driver_connection, in_transaction
@@ -76,7 +75,7 @@ def unprepared(conn: Connection, name: str | None = None) -> None:
 
 def call(conn: Connection, name: str, values: Sequence[Any]) -> bytes:
     """``EXECUTE name(...)`` with ``values`` as SQL literals: NULL, booleans, integers,
-    quoted text, and lists as quoted array text (psycopg's own text form of them)."""
+    quoted text, and flat lists of those as quoted array text."""
     escaping = pq.Escaping(driver_connection(conn).pgconn)
     return b"EXECUTE %s(%s)" % (name.encode(), b", ".join(_literal(escaping, v) for v in values))
 
@@ -89,13 +88,27 @@ def _literal(escaping: Any, value: Any) -> bytes:
     if isinstance(value, int):
         return b"%d" % value
     if isinstance(value, list):
-        text = _TEXT.get_dumper(value, PyFormat.TEXT).dump(value)
-        assert text is not None
-        return bytes(escaping.escape_literal(bytes(text)))
+        return bytes(escaping.escape_literal(_array_text(value).encode()))
     return bytes(escaping.escape_literal(value.encode()))
 
 
-_TEXT = Transformer()
+def _array_text(values: list[Any]) -> str:
+    """A flat list as PostgreSQL's array input reads it: NULL, integers, booleans, and
+    text double-quoted with its backslashes and double quotes escaped (so braces, commas,
+    blanks and the word NULL inside stay text)."""
+    return "{" + ",".join(map(_element, values)) + "}"
+
+
+def _element(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise TypeError(f"no array element literal for {type(value).__name__}")
 
 
 def prepared_call(conn: Connection, statement: str, params: Mapping[str, Any]) -> bytes:
