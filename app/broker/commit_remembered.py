@@ -6,13 +6,14 @@ nothing else usually writes the id's row or its partitions. So the process remem
 row as its commit left it (the id's metadata with its lease epoch; each partition with the
 producer's state, rule 32), and the next commit is decided on those, in full, before
 anything is sent: registration, appends, PREPARE, markers and COMPLETE, exactly as
-``commit_decision.decide`` decides under the locks. Then one query string: lock the id's
-row and its lease (as ``load_with_lease``), lock the partitions in sorted order and read
-the other producers' open transactions (as ``lock_for_markers``), every write the decision
-queued, the row's new version, then the COPYs, committed as the last COPY ends. Its reads
-come back with the first COPY's start: only if each row is the version remembered, and no
-other producer's transaction opened or closed, are the COPYs' data sent; otherwise the
-COPY is failed on purpose and the implicit transaction rolls back with nothing written (a
+``commit_decision.decide`` decides under the locks (the other producers' open
+transactions, which the markers' LSO needs, follow from each row's LSO:
+``markers.others_first_open``). Then one query string: lock the id's row and its lease
+(as ``load_with_lease``) and the partitions in sorted order (as ``lock_for_markers``),
+each read with its version; every write the decision queued; the row's new version; the
+COPYs, committed as the last COPY ends. The reads come back with the first COPY's start:
+only if each row is the version remembered are the COPYs' data sent; otherwise the COPY
+is failed on purpose and the implicit transaction rolls back with nothing written (a
 write decided on a stale row may instead fail outright, which rolls back the same way);
 the request then takes the lock's way in a fresh DB transaction, as if nothing had been
 tried. The locks are taken in the usual order (§3.3), before any write.
