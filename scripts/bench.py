@@ -1285,8 +1285,11 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.80 (0.80-0.80), at it (the median
-  0.8029, runs 0.8025-0.8031; 0.7999 in 0.14.0's table)**, against a floor ~10% faster
+- **Handler produce vs its floor (target 0.8): 0.80 (0.76-0.81), at it (the median
+  0.796 in this table's three runs; 0.8029, runs 0.8025-0.8031, in 0.15.0's, on a
+  quieter machine: this run's absolute figures are ~10% below that table's throughout)**.
+  The handler's path did not change: same-session A/B against 0.15.0, five alternating
+  runs of 1000-record batches on one partition, 3.98 ms a batch against 4.00 ms. Against a floor ~10% faster
   than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor still, 0.68
   before rule 32); against the committed raw COPY the handler went from 0.63 to 0.71. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
   rows it buffers, growing with their square (docs/design.md §3.10, measured with perf
@@ -1345,9 +1348,10 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender: its requests take ~40% longer than the handler's alone, its Python sharing
   the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 1.05 (1.04-1.06); PostgreSQL alone 1.26
-  (1.24-1.26), below the target; the ceiling on this machine 1.52 (1.51-1.55).** The
-  line fell from 1.09 because in-flight 1 got faster: its requests, each the four
+- **In-flight 5 / in-flight 1 (target 1.5): 1.04 (1.03-1.05; 1.05 in 0.15.0's table);
+  PostgreSQL alone 1.38 (1.30-1.43; 1.26 then), below the target; the ceiling on this
+  machine 1.47 (1.47-1.56).** Unchanged in kind since 0.15.0 (~195,000 and ~202,000
+  records/s in this run's noisier machine). In 0.15.0 the line fell from 1.09 because in-flight 1 got faster: its requests, each the four
   partitions' batches on rows the process remembers, now go as one query string, the
   four advances and the COPY, committed as the COPY ends (docs/design.md §3.9, extended
   from the lone batch), where they took BEGIN, the lock's read, the COPY, the advance
@@ -1398,35 +1402,32 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.61 (0.59-0.61),
-  from 0.64; its floor 0.80 (0.80-0.81), below the target.** Both sides of this line's
-  idempotent Producer got faster and the transactional one did not: an idempotent
-  request whose batches all go on rows the process remembers is now one query string,
-  the advances and the COPY, committed as it ends (docs/design.md §3.9), where it took
-  BEGIN, the lock's read, the COPY, the advance and COMMIT (1000 records over four
-  partitions 5.2 → 3.9 ms in the handler). In the same session (A/B, two runs of six
-  rounds) the free-running idempotent Producer went from 0.95-1.04 s to 0.89-0.94 s, the
-  one flushing every 1000 records from 1.26-1.34 s to 1.09-1.19 s, and the
-  transactional one stayed at 1.44-1.68 s (~137,000 records/s against ~223,000). A
-  transaction's commit cannot go that way: it reads the transactional id's row and its
-  lease, locks every partition it touched with the producer states the markers decide
-  on, and writes the transitions and the markers after the COPY; measured per commit of
-  1000 records over four partitions (5.6 ms): the id's row and lease 0.35 ms (with
-  BEGIN), the partition locks 0.42 ms, the checks, decisions and encoding 0.6 ms, the
-  COPY 2.6 ms, the transitions, advance and markers in one pipeline 0.6 ms, COMMIT 0.5
-  ms. Transactions now reach 0.76 of the floor (0.87-0.89 before, when the floor's
-  requests took the same locked way). Remembering the transactional id's row as the
-  partition rows are remembered (rule 32), so that a commit too could go as one query
-  string of version-checked writes, is the way on; it is not built. The application's
-  `produce()` calls (1.45 ms for 1000 records) and the commit follow one another, which
-  is what keeps the floor below 1: the idempotent Producer's application waits on
-  nothing but its queue (about 1.4 µs of CPU a record) and its database work overlaps
-  its `produce()` calls. Each pipeline sends its Sync before waiting for its results
-  (docs/design.md rule 24), a round trip more per commit: within the noise here (one-record
-  transactions 397-448 per second, 413-423 before). The line was 0.82-0.87 while
-  `produce()` cost 3.7 µs a record: the transactional producer got faster too (200
-  transactions in ~1.58 s), the idempotent one more.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.51 (0.47-0.54), from 0.44.**
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.69 (0.69-0.70),
+  from 0.61; its floor 0.78 (0.75-0.80), below the target; transactional / floor 0.91
+  (0.86-0.92), from 0.76.** A transactional id's commit after its process's previous one
+  now goes as one query string when the rows it touches are as that commit left them
+  (docs/design.md §3.11, rule 33): decided in full on the remembered id row, lease epoch
+  and partition rows, then the id's row and the partitions locked with their versions
+  read, the transitions and the markers' write as `EXECUTE`s of prepared statements, and
+  the COPYs, committed as the last COPY ends; refused with nothing written if any
+  version moved. It took BEGIN with the id's row and lease (0.35 ms), the partition locks
+  (0.42 ms), the COPY, a pipeline of the transitions, advance and markers (0.6 ms) and
+  COMMIT (0.5 ms) as five round trips beside the COPY's; 1000 records over four
+  partitions per commit 5.9 → 4.9 ms (median of 100 commits, same session; sent as
+  literal statements instead of prepared ones, planned every time, it was 5.5 ms). The
+  one-record transactions went from 420 to 668 per second. What is left between the
+  transactional Producer and its floor (the idempotent one waiting for its 1000 records
+  each time, whose request is one query string too) is the commit's own work: deciding
+  the registration, PREPARE, markers and COMPLETE (~0.2 ms of Python), the statements
+  that write them (the events and the markers, ~0.3 ms of the server), and rendering
+  their values (0.05 ms). The application's `produce()` calls (1.45 ms for 1000
+  records) and the commit follow one another, which is what keeps the floor below 1:
+  the idempotent Producer's application waits on nothing but its queue (about 1.4 µs of
+  CPU a record) and its database work overlaps its `produce()` calls. A consume-
+  transform-produce transaction, whose offsets go to the coordinator before the commit,
+  still takes the lock's way (its offsets' transitions move the id's row first).
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.48 (0.48-0.53; 0.51, 0.47-0.54, in
+  0.15.0's table, the path unchanged since), from 0.44 in 0.14.0's.**
   A fetch's max_bytes cut is a running sum over the window in SQL, which over the wide
   rows cost as much as reading them; the partition's look now sums the window's stored
   sizes first (narrow: a value's length is in its row or TOAST pointer), and a window
@@ -1447,24 +1448,24 @@ How to read these figures:
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.65 (0.63-0.65) (librdkafka ~142,000 records/s, the native
-  Producer ~222,000 on one partition; 0.67 with ~152,000 and ~227,000 in 0.14.0's table;
+  The producer ratio is 0.67 (0.65-0.68) (librdkafka ~131,000 records/s, the native
+  Producer ~194,000 on one partition; 0.65 with ~142,000 and ~222,000 in 0.15.0's table;
   librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34). A librdkafka batch on one partition goes the one-query
   way through the server too, in one COPY (its ~7,900 rows are past where cutting pays):
-  `kip98 serve` spends 0.15 CPU-seconds per 100,000 records (0.14 in 0.14.0's table,
-  0.11 in 0.13.0's).
+  `kip98 serve` spends 0.18 CPU-seconds per 100,000 records (0.15 in 0.15.0's table,
+  0.11 in 0.13.0's; every process's CPU-seconds are ~15% above 0.15.0's in this run).
   The Kafka client is what takes the time: per 100,000 records its own process spends
-  0.45 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  0.50 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
   callback per record), more than the native Producer's whole process with the broker
-  in it (0.29), while `kip98 serve` spends 0.15 and, sampled (py-spy), its
+  in it (0.34), while `kip98 serve` spends 0.18 and, sampled (py-spy), its
   worker is idle about half the run, waiting for the client's next request. A librdkafka
   producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
-  server's reading and the client's work do not overlap. **The consumer ratio is 0.72
-  (0.69-0.78; single rounds 0.67-0.85), below its target of 0.8, because the native
-  Consumer it is divided by got faster**: a native fetch whose window fits max_bytes is
+  server's reading and the client's work do not overlap. **The consumer ratio is 0.75
+  (0.73-0.78; single rounds 0.72-0.94; 0.72 in 0.15.0's table), below its target of 0.8,
+  because the native Consumer it is divided by got faster in 0.15.0**: a native fetch whose window fits max_bytes is
   now read without the running sum (see the read_committed Consumer line), 0.39-0.45 s
   → 0.30-0.37 s for the 200,000 records, while librdkafka through the server takes the
   same 0.42-0.46 s as in 0.14.0's table (0.40-0.46 s). A wire fetch fills ~1 MB from
