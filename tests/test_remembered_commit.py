@@ -18,14 +18,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from app.broker import Broker
 from app.broker import commit as commit_module
@@ -586,3 +589,87 @@ def test_a_commit_after_batches_sent_early_takes_the_lock_way_without_trying(
     assert ways.taken == ["lock", "lock", "one"]
     assert ways.refused == 0
     assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
+
+
+# What holds the one-query commit where its backend is terminated: the holder's statement,
+# what the backend then waits in, and how the holder lets go.
+_HOLDS = {
+    # its first statement waits for the transactional id's row
+    "id-row": (
+        "SELECT 1 FROM transactions WHERE transactional_id = 'tx' FOR UPDATE",
+        "EXECUTE kip98_%",
+        "commit",
+    ),
+    # its COPY waits on an uncommitted record at one of its offsets, the statements before
+    # it run (transitions, markers) and its first rows written
+    "mid-copy": (
+        'INSERT INTO records SELECT topic, partition, "offset" + 2, "timestamp", key, value, '
+        "headers, producer_id, producer_epoch, sequence, batch_base_offset + 2, "
+        "is_transactional, is_control, control_type, coordinator_epoch FROM records "
+        "WHERE topic = 't' AND partition = 1 AND \"offset\" = 1",
+        "EXECUTE kip98_%COPY records%",
+        "rollback",
+    ),
+}
+
+
+@pytest.mark.parametrize("hold", sorted(_HOLDS))
+def test_a_backend_terminated_inside_the_one_query_commit(
+    db_url: str, broker: Broker, producers: Any, hold: str
+) -> None:
+    """The one-query commit's backend is terminated while it waits, in its first locking
+    read or inside its COPY with the transitions and markers run: nothing of it stays (the
+    server rolls the implicit transaction back), the process forgets what it remembered
+    (the connection is lost), and the commit, retried, commits its records once by the
+    lock's way."""
+    statement, waiting, release = _HOLDS[hold]
+    p = producers("tx", **{"client.id": f"terminated-{hold}", "retry.backoff.ms": 5})
+    transaction(p, {0: ["a"], 1: ["b"]})
+    with (
+        psycopg.connect(_conninfo(db_url), autocommit=True) as admin,
+        psycopg.connect(_conninfo(db_url)) as holder,
+    ):
+        holder.execute(statement)
+        p.begin_transaction()
+        for partition, value in ((0, "c"), (1, "d"), (1, "e")):
+            p.produce("t", value=value.encode(), partition=partition)
+        committing = threading.Thread(target=p.commit_transaction)
+        committing.start()
+        pid = _blocked_backend(admin, f"terminated-{hold}", waiting)
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        getattr(holder, release)()
+        committing.join(60)
+    assert not committing.is_alive()
+    assert all_values(broker, committed=False) == {0: ["a", "c"], 1: ["b", "d", "e"], 2: []}
+    assert all_values(broker) == {0: ["a", "c"], 1: ["b", "d", "e"], 2: []}
+    with broker.engine.connect() as conn:
+        states = (
+            conn.execute(text("SELECT state FROM transaction_log WHERE transactional_id = 'tx'"))
+            .scalars()
+            .all()
+        )
+    assert states.count("COMPLETE_COMMIT") == 2
+    transaction(p, {0: ["f"], 1: ["g"]})  # and the next one goes on
+    assert all_values(broker)[0] == ["a", "c", "f"]
+
+
+def _conninfo(db_url: str) -> str:
+    url = make_url(db_url)
+    return psycopg.conninfo.make_conninfo(
+        host=url.host, port=url.port, user=url.username, dbname=url.database
+    )
+
+
+def _blocked_backend(admin: psycopg.Connection[Any], app: str, query_like: str) -> int:
+    """The pid of the client's backend once it waits for a lock in a matching query."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        row = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = %s AND wait_event_type = 'Lock' AND query ILIKE %s",
+            (app, query_like),
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        time.sleep(0.01)
+    raise AssertionError(f"no backend of {app} blocked in {query_like}")

@@ -108,7 +108,9 @@ def commit_on_remembered(
             return None
         try:
             planned = _plan(conn, context, req, memory)
-            return None if planned is None else _send(conn, req, memory, planned)
+            if planned is None:
+                return None
+            return _send(conn, end.transactional_id, memory, planned)
         except psycopg.Error as exc:
             if driver_connection(conn).broken:
                 raise  # the outcome is unknown: the client retries the request
@@ -123,6 +125,8 @@ def commit_on_remembered(
 def _plan(
     conn: Connection, context: BrokerContext, req: ProduceBatchesRequest, memory: RememberedTxn
 ) -> _Planned | None:
+    """``req`` decided on the remembered rows, nothing sent; None where the lock's way
+    must decide it."""
     end = req.end
     meta = memory.leased.meta
     assert end is not None and meta is not None
@@ -167,12 +171,10 @@ def _touched(meta: TxnMetadata | None, req: ProduceBatchesRequest) -> list[Topic
 
 
 def _send(
-    conn: Connection, req: ProduceBatchesRequest, memory: RememberedTxn, planned: _Planned
+    conn: Connection, tid: str, memory: RememberedTxn, planned: _Planned
 ) -> ProduceBatchesResponse | None:
-    end = req.end
-    meta = memory.leased.meta
-    assert end is not None and meta is not None
-    tid, touched = end.transactional_id, sorted(planned.hints)
+    """The planned commit as one query string, if the rows are still as remembered."""
+    touched = sorted(planned.hints)
     reads = [txn_version_query(conn, tid), lock_versions_query(conn, touched)]
     statements = [*reads, *planned.writes, written_version_query(conn, tid)]
     expected = {tp: hint.version for tp, hint in planned.hints.items()}
