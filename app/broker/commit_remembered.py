@@ -150,7 +150,10 @@ def _plan(
     locks = MarkerLocks(meta.producer_id, rows, others_first_open(rows), writes)
     decided = decide(work, req, memory.leased, locks)
     if in_transaction(conn) or conn.in_transaction():
-        conn.rollback()  # a decision read the database: it is taken under the locks
+        # A decision read the database (through SQLAlchemy or the driver): it is taken
+        # under the locks. Nothing it ran is kept.
+        conn.rollback()
+        driver_connection(conn).rollback()
         return None
     if decided.ended is None or not work.copies:
         return None
