@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
@@ -26,20 +25,9 @@ from app.client import KafkaError, Message
 from app.client.producer import Producer
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, ProduceResponse, RecordIn
+from tests.backends import conninfo, terminate, wait_for_blocked_backend
 from tests.identities import hand_out
 from tests.txn_driver import batchwise
-
-
-def conninfo(db_url: str) -> str:
-    u = make_url(db_url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1",
-        port=u.port or 5432,
-        user=u.username or "",
-        password=u.password or "",
-        dbname=u.database or "",
-        application_name="fault-injector",
-    )
 
 
 @pytest.fixture
@@ -64,36 +52,6 @@ def rows(broker: Broker) -> list[Any]:
                 )
             )
         )
-
-
-def wait_for_blocked_backend(admin: psycopg.Connection[Any], app: str, query_like: str) -> int:
-    """The pid of the client's backend once it waits for a lock in a matching statement."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        row = admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = %s "
-            "AND wait_event_type = 'Lock' AND query ILIKE %s",
-            (app, query_like),
-        ).fetchone()
-        if row is not None:
-            return int(row[0])
-        time.sleep(0.01)
-    raise AssertionError(f"no backend of {app} blocked on {query_like}")
-
-
-def terminate(admin: psycopg.Connection[Any], pid: int) -> None:
-    """Terminate a backend and wait until it is gone (the signal is handled asynchronously)."""
-    admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if (
-            admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-            is None
-        ):
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"backend {pid} survived pg_terminate_backend")
 
 
 class CountingHandler:

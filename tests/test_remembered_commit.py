@@ -18,9 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from app.broker import Broker
 from app.broker import commit as commit_module
@@ -38,7 +35,8 @@ from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.storage import one_query as one_query_module
 from app.storage.one_query import QueryCopies
-from tests.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.backends import conninfo, terminate, wait_for_blocked_backend
+from tests.txn_driver import partition_offsets, read_values
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -627,8 +625,8 @@ def test_a_backend_terminated_inside_the_one_query_commit(
     p = producers("tx", **{"client.id": f"terminated-{hold}", "retry.backoff.ms": 5})
     transaction(p, {0: ["a"], 1: ["b"]})
     with (
-        psycopg.connect(_conninfo(db_url), autocommit=True) as admin,
-        psycopg.connect(_conninfo(db_url)) as holder,
+        psycopg.connect(conninfo(db_url), autocommit=True) as admin,
+        psycopg.connect(conninfo(db_url)) as holder,
     ):
         holder.execute(statement)
         p.begin_transaction()
@@ -636,8 +634,7 @@ def test_a_backend_terminated_inside_the_one_query_commit(
             p.produce("t", value=value.encode(), partition=partition)
         committing = threading.Thread(target=p.commit_transaction)
         committing.start()
-        pid = _blocked_backend(admin, f"terminated-{hold}", waiting)
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        terminate(admin, wait_for_blocked_backend(admin, f"terminated-{hold}", waiting))
         getattr(holder, release)()
         committing.join(60)
     assert not committing.is_alive()
@@ -652,53 +649,3 @@ def test_a_backend_terminated_inside_the_one_query_commit(
     assert states.count("COMPLETE_COMMIT") == 2
     transaction(p, {0: ["f"], 1: ["g"]})  # and the next one goes on
     assert all_values(broker)[0] == ["a", "c", "f"]
-
-
-def _conninfo(db_url: str) -> str:
-    url = make_url(db_url)
-    return psycopg.conninfo.make_conninfo(
-        host=url.host, port=url.port, user=url.username, dbname=url.database
-    )
-
-
-def _blocked_backend(admin: psycopg.Connection[Any], app: str, query_like: str) -> int:
-    """The pid of the client's backend once it waits for a lock in a matching query."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        row = admin.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = %s AND wait_event_type = 'Lock' AND query ILIKE %s",
-            (app, query_like),
-        ).fetchone()
-        if row is not None:
-            return int(row[0])
-        time.sleep(0.01)
-    raise AssertionError(f"no backend of {app} blocked in {query_like}")
-
-
-def test_a_decision_that_reads_the_database_takes_the_lock_way(broker: Broker, ways: Ways) -> None:
-    """A commit whose decision on the remembered rows would read the database (here: two
-    batches for one partition, appended in rounds that each lock for themselves) is not
-    sent in one query: what the decision ran is rolled back, and the lock's way decides
-    and commits the records once and in order."""
-    driver = TxnDriver(broker, "tx")
-    driver.init()
-    first = driver.commit_with(
-        driver.requests(("t", 0, "a"), ("t", 1, "b")), register=[("t", 0), ("t", 1)]
-    )
-    assert first.end is not None and first.end.error_code == 0
-    c, d = driver.requests(("t", 0, "c"), ("t", 0, "d"))
-    second = driver.commit_with([c, replace(d, base_sequence=c.base_sequence + 1)], [("t", 0)])
-    assert second.end is not None and second.end.error_code == 0
-    assert [b.base_offset for b in second.batches] == [2, 3]
-    assert ways.taken == ["lock", "lock"]
-    assert ways.refused == 0
-    assert all_values(broker) == {0: ["a", "c", "d"], 1: ["b"], 2: []}
-    with broker.engine.connect() as conn:
-        idle = conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'idle in transaction'"
-            )
-        ).scalar_one()
-    assert idle == 0
