@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from app.log.topics import create_topic
 from app.storage import one_query as one_query_module
 from app.storage.one_query import QueryCopies
 from tests.backends import conninfo, terminate, wait_for_blocked_backend
-from tests.txn_driver import partition_offsets, read_values
+from tests.txn_driver import TxnDriver, partition_offsets, read_values
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -649,3 +650,31 @@ def test_a_backend_terminated_inside_the_one_query_commit(
     assert states.count("COMPLETE_COMMIT") == 2
     transaction(p, {0: ["f"], 1: ["g"]})  # and the next one goes on
     assert all_values(broker)[0] == ["a", "c", "f"]
+
+
+def test_a_decision_that_reads_the_database_takes_the_lock_way(broker: Broker, ways: Ways) -> None:
+    """A commit whose decision on the remembered rows would read the database (here: two
+    batches for one partition, appended in rounds that each lock for themselves) is not
+    sent in one query: what the decision ran is rolled back, and the lock's way decides
+    and commits the records once and in order."""
+    driver = TxnDriver(broker, "tx")
+    driver.init()
+    first = driver.commit_with(
+        driver.requests(("t", 0, "a"), ("t", 1, "b")), register=[("t", 0), ("t", 1)]
+    )
+    assert first.end is not None and first.end.error_code == 0
+    c, d = driver.requests(("t", 0, "c"), ("t", 0, "d"))
+    second = driver.commit_with([c, replace(d, base_sequence=c.base_sequence + 1)], [("t", 0)])
+    assert second.end is not None and second.end.error_code == 0
+    assert [b.base_offset for b in second.batches] == [2, 3]
+    assert ways.taken == ["lock", "lock"]
+    assert ways.refused == 0
+    assert all_values(broker) == {0: ["a", "c", "d"], 1: ["b"], 2: []}
+    with broker.engine.connect() as conn:
+        idle = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state = 'idle in transaction'"
+            )
+        ).scalar_one()
+    assert idle == 0
