@@ -52,6 +52,7 @@ from app.protocol import (  # noqa: E402
     ProduceRequest,
     RecordIn,
 )
+from app.storage.driver import libpq_conninfo  # noqa: E402
 from app.storage.embedded import database_url  # noqa: E402
 from app.storage.engine import dispose_engines  # noqa: E402
 from app.storage.migrate import upgrade_to_head  # noqa: E402
@@ -64,18 +65,10 @@ KEY_BYTES, VALUE_BYTES = 16, 100
 # ---------------------------------------------------------------- plumbing
 
 
-def conninfo(url: str, dbname: str | None = None) -> str:
-    u = make_url(url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1", port=u.port or 5432, user=u.username or "",
-        password=u.password or "", dbname=dbname or u.database or "postgres",
-    )  # fmt: skip
-
-
 @contextmanager
 def fresh_database(server_url: str) -> Iterator[str]:
     name = f"kip98_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(conninfo(server_url, "postgres"), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(server_url, dbname="postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
     upgrade_to_head(url)
@@ -83,7 +76,9 @@ def fresh_database(server_url: str) -> Iterator[str]:
         yield url
     finally:
         dispose_engines()
-        with psycopg.connect(conninfo(server_url, "postgres"), autocommit=True) as conn:
+        with psycopg.connect(
+            libpq_conninfo(server_url, dbname="postgres"), autocommit=True
+        ) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
@@ -131,7 +126,7 @@ def settle(url: str) -> None:
     otherwise be scanned by a collection of the oldest generation inside whichever timed
     phase allocates next) before the next phase is timed, so on this small machine that
     work lands in neither phase: a ratio compares the two phases' own work."""
-    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")
     gc.collect()
@@ -151,7 +146,7 @@ def raw_copy(url: str, data: list[tuple[bytes, bytes]]) -> float:
 
 def raw_copy_batched(url: str, data: list[tuple[bytes, bytes]], batch: int) -> float:
     """The same COPY, committed every ``batch`` rows: the durability a produce pays for."""
-    with psycopg.connect(conninfo(url)) as conn:
+    with psycopg.connect(libpq_conninfo(url)) as conn:
         conn.execute(
             'CREATE TABLE IF NOT EXISTS bench_raw (topic text, partition int, "offset" bigint, '
             '"timestamp" bigint, key bytea, value bytea)'
@@ -223,7 +218,7 @@ def records_copy(
         [RecordIn(k, v, now) for k, v in data[start : start + batch]]
         for start in range(0, len(data), batch)
     ]
-    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+    with psycopg.connect(libpq_conninfo(url), autocommit=True) as conn:
         conn.execute("DELETE FROM records WHERE topic = 'floor'")  # an earlier repeat's
         conn.execute("DELETE FROM producer_states WHERE topic = 'floor'")
         if conn.execute("SELECT 1 FROM topics WHERE topic = 'floor'").fetchone() is None:
@@ -319,7 +314,7 @@ def records_copy_side_by_side(
     batches = [
         _floor_batches(data[p * share : (p + 1) * share], 1000, topic, p) for p in range(partitions)
     ]
-    connections = [psycopg.connect(conninfo(url), autocommit=True) for _ in range(partitions)]
+    connections = [psycopg.connect(libpq_conninfo(url), autocommit=True) for _ in range(partitions)]
 
     def transactions(mine: list[list[tuple[list[bytes], int]]]) -> list[list[bytes]]:
         return [copy_payloads_of(round_) for round_ in zip(*mine, strict=True)]
@@ -355,7 +350,7 @@ def raw_select(url: str, topic: str, partition: int) -> tuple[float, int]:
     """A plain SELECT of the same rows and columns a fetch returns, in offset order, into
     Python tuples. Binary results, as the fetch reads them: the ratio then measures kip98's
     work, not a difference in wire format (text makes this baseline ~25% slower)."""
-    with psycopg.connect(conninfo(url)) as conn:
+    with psycopg.connect(libpq_conninfo(url)) as conn:
         start = time.perf_counter()
         with conn.cursor(name="bench", binary=True) as cur:
             cur.itersize = 2000
@@ -1288,7 +1283,7 @@ How to read these figures:
 - **Handler produce vs its floor (target 0.8): 0.80 (0.76-0.81), at it (the median
   0.796 in this table's three runs; 0.8029, runs 0.8025-0.8031, in 0.15.0's, on a
   quieter machine: this run's absolute figures are ~10% below that table's throughout)**.
-  The handler's path did not change: same-session A/B against 0.15.0, five alternating
+  The handler's path did not change: A/B, alternating runs against 0.15.0, five alternating
   runs of 1000-record batches on one partition, 3.98 ms a batch against 4.00 ms. Against a floor ~10% faster
   than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor still, 0.68
   before rule 32); against the committed raw COPY the handler went from 0.63 to 0.71. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
@@ -1335,7 +1330,7 @@ How to read these figures:
   five (no gain: the call per record is the cost).
 - **Idempotent Producer vs handler produce (target 0.6): 0.65 (0.63-0.66)** (0.63 in
   0.14.0's table, 0.68 in 0.13.0's: the handler became ~10% faster again, the Producer ~3-8%, ~186,000
-  records/s over one partition in this line from ~180,000 in the same session; 0.44-0.55
+  records/s over one partition in this line from ~180,000 measured side by side; 0.44-0.55
   before 0.10.0). `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
   run, columns of records, callbacks and enqueue times cut at a batch's limits as they
@@ -1356,7 +1351,7 @@ How to read these figures:
   four advances and the COPY, committed as the COPY ends (docs/design.md §3.9, extended
   from the lone batch), where they took BEGIN, the lock's read, the COPY, the advance
   and COMMIT: 1000 records over four partitions 5.2 → 3.9 ms in the handler, in-flight 1
-  0.93-0.99 s → 0.86-0.87 s in the same session (A/B, two runs of three rounds), while
+  0.93-0.99 s → 0.86-0.87 s measured side by side (A/B, two runs of three rounds), while
   in-flight 5, whose lanes already sent a lone batch that way, stayed at 0.81-0.90 s
   (now ~235,000 records/s against ~220,000). In 0.14.0 PostgreSQL alone went from
   1.62 to 1.29 here: its one-connection side had COPYed each partition's 1000 rows on
@@ -1413,7 +1408,7 @@ How to read these figures:
   version moved. It took BEGIN with the id's row and lease (0.35 ms), the partition locks
   (0.42 ms), the COPY, a pipeline of the transitions, advance and markers (0.6 ms) and
   COMMIT (0.5 ms) as five round trips beside the COPY's; 1000 records over four
-  partitions per commit 5.9 → 4.9 ms (median of 100 commits, same session; sent as
+  partitions per commit 5.9 → 4.9 ms (median of 100 commits, measured side by side; sent as
   literal statements instead of prepared ones, planned every time, it was 5.5 ms). The
   one-record transactions went from 420 to 668 per second. What is left between the
   transactional Producer and its floor (the idempotent one waiting for its 1000 records
@@ -1433,7 +1428,7 @@ How to read these figures:
   sizes first (narrow: a value's length is in its row or TOAST pointer), and a window
   within the limit, nearly every consumer's, is read whole without the running sum
   (docs/design.md §5). The read_uncommitted fetch went from 0.58-0.60 to 0.75-0.77 of the
-  raw SELECT, the Consumer from 0.39-0.41 to 0.47-0.50 in the same session (A/B, three
+  raw SELECT, the Consumer from 0.39-0.41 to 0.47-0.50 measured side by side (A/B, three
   runs). What is left is the client's per-record work: a Message per record (~0.15 µs)
   and the garbage collector, which the Message objects the application holds keep
   promoting (one full collection per ~200,000 records read here, ~33 ms with the

@@ -7,19 +7,13 @@ import time
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import make_url
+
+from app.storage.driver import libpq_conninfo
 
 
 def conninfo(db_url: str) -> str:
-    u = make_url(db_url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1",
-        port=u.port or 5432,
-        user=u.username or "",
-        password=u.password or "",
-        dbname=u.database or "",
-        application_name="fault-injector",
-    )
+    """The test database, under a name no application of the tests uses."""
+    return libpq_conninfo(db_url, application_name="fault-injector")
 
 
 def wait_for_blocked_backend(admin: psycopg.Connection[Any], app: str, query_like: str) -> int:

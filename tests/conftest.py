@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.engine import dispose_engines
 from app.storage.migrate import upgrade_to_head
@@ -26,14 +27,8 @@ if TYPE_CHECKING:
 
 
 def admin_conninfo(url: str) -> str:
-    u = make_url(url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1",
-        port=u.port or 5432,
-        user=u.username or "",
-        password=u.password or "",
-        dbname="postgres",
-    )
+    """The server's maintenance database, for creating and dropping test databases."""
+    return libpq_conninfo(url, dbname="postgres")
 
 
 def with_database(url: str, name: str) -> str:

@@ -21,18 +21,12 @@ from app.client.consumer import Consumer
 from app.client.producer import Producer
 from app.security.roles import apply_roles
 from app.settings import BrokerSettings
+from app.storage.driver import libpq_conninfo
 from app.storage.engine import dispose_engines
 
 
 def _as_role(url: str, role: str) -> str:
     return make_url(url).set(username=role, password=None).render_as_string(hide_password=False)
-
-
-def _conninfo(url: str) -> str:
-    u = make_url(url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1", port=u.port or 5432, user=u.username or "", dbname=u.database
-    )
 
 
 @pytest.fixture
@@ -134,14 +128,14 @@ def test_postgresql_refuses_what_clients_never_do(
     login_roles: dict[str, str], statement: str
 ) -> None:
     with (
-        psycopg.connect(_conninfo(login_roles["client"])) as conn,
+        psycopg.connect(libpq_conninfo(login_roles["client"])) as conn,
         pytest.raises(errors.InsufficientPrivilege),
     ):
         conn.execute(statement)
 
 
 def test_the_admin_role_may_change_rows_but_not_the_schema(login_roles: dict[str, str]) -> None:
-    with psycopg.connect(_conninfo(login_roles["admin"])) as conn:
+    with psycopg.connect(libpq_conninfo(login_roles["admin"])) as conn:
         conn.execute("DELETE FROM acls")
         with pytest.raises(errors.InsufficientPrivilege):
             conn.execute("DROP TABLE records")

@@ -29,10 +29,12 @@ import functools
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+import psycopg.conninfo
 from psycopg import Connection as PgConnection
 from psycopg import pq
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import TextClause
 
 _DIALECT = psycopg_dialect.dialect()
@@ -43,6 +45,24 @@ def driver_connection(conn: Connection) -> PgConnection[Any]:
     raw = conn.connection.driver_connection
     assert raw is not None
     return raw
+
+
+def libpq_conninfo(
+    url: str, *, dbname: str | None = None, application_name: str | None = None
+) -> str:
+    """A SQLAlchemy URL as a libpq connection string, for what connects with psycopg
+    directly beside the engines (admin sessions, fault injection, the bench's floors):
+    the URL's host, port, user and password; its database unless ``dbname`` is given
+    (``postgres`` if it names none)."""
+    u = make_url(url)
+    return psycopg.conninfo.make_conninfo(
+        host=u.host or "127.0.0.1",
+        port=u.port or 5432,
+        user=u.username or "",
+        password=u.password or "",
+        dbname=dbname or u.database or "postgres",
+        **({} if application_name is None else {"application_name": application_name}),
+    )
 
 
 def in_transaction(conn: Connection) -> bool:

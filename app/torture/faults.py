@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
-from sqlalchemy.engine import make_url
 
+from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres, _pg_bindir
 from app.torture.history import INFO, INVOKE, OK, HistoryWriter
 from app.torture.processes import Fleet, Role
@@ -45,20 +45,9 @@ WEIGHTS = {
 }
 
 
-def conninfo(url: str) -> str:
-    u = make_url(url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1",
-        port=u.port or 5432,
-        user=u.username or "",
-        password=u.password or "",
-        dbname=u.database or "postgres",
-    )
-
-
 def terminate_backends(url: str, application_names: list[str] | None) -> int:
     """Terminate the backends of the given clients (all torture clients when None)."""
-    with psycopg.connect(conninfo(url), autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(libpq_conninfo(url), autocommit=True, connect_timeout=5) as conn:
         if application_names is None:
             rows = conn.execute(
                 """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
