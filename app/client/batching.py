@@ -218,6 +218,9 @@ class RecordAccumulator:
         # Counts the wake-ups that reset ``sender_waiting``, so a lane woken by one does
         # not count itself out a second time.
         self._wakes = 0
+        # Requests a lane (or a commit on the caller's thread) is sending: each thread
+        # sending one needs the GIL back when its answer comes (``produce()`` reads it).
+        self.requests_out = 0
 
     # --- caller side (holding lock) ------------------------------------------------------
 
@@ -306,6 +309,20 @@ class RecordAccumulator:
                 self.sender_waiting -= 1
 
     # --- sender side (holding cond) ------------------------------------------------------
+
+    def mark_sending(self, batches: list[Batch]) -> None:
+        """``batches`` go out now in one request: no retry of theirs starts meanwhile."""
+        if batches:
+            self.requests_out += 1
+            for batch in batches:
+                batch.sending = True
+
+    def sent(self, batches: list[Batch]) -> None:
+        """The request of ``mark_sending``'s ``batches`` is answered or given up."""
+        if batches:
+            self.requests_out -= 1
+            for batch in batches:
+                batch.sending = False
 
     def _full(self, queue: PartitionQueue) -> bool:
         return queue.count >= self.limits.max_records or queue.size >= self.limits.max_bytes

@@ -26,6 +26,7 @@ from app.client.batching import (
 from app.client.closing import ClientClosedError, Closing
 from app.client.connection import client_broker, retry_connection_loss
 from app.client.delivery import DeliveryReports
+from app.client.handoff import HANDOFF_INTERVAL_S, hand_off
 from app.client.message import HeadersIn, TopicPartition, normalize_headers, to_bytes
 from app.client.partitioner import KeylessPartitioner, choose_partition
 from app.client.sender import Sender
@@ -97,6 +98,7 @@ class Producer(Closing):
         self._partitions: dict[str, int] = {}
         self._metadata_lock = threading.Lock()
         self._closed = False
+        self._handoff_at = 0.0  # when produce() may next give the GIL to a sender thread
 
         batch_bytes = min(cfg.get_int("batch.size"), self._broker.settings.message_max_bytes)
         self._accumulator = RecordAccumulator(
@@ -268,10 +270,14 @@ class Producer(Closing):
             reports.outstanding = outstanding + 1
             # Enqueued times taken under the lock are in queue order, as expiry reads them.
             filled = accumulator.append(
-                topic, partition, record, size, on_delivery or callback, time.monotonic()
+                topic, partition, record, size, on_delivery or callback, now := time.monotonic()
             )
         if filled:
             self._keyless.batch_sent(topic, partition, count)
+        if accumulator.requests_out and now >= self._handoff_at:
+            # A sender thread will want the GIL back for its answer (app/client/handoff.py).
+            self._handoff_at = now + HANDOFF_INTERVAL_S
+            hand_off(0)
 
     # --- serving delivery reports ---------------------------------------------------------
 

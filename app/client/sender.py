@@ -220,8 +220,7 @@ class Sender:
                 if expired or batches:
                     break
                 acc.wait(self._wait_time(now, next_ready, lane))
-            for batch in batches:
-                batch.sending = True
+            acc.mark_sending(batches)
         if expired:
             timed_out = KafkaError(KafkaError._MSG_TIMED_OUT, "Local: Message timed out")
             self.reports.push([Outcome(t, p, r, -1, timed_out, now) for t, p, r in expired])
@@ -242,8 +241,7 @@ class Sender:
             self.send(batches)
         finally:
             with self.accumulator.cond:
-                for batch in batches:
-                    batch.sending = False
+                self.accumulator.sent(batches)
 
     def send_all_here(self) -> bool:
         """Send everything queued now, ignoring linger.ms, on the calling thread, if the
@@ -282,8 +280,7 @@ class Sender:
                 )
             finally:
                 acc.flushing -= 1
-            for batch in fresh:
-                batch.sending = True
+            acc.mark_sending(fresh)
         try:
             if self.on_batch_formed is not None:
                 for batch in fresh:
