@@ -1280,11 +1280,14 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.80 (0.76-0.81), at it (the median
-  0.796 in this table's three runs; 0.8029, runs 0.8025-0.8031, in 0.15.0's, on a
-  quieter machine: this run's absolute figures are ~10% below that table's throughout)**.
-  The handler's path did not change: A/B, alternating runs against 0.15.0, five alternating
-  runs of 1000-record batches on one partition, 3.98 ms a batch against 4.00 ms. Against a floor ~10% faster
+- **Handler produce vs its floor (target 0.8): 0.80 (0.79-0.80), at it (the median
+  0.7996 in this table's three runs, flagged below by 0.0004; 0.796 in 0.16.0's, 0.8029
+  in 0.15.0's)**. The handler's path has not changed since 0.15.0: A/B, alternating runs
+  against 0.15.0, five alternating runs of 1000-record batches on one partition, 3.98 ms
+  a batch against 4.00 ms. Profiled now (cProfile, 200 batches): the handler waits on the
+  server ~2.6 ms of its 3.4 ms a batch; SQLAlchemy's transaction around the one-query
+  write costs 22 µs (`engine.begin()` and its end, timed alone), the rest is the rows'
+  encoding and the decision. Against a floor ~10% faster
   than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor still, 0.68
   before rule 32); against the committed raw COPY the handler went from 0.63 to 0.71. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
   rows it buffers, growing with their square (docs/design.md §3.10, measured with perf
@@ -1328,10 +1331,25 @@ How to read these figures:
   and at the pipeline's end, two round trips for the one it hides); a batch's integers
   packed with the prefix in one `struct` call per record, four parts a record instead of
   five (no gain: the call per record is the cost).
-- **Idempotent Producer vs handler produce (target 0.6): 0.65 (0.63-0.66)** (0.63 in
-  0.14.0's table, 0.68 in 0.13.0's: the handler became ~10% faster again, the Producer ~3-8%, ~186,000
-  records/s over one partition in this line from ~180,000 measured side by side; 0.44-0.55
-  before 0.10.0). `produce()` queues a record
+- **Idempotent Producer vs handler produce (target 0.6): 0.76 (0.73-0.78)**, from 0.64
+  in 0.16.0's table (0.63 in 0.14.0's, 0.68 in 0.13.0's; 0.44-0.55 before 0.10.0). In
+  0.17.0 `produce()` gives the interpreter lock to the sender's threads at most once a
+  millisecond while a request is out (docs/design.md §8, `client/handoff.py`): CPython
+  hands the lock from a thread that computes to one that waits for it only after its 5
+  ms switch interval, and the application's `produce()` loop never gave it up on its own,
+  so each answered request waited up to 5 ms before the sender could serve it and send
+  the next, about as long as the request itself. `time.sleep(0)` is the call that hands
+  it over (it sleeps the kernel's timer slack, ~60-80 µs here); `os.sched_yield()` and a
+  zero-timeout `select` release the lock and take it back before the waiter wakes, and
+  the waiter, seeing the lock change hands, waits a whole interval again (measured: its
+  wake-up latency grew from 5 ms to ~400 ms). Measured side by side (five alternating
+  runs of each, with and without): one partition, 1000-record batches 1.00 → 0.86 s for
+  200,000 records; four partitions on one lane 0.84 → 0.67 s, on four lanes 0.80 → 0.73
+  s; transactions of 1000 records and the idempotent Producer flushing every 1000
+  unchanged (1.19-1.20 s and 1.08 s: no request is out while their application
+  produces). Handing off every half millisecond gained one lane 3% more and cost four
+  lanes 8%; a switch interval of 0.5 ms for the whole process gained a tenth, and would
+  change it for the application too. `produce()` queues a record
   as one plain tuple (key, value, timestamp, stored headers) in its partition's current
   run, columns of records, callbacks and enqueue times cut at a batch's limits as they
   arrive, with one lock and one call into the accumulator: about 1.4 µs of CPU a
@@ -1341,12 +1359,21 @@ How to read these figures:
   a quarter; a plain tuple of bytes and ints is untracked at its first look. Delivery
   reports are counted out with one lock per poll and their messages built in one
   positional call, only for records with a callback (~0.3 µs a record). What remains is
-  the sender: its requests take ~40% longer than the handler's alone, its Python sharing
-  the GIL with the application's thread and PostgreSQL sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 1.04 (1.03-1.05; 1.05 in 0.15.0's table);
-  PostgreSQL alone 1.38 (1.30-1.43; 1.26 then), below the target; the ceiling on this
-  machine 1.47 (1.47-1.56).** Unchanged in kind since 0.15.0 (~195,000 and ~202,000
-  records/s in this run's noisier machine). In 0.15.0 the line fell from 1.09 because in-flight 1 got faster: its requests, each the four
+  the sender's own work sharing the GIL with the application's thread, and PostgreSQL
+  sharing the 2 CPUs with both.
+- **In-flight 5 / in-flight 1 (target 1.5): 0.96 (0.96-1.01; 1.04 in 0.16.0's table);
+  PostgreSQL alone 1.31 (1.25-1.35; 1.38 then), below the target; the ceiling on this
+  machine 1.22 (1.20-1.25; 1.47 then), below it too.** Both sides got faster in 0.17.0,
+  one lane more: ~296,000 and ~286,000 records/s (~195,000 and ~202,000 in 0.16.0's
+  table, on a machine ~15% slower), the application's `produce()` now handing the
+  interpreter lock to the sender while a request is out (see the line above). With the
+  client no longer waiting 5 ms for the lock after each answer, it is what the machine's
+  two cores have to share: five lanes commit four times as often, each request costing
+  the client ~0.6 ms and the server more of their fixed work (the client's process 0.49
+  CPU-seconds a run with one lane, 0.60 with four), and the ceiling, all of the
+  machine's work spread over both cores, fell to 1.22. Measured side by side in 0.17.0
+  (three runs each): one lane 0.661 s, two lanes 0.641 s, three 0.669 s, four (five in
+  flight) 0.724 s; the garbage collector off, one lane 0.654 s and four 0.671 s. In 0.15.0 the line fell from 1.09 because in-flight 1 got faster: its requests, each the four
   partitions' batches on rows the process remembers, now go as one query string, the
   four advances and the COPY, committed as the COPY ends (docs/design.md §3.9, extended
   from the lone batch), where they took BEGIN, the lock's read, the COPY, the advance
@@ -1397,9 +1424,15 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.69 (0.69-0.70),
-  from 0.61; its floor 0.78 (0.75-0.80), below the target; transactional / floor 0.91
-  (0.86-0.92), from 0.76.** A transactional id's commit after its process's previous one
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.56 (0.56-0.56),
+  from 0.69 in 0.16.0's table; its floor 0.64 (0.63-0.64), below the target;
+  transactional / floor 0.88 (0.87-0.89).** In 0.17.0 the idempotent Producer it is
+  divided by became a quarter faster (its application no longer keeps the sender waiting
+  for the interpreter lock, see the Producer line) while the transactional one, whose
+  records wait for the commit with no request out, stayed as fast (1.19-1.20 s for
+  200,000 records side by side; ~162,000 records/s in this table against ~136,000 on
+  0.16.0's slower machine); so did the floor, the idempotent Producer flushing every 1000
+  records. In 0.16.0 a transactional id's commit after its process's previous one
   now goes as one query string when the rows it touches are as that commit left them
   (docs/design.md §3.11, rule 33): decided in full on the remembered id row, lease epoch
   and partition rows, then the id's row and the partitions locked with their versions
@@ -1421,8 +1454,8 @@ How to read these figures:
   CPU a record) and its database work overlaps its `produce()` calls. A consume-
   transform-produce transaction, whose offsets go to the coordinator before the commit,
   still takes the lock's way (its offsets' transitions move the id's row first).
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.48 (0.48-0.53; 0.51, 0.47-0.54, in
-  0.15.0's table, the path unchanged since), from 0.44 in 0.14.0's.**
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.52 (0.47-0.52; 0.48 in 0.16.0's
+  table and 0.51 in 0.15.0's, the path unchanged since), from 0.44 in 0.14.0's.**
   A fetch's max_bytes cut is a running sum over the window in SQL, which over the wide
   rows cost as much as reading them; the partition's look now sums the window's stored
   sizes first (narrow: a value's length is in its row or TOAST pointer), and a window
@@ -1443,24 +1476,28 @@ How to read these figures:
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.67 (0.65-0.68) (librdkafka ~131,000 records/s, the native
-  Producer ~194,000 on one partition; 0.65 with ~142,000 and ~222,000 in 0.15.0's table;
-  librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34). A librdkafka batch on one partition goes the one-query
+  The producer ratio is 0.53 (0.53-0.55) (librdkafka ~145,000 records/s, the native
+  Producer ~279,000 on one partition, which 0.17.0 made a sixth faster: see the Producer
+  line; 0.67 with ~131,000 and ~194,000 in 0.16.0's table, 0.65 with ~142,000 and
+  ~222,000 in 0.15.0's; librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34).
+  A switch interval of 0.5 ms in `kip98 serve` (its asyncio loop and its workers share
+  one lock) changed nothing: ~146,000 records/s either way. A librdkafka batch on one partition goes the one-query
   way through the server too, in one COPY (its ~7,900 rows are past where cutting pays):
-  `kip98 serve` spends 0.18 CPU-seconds per 100,000 records (0.15 in 0.15.0's table,
-  0.11 in 0.13.0's; every process's CPU-seconds are ~15% above 0.15.0's in this run).
+  `kip98 serve` spends 0.15 CPU-seconds per 100,000 records (0.18 in 0.16.0's table,
+  0.11 in 0.13.0's).
   The Kafka client is what takes the time: per 100,000 records its own process spends
-  0.50 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
+  0.43 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
   callback per record), more than the native Producer's whole process with the broker
-  in it (0.34), while `kip98 serve` spends 0.18 and, sampled (py-spy), its
+  in it (0.30), while `kip98 serve` spends 0.15 and, sampled (py-spy), its
   worker is idle about half the run, waiting for the client's next request. A librdkafka
   producer whose queue is not the default 100,000 records (1,000,000) takes a quarter
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
-  server's reading and the client's work do not overlap. **The consumer ratio is 0.75
-  (0.73-0.78; single rounds 0.72-0.94; 0.72 in 0.15.0's table), below its target of 0.8,
-  because the native Consumer it is divided by got faster in 0.15.0**: a native fetch whose window fits max_bytes is
+  server's reading and the client's work do not overlap. **The consumer ratio is 0.77
+  (0.76-0.79; single rounds 0.72-0.93; 0.75 in 0.16.0's table, 0.72 in 0.15.0's), below
+  its target of 0.8, because the native Consumer it is divided by got faster in
+  0.15.0**: a native fetch whose window fits max_bytes is
   now read without the running sum (see the read_committed Consumer line), 0.39-0.45 s
   → 0.30-0.37 s for the 200,000 records, while librdkafka through the server takes the
   same 0.42-0.46 s as in 0.14.0's table (0.40-0.46 s). A wire fetch fills ~1 MB from
@@ -1471,7 +1508,7 @@ How to read these figures:
   kept per record, as Kafka's offset index keeps one); it is not built. A record goes from `produce()` to a consumer's poll in
   about 3-5 ms at the median and 5-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 0.93 (0.90-0.97).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 1.00 (0.94-1.09).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain
