@@ -1,5 +1,6 @@
 """Backends of the test database as a fault injector sees them: connecting to it beside
-the application, finding the application's backend waiting for a lock, terminating it."""
+the application, finding the application's backend waiting for a lock, terminating it;
+and the error a transport raises when its connection was lost."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from typing import Any
 
 import psycopg
+from sqlalchemy.exc import OperationalError
 
 from app.storage.driver import libpq_conninfo
 
@@ -44,3 +46,10 @@ def terminate(admin: psycopg.Connection[Any], pid: int) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"backend {pid} survived pg_terminate_backend")
+
+
+def lost_connection() -> OperationalError:
+    """What SQLAlchemy raises when the server ended the connection under a request."""
+    return OperationalError(
+        "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
+    )

@@ -9,10 +9,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
 from app.broker.produce import produce
@@ -22,6 +20,7 @@ from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn
+from tests.backends import lost_connection
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
@@ -189,12 +188,6 @@ def test_a_commit_from_a_fenced_instance_writes_nothing(broker: Broker) -> None:
 
 
 # ---------------------------------------------------------------- the Producer
-
-
-def lost_connection() -> OperationalError:
-    return OperationalError(
-        "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
-    )
 
 
 def lossy(

@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
 from app.broker.produce import produce as produce_handler
@@ -25,7 +24,7 @@ from app.client import KafkaError, Message
 from app.client.producer import Producer
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, ProduceResponse, RecordIn
-from tests.backends import conninfo, terminate, wait_for_blocked_backend
+from tests.backends import conninfo, lost_connection, terminate, wait_for_blocked_backend
 from tests.identities import hand_out
 from tests.txn_driver import batchwise
 
@@ -102,9 +101,7 @@ def test_answer_lost_after_commit_is_deduplicated(db_url: str, broker: Broker) -
         response = produce_handler(b, request)
         responses.append(response)
         if len(responses) == 1:
-            raise OperationalError(
-                "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
-            )
+            raise lost_connection()
         return response
 
     reports, on_delivery = deliveries()

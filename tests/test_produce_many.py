@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import event, text
-from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
 from app.broker.produce import produce
@@ -21,6 +19,7 @@ from app.errors import KafkaError
 from app.log import append
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
+from tests.backends import lost_connection
 from tests.identities import hand_out
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, produce_many, produce_registering, read_values, state_of
@@ -207,12 +206,6 @@ def test_a_failed_request_registers_nothing(
         produce_registering(broker, [txn_request(d, 0, "x")], registering(d, 0))
     assert state_of(broker, "atomic") == m.EMPTY
     assert events(broker, "atomic")[-1] != "AddPartitionsToTxn"
-
-
-def lost_connection() -> OperationalError:
-    return OperationalError(
-        "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
-    )
 
 
 def count_commits(producer: Producer) -> list[int]:

@@ -9,9 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 
-import psycopg
 import pytest
-from sqlalchemy.exc import OperationalError
 
 import app.client.producer as producer_module
 from app.broker import Broker
@@ -19,6 +17,7 @@ from app.client.handoff import HANDOFF_INTERVAL_S
 from app.client.producer import Producer
 from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse
+from tests.backends import lost_connection
 
 Transport = Callable[[ProduceBatchesRequest], ProduceBatchesResponse]
 
@@ -100,12 +99,6 @@ def test_hands_off_only_while_a_request_is_out_and_not_more_often_than_the_inter
     finally:
         held.release.set()
         producer.close()
-
-
-def lost_connection() -> OperationalError:
-    return OperationalError(
-        "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
-    )
 
 
 @pytest.mark.parametrize("in_flight", [1, 5])

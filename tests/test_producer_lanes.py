@@ -16,10 +16,8 @@ import threading
 import time
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
 
 from app.broker import Broker
 from app.broker.produce import produce as produce_handler
@@ -34,6 +32,7 @@ from app.protocol import (
     ProduceResponse,
     RecordIn,
 )
+from tests.backends import lost_connection
 from tests.txn_driver import TxnDriver, batchwise, partition_offsets, read_values
 
 PARTITIONS = 4
@@ -44,12 +43,6 @@ def broker(db_url: str) -> Broker:
     b = Broker.connect(db_url)
     create_topic(b, "t", PARTITIONS)
     return b
-
-
-def lost_connection() -> OperationalError:
-    return OperationalError(
-        "COMMIT", {}, psycopg.OperationalError("server closed the connection unexpectedly")
-    )
 
 
 def stored(broker: Broker) -> dict[int, list[tuple[int, str]]]:
