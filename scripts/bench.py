@@ -1470,7 +1470,7 @@ How to read these figures:
   keeps 0.87 of the read_uncommitted one (0.97 in 0.14.0's table, target 0.8): the
   read_uncommitted fetch it is divided by gained more from reading windows whole than
   the read_committed one, which still filters the aborted ranges in each window.
-- **acks (report): acks=1 0.89-1.00, acks=0 1.01-1.06 of acks=all.** A commit's WAL flush is a small
+- **acks (report): acks=1 0.97 (0.95-0.98), acks=0 1.07 (1.00-1.07) of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
