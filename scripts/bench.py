@@ -1390,10 +1390,10 @@ How to read these figures:
   PostgreSQL alone, with no client work at all, gains here from overlapping commits.
   The Producer reaches 0.84 of that. Its lanes' backends came to spend a sixth less CPU
   in 0.14.0 (0.65 → 0.55 CPU-seconds a run), which moved this line little (1.08 →
-  1.09-1.11): the lanes wait on the client. The ceiling (the
-  machine's CPU-seconds over the run, spread over both cores) stays above the target
-  because it assumes the client's work overlaps everything else perfectly, which one
-  interpreter lock does not allow. Lanes send one batch per request, which goes in one
+  1.09-1.11): the lanes wait on the client. Until 0.17.0 the
+  ceiling (the machine's CPU-seconds over the run, spread over both cores) stayed above
+  the target only because it assumed the client's work overlapped everything else
+  perfectly, which one interpreter lock does not allow. Lanes send one batch per request, which goes in one
   query string (§3.9); lanes that encoded while their advance ran reached 1.17 in 0.13.0
   (see the handler line for why they do not). Measured in 0.13.0 (200,000 records): with four lanes each request spends ~16 ms in the
   broker, four at a time, against 3.8 ms for one alone; two, three or five lanes all take
@@ -1420,7 +1420,8 @@ How to read these figures:
   wait for the lock the application's `produce()` holds (CPython hands it over every 5
   ms). A switch interval of 0.1 ms makes both sides faster (one lane 0.98 to 0.87 s, five
   1.03 to 0.94 s), not their ratio; the application giving up the lock every 512 records
-  makes one lane ~10% faster and five ~6% slower. A commit's WAL flush, what lanes
+  makes one lane ~10% faster and five ~6% slower (0.17.0 gives it up by time, only while
+  a request is out: see the Producer line). A commit's WAL flush, what lanes
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
