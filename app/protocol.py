@@ -442,6 +442,9 @@ class TxnOffsetCommitRequest(Request["TxnOffsetCommitResponse"]):
     # KIP-447: the consumer's group metadata, so a zombie of an old generation is fenced.
     generation_id: int = -1
     member_id: str = ""
+    # KIP-890's transaction version 2: the commit also does AddOffsetsToTxn's work (the
+    # group's offsets join the transaction, if they have not yet), in its DB transaction.
+    add_offsets: bool = False
 
 
 @dataclass(frozen=True)

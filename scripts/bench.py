@@ -523,6 +523,69 @@ def idempotent_spread(
     return t
 
 
+def consume_transform_produce(
+    url: str, data: list[tuple[bytes, bytes]], per_txn: int, offsets: bool, partitions: int = 4
+) -> float:
+    """Exactly-once's own case, timed: a read_committed Consumer reads ``data`` back from an
+    input topic ``per_txn`` records at a time, and a transactional Producer writes each
+    record to the same partition of an output topic in one transaction per read, with the
+    consumer's positions (``offsets``: sent with ``send_offsets_to_transaction``, as a
+    consume-transform-produce application does; else the same transactions without them)."""
+    tag = uuid.uuid4().hex[:6]
+    source, sink = f"ctp-in-{tag}", f"ctp-out-{tag}"
+    broker = Broker.connect(url)
+    create_topic(broker, source, partitions)
+    create_topic(broker, sink, partitions)
+    filler = Producer({"database.url": url, "linger.ms": 50, "batch.num.messages": 1000})
+    for i, (k, v) in enumerate(data):
+        while True:
+            try:
+                filler.produce(source, v, k, partition=i % partitions)
+                break
+            except BufferError:
+                filler.poll(0.01)
+    assert filler.flush(120) == 0
+    filler.close()
+    consumer = Consumer(
+        {
+            "database.url": url,
+            "group.id": f"ctp-{tag}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(source, p, 0) for p in range(partitions)])
+    producer = Producer(
+        {
+            "database.url": url,
+            "transactional.id": f"ctp-{tag}",
+            "linger.ms": 50,
+            "batch.num.messages": 1000,
+        }
+    )
+    producer.init_transactions()
+
+    def run() -> None:
+        done = 0
+        while done < len(data):
+            messages = consumer.consume(per_txn, timeout=10)
+            assert messages, f"{done} of {len(data)} records read"
+            producer.begin_transaction()
+            for m in messages:
+                producer.produce(sink, m.value(), m.key(), partition=m.partition())
+            if offsets:
+                producer.send_offsets_to_transaction(
+                    consumer.position(consumer.assignment()), consumer.consumer_group_metadata()
+                )
+            producer.commit_transaction()
+            done += len(messages)
+
+    t = timed(run, url)
+    producer.close()
+    consumer.close()
+    return t
+
+
 def small_transactions(url: str, count: int) -> tuple[float, float]:
     """One-record transactions per second, and DB commits per transaction."""
     create_topic(Broker.connect(url), "one", 1)
@@ -670,6 +733,7 @@ CORE_SECTIONS = (
     "parallel",
     "inflight",
     "transactional",
+    "ctp",
     "acks",
     "small-txns",
     "aborts",
@@ -905,6 +969,30 @@ def core_cases(
                     statistics.median(n / r[at] for r in rounds),
                     "{:,.0f}",
                 )
+    if wanted("ctp"):
+        with console.status("consume-transform-produce"):
+            half = data[: n // 2]
+            ctp_rounds = []
+            for i in range(args.txn_rounds):
+                ctp_times = {}
+                for with_offsets in (True, False) if i % 2 == 0 else (False, True):
+                    with fresh_database(server) as url:
+                        ctp_times[with_offsets] = consume_transform_produce(
+                            url, half, 1000, with_offsets
+                        )
+                ctp_rounds.append((ctp_times[True], ctp_times[False]))
+            results["ctp_rounds_s"] = ctp_rounds
+            add(
+                "consume-transform-produce (1000/txn, 4 partitions, the consumer's offsets in "
+                "each transaction) / the same transactions without offsets, median of rounds",
+                statistics.median(without / with_ for with_, without in ctp_rounds),
+                "{:.2f}",
+            )
+            add(
+                "consume-transform-produce transactions per second (median of rounds)",
+                statistics.median(len(half) / 1000 / with_ for with_, _ in ctp_rounds),
+                "{:,.0f}",
+            )
     if wanted("acks"):
         with console.status("acks all, 1 and 0"):
             # A plain producer (no idempotence): acks=1 and acks=0 commit with
@@ -1231,6 +1319,12 @@ How to read these figures:
   idempotent Producer writing the same rows freely; and the same idempotent Producer
   flushing every 1000 records, its application waiting for them to be acknowledged as a
   commit makes it wait: the floor of a transactional producer, which does that and more.
+- The consume-transform-produce lines (`--only ctp`) time exactly-once's own loop over
+  half the records: a read_committed Consumer reads 1000 records from a 4-partition
+  topic, a transactional Producer writes each to the same partition of another in one
+  transaction, with `send_offsets_to_transaction` of the consumer's positions before
+  each commit; against the same loop without the offsets, `--txn-rounds` rounds taking
+  turns to lead, each side on a fresh database, median of the rounds' ratios.
 - "floor" lines measure PostgreSQL alone doing the unavoidable part of a case, with no
   kip98 code: the most the case's ratio could reach on this machine with this schema.
 - "raw COPY" is one binary COPY of the same rows (16-byte keys, 100-byte values) into a

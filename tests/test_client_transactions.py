@@ -578,6 +578,35 @@ def test_offsets_commit_only_with_the_transaction(
     assert sorted(v or b"" for _, v in out) == sorted((m.value() or b"").upper() for m in got)
 
 
+def test_offsets_join_the_transaction_with_their_first_commit(
+    db_url: str, topics: dict[str, int], clients: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KIP-890's transaction version 2: a transaction's first send_offsets_to_transaction
+    is one TxnOffsetCommit that also adds the group's offsets (no AddOffsetsToTxn), the
+    next ones in it only commit offsets, and the next transaction adds them again."""
+    sent: list[tuple[str, bool | None]] = []
+    handle = Broker.handle
+
+    def recording(self: Broker, request: Any) -> Any:
+        sent.append((type(request).__name__, getattr(request, "add_offsets", None)))
+        return handle(self, request)
+
+    monkeypatch.setattr(Broker, "handle", recording)
+    consumer = group_consumer(db_url, clients, "v2-offsets")
+    meta = consumer.consumer_group_metadata()
+    p = txn_producer(db_url, clients, "v2-offsets-tx")
+    p.init_transactions()
+    for txn in range(2):
+        p.begin_transaction()
+        sent.clear()
+        p.send_offsets_to_transaction([TopicPartition("gamma", 0, 10 * txn + 1)], meta)
+        p.send_offsets_to_transaction([TopicPartition("gamma", 1, 10 * txn + 2)], meta)
+        assert sent == [("TxnOffsetCommitRequest", True), ("TxnOffsetCommitRequest", False)]
+        p.commit_transaction()
+        got = consumer.committed([TopicPartition("gamma", 0), TopicPartition("gamma", 1)], 10)
+        assert [tp.offset for tp in got] == [10 * txn + 1, 10 * txn + 2]
+
+
 def test_offsets_from_a_consumer_that_never_subscribed(
     db_url: str, topics: dict[str, int], clients: list[Any]
 ) -> None:

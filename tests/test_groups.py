@@ -60,12 +60,29 @@ def txn_commit_offsets(
     offsets: dict[tuple[str, int], int],
     generation: int = -1,
     member: str = "",
+    add_offsets: bool = False,
 ) -> int:
     req = TxnOffsetCommitRequest(
         d.transactional_id, group, d.producer_id, d.producer_epoch,
         {tp: OffsetAndMetadata(o) for tp, o in offsets.items()}, generation, member,
+        add_offsets,
     )  # fmt: skip
     return txn_offset_commit(broker, req).error_code
+
+
+def txn_events(broker: Broker, transactional_id: str) -> list[tuple[str, bool]]:
+    """The (state, has_offsets) of ``transactional_id``'s transaction log events, in order."""
+    with broker.engine.connect() as conn:
+        return [
+            (r.state, r.has_offsets)
+            for r in conn.execute(
+                text(
+                    "SELECT state, has_offsets FROM transaction_log WHERE transactional_id = :t "
+                    "ORDER BY event_id"
+                ),
+                {"t": transactional_id},
+            )
+        ]
 
 
 # ------------------------------------------------------------------ offsets
@@ -121,6 +138,70 @@ def test_txn_offsets_pending_until_commit_and_dropped_on_abort(broker: Broker) -
     assert txn_commit_offsets(broker, d, "g", {("in", 0): 11}) == 0
     assert d.end(commit=True) == 0
     assert committed(broker, "g", require_stable=True) == {("in", 0): 11}
+
+
+def test_txn_offsets_that_add_themselves_join_the_transaction(broker: Broker) -> None:
+    """KIP-890's transaction version 2: a TxnOffsetCommit that also adds the group's
+    offsets (no AddOffsetsToTxn before it) joins them to the transaction in its own DB
+    transaction; sent again (a retry), it adds nothing more; a transaction can start with
+    it."""
+    d = TxnDriver(broker, "copier")
+    assert d.init() == 0
+    d.send("out", 0, "x")
+    before = len(txn_events(broker, "copier"))
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 10}, add_offsets=True) == 0
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 10}, add_offsets=True) == 0
+    assert txn_events(broker, "copier")[before:] == [("BEGIN", True)], "added once"
+    assert committed(broker, "g", require_stable=True) == KafkaError.UNSTABLE_OFFSET_COMMIT
+    assert d.end(commit=True) == 0
+    assert committed(broker, "g", require_stable=True) == {("in", 0): 10}
+
+    # Offsets alone start a transaction.
+    assert txn_commit_offsets(broker, d, "g", {("in", 1): 4}, add_offsets=True) == 0
+    assert d.end(commit=True) == 0
+    assert committed(broker, "g", require_stable=True) == {("in", 0): 10, ("in", 1): 4}
+
+
+@pytest.mark.parametrize(
+    ("offsets", "generation", "member", "code"),
+    [
+        ({("in", 9): 1}, -1, "", KafkaError.UNKNOWN_TOPIC_OR_PARTITION),
+        ({("in", 0): 1}, 5, "nobody", KafkaError.ILLEGAL_GENERATION),
+    ],
+    ids=["unknown-partition", "stale-generation"],
+)
+def test_txn_offsets_that_add_themselves_and_are_refused_add_nothing(
+    broker: Broker, offsets: dict[tuple[str, int], int], generation: int, member: str, code: int
+) -> None:
+    """Refused, the offsets take their AddOffsetsToTxn back with them: the transaction
+    stays without offsets (a later commit of offsets alone is refused as not added), and
+    nothing is pending."""
+    d = TxnDriver(broker, "copier")
+    assert d.init() == 0
+    d.send("out", 0, "x")
+    before = txn_events(broker, "copier")
+    got = txn_commit_offsets(broker, d, "g", offsets, generation, member, add_offsets=True)
+    assert got == code
+    assert txn_events(broker, "copier") == before
+    assert txn_commit_offsets(broker, d, "g", {("in", 0): 1}) == KafkaError.INVALID_TXN_STATE
+    assert committed(broker, "g", require_stable=True) == {}
+    assert d.end(commit=True) == 0
+    assert committed(broker, "g", require_stable=True) == {}
+
+
+def test_txn_offsets_that_add_themselves_from_a_fenced_producer_are_refused(
+    broker: Broker,
+) -> None:
+    d = TxnDriver(broker, "copier")
+    d.init()
+    d.send("out", 0, "x")
+    successor = TxnDriver(broker, "copier")
+    successor.init()
+    before = txn_events(broker, "copier")
+    got = txn_commit_offsets(broker, d, "g", {("in", 0): 1}, add_offsets=True)
+    assert got == KafkaError.PRODUCER_FENCED
+    assert txn_events(broker, "copier") == before
+    assert committed(broker, "g", require_stable=True) == {}
 
 
 def test_txn_offsets_from_a_fenced_producer_are_refused(broker: Broker) -> None:

@@ -1,11 +1,13 @@
 """TxnOffsetCommit, where the transaction coordinator and the group coordinator meet: in
 one DB transaction the coordinator checks that the offsets' transaction is ongoing and
-has added them, and the group records them pending (docs/design.md rule 9). Composed
-here, so neither package reaches into the other's tables."""
+has added them (or, for a commit of KIP-890's transaction version 2, adds them itself, as
+AddOffsetsToTxn would), and the group records them pending (docs/design.md rule 9).
+Composed here, so neither package reaches into the other's tables."""
 
 from __future__ import annotations
 
 from app.coordinator.guard import check_txn_offsets
+from app.coordinator.handlers import add_offsets_in
 from app.errors import KafkaError, KafkaException
 from app.groups.offsets import record_txn_offsets, validate_offsets
 from app.protocol import TxnOffsetCommitRequest, TxnOffsetCommitResponse
@@ -29,8 +31,22 @@ def txn_offset_commit(
                 broker,
                 needs.txn_offset_commit(req.transactional_id, req.group_id, req.offsets),
             )
-            check_txn_offsets(conn, req.transactional_id, req.producer_id, req.producer_epoch)
-            record_txn_offsets(conn, broker.clock.now_ms(), req)
+            now_ms = broker.clock.now_ms()
+            if req.add_offsets:
+                # KIP-890's transaction version 2: the AddOffsetsToTxn this commit implies,
+                # which leaves the transaction ongoing with offsets or refuses (its checks
+                # are the ones below); a refusal of the offsets takes it back with them.
+                add_offsets_in(
+                    conn,
+                    req.transactional_id,
+                    req.producer_id,
+                    req.producer_epoch,
+                    req.group_id,
+                    now_ms,
+                )
+            else:
+                check_txn_offsets(conn, req.transactional_id, req.producer_id, req.producer_epoch)
+            record_txn_offsets(conn, now_ms, req)
         return TxnOffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
     except KafkaException as exc:
         code = exc.error.code()

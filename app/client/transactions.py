@@ -29,7 +29,6 @@ from app.client.message import TopicPartition
 from app.client.sender import Sender
 from app.errors import KafkaError, KafkaException
 from app.protocol import (
-    AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     EndTxnRequest,
@@ -202,24 +201,18 @@ class Transactions:
         if not offsets:
             return
         ident = self.identity
-        if not self._offsets_added:
-            add = AddOffsetsToTxnRequest(
-                self.transactional_id,
-                ident.producer_id,
-                ident.producer_epoch,
-                group_metadata.group_id,
-            )
-            r = self._call(lambda: self.broker.handle(add), lambda x: x.error_code, timeout)
-            if r.error_code:
-                self._raise(r.error_code, r.error_message)
-            self._offsets_added = True
+        # KIP-890's transaction version 2: the first offsets of a transaction add the
+        # group's offsets to it in the same request (no AddOffsetsToTxn of their own), so
+        # they cost one DB transaction, and either both happen or neither.
         commit = TxnOffsetCommitRequest(
             self.transactional_id, group_metadata.group_id, ident.producer_id, ident.producer_epoch,
             offsets, group_metadata.generation_id, group_metadata.member_id,
+            add_offsets=not self._offsets_added,
         )  # fmt: skip
         c = self._call(lambda: self.broker.handle(commit), lambda x: x.error_code, timeout)
         if c.error_code:
             self._raise(c.error_code, c.error_message)
+        self._offsets_added = True
 
     def commit_transaction(self, timeout: float | None) -> None:
         if self.manager.state != tm.COMMITTING:

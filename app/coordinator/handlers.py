@@ -321,19 +321,35 @@ def add_offsets_to_txn(
             authorize_all(
                 conn, broker, needs.add_offsets_to_txn(req.transactional_id, req.group_id)
             )
-            meta = check_producer(
-                load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
-            )
-            if meta.state == m.BEGIN and meta.has_offsets:
-                return AddOffsetsToTxnResponse(KafkaError.NO_ERROR)
-            persist(
+            add_offsets_in(
                 conn,
-                plan_add(meta, [], True, broker.clock.now_ms()),
-                f"AddOffsetsToTxn: group {req.group_id}",
+                req.transactional_id,
+                req.producer_id,
+                req.producer_epoch,
+                req.group_id,
+                broker.clock.now_ms(),
             )
         return AddOffsetsToTxnResponse(KafkaError.NO_ERROR)
     except KafkaException as exc:
         return AddOffsetsToTxnResponse(exc.error.code(), exc.error.str())
+
+
+def add_offsets_in(
+    conn: Connection,
+    transactional_id: str,
+    producer_id: int,
+    producer_epoch: int,
+    group_id: str,
+    now_ms: int,
+) -> None:
+    """AddOffsetsToTxn's work in the caller's DB transaction: the id's row taken FOR
+    UPDATE, the producer checked, offsets joining the transaction (starting it if need
+    be). A TxnOffsetCommit of KIP-890's transaction version 2 does it too, before its
+    offsets (``app.broker.offsets``)."""
+    meta = check_producer(load_for_update(conn, transactional_id), producer_id, producer_epoch)
+    if meta.state == m.BEGIN and meta.has_offsets:
+        return
+    persist(conn, plan_add(meta, [], True, now_ms), f"AddOffsetsToTxn: group {group_id}")
 
 
 # ---------------------------------------------------------------- EndTxn
