@@ -36,14 +36,7 @@ def txn_offset_commit(
                 # KIP-890's transaction version 2: the AddOffsetsToTxn this commit implies,
                 # which leaves the transaction ongoing with offsets or refuses (its checks
                 # are the ones below); a refusal of the offsets takes it back with them.
-                add_offsets_in(
-                    conn,
-                    req.transactional_id,
-                    req.producer_id,
-                    req.producer_epoch,
-                    req.group_id,
-                    now_ms,
-                )
+                add_offsets_in(conn, req, now_ms)
             else:
                 check_txn_offsets(conn, req.transactional_id, req.producer_id, req.producer_epoch)
             record_txn_offsets(conn, now_ms, req)

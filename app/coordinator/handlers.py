@@ -58,6 +58,7 @@ from app.protocol import (
     FindCoordinatorResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
+    TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 )
@@ -321,35 +322,26 @@ def add_offsets_to_txn(
             authorize_all(
                 conn, broker, needs.add_offsets_to_txn(req.transactional_id, req.group_id)
             )
-            add_offsets_in(
-                conn,
-                req.transactional_id,
-                req.producer_id,
-                req.producer_epoch,
-                req.group_id,
-                broker.clock.now_ms(),
-            )
+            add_offsets_in(conn, req, broker.clock.now_ms())
         return AddOffsetsToTxnResponse(KafkaError.NO_ERROR)
     except KafkaException as exc:
         return AddOffsetsToTxnResponse(exc.error.code(), exc.error.str())
 
 
 def add_offsets_in(
-    conn: Connection,
-    transactional_id: str,
-    producer_id: int,
-    producer_epoch: int,
-    group_id: str,
-    now_ms: int,
+    conn: Connection, req: AddOffsetsToTxnRequest | TxnOffsetCommitRequest, now_ms: int
 ) -> None:
     """AddOffsetsToTxn's work in the caller's DB transaction: the id's row taken FOR
     UPDATE, the producer checked, offsets joining the transaction (starting it if need
     be). A TxnOffsetCommit of KIP-890's transaction version 2 does it too, before its
-    offsets (``app.broker.offsets``)."""
-    meta = check_producer(load_for_update(conn, transactional_id), producer_id, producer_epoch)
+    offsets (``app.broker.offsets``): both requests name the id, the producer and the
+    group."""
+    meta = check_producer(
+        load_for_update(conn, req.transactional_id), req.producer_id, req.producer_epoch
+    )
     if meta.state == m.BEGIN and meta.has_offsets:
         return
-    persist(conn, plan_add(meta, [], True, now_ms), f"AddOffsetsToTxn: group {group_id}")
+    persist(conn, plan_add(meta, [], True, now_ms), f"AddOffsetsToTxn: group {req.group_id}")
 
 
 # ---------------------------------------------------------------- EndTxn
