@@ -31,7 +31,7 @@ from sqlalchemy import text
 
 from app.broker import Broker
 from app.broker import commit as commit_module
-from app.client import KafkaException, Producer
+from app.client import ConsumerGroupMetadata, KafkaException, Producer, TopicPartition
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.storage import one_query as one_query_module
@@ -208,6 +208,114 @@ def test_one_query_commits_write_what_the_lock_way_writes(
     assert tables(broker, "t", "one-query") == tables(broker, "u", "lock-way")
 
 
+def offsets_transaction(
+    p: Producer,
+    topic: str,
+    values: dict[int, list[str]],
+    offsets: list[dict[int, int]],
+    group: str,
+    commit: bool = True,
+) -> None:
+    """A transaction of ``values`` by partition of ``topic`` that also sends, once per
+    entry of ``offsets``, consumed positions of topic "t" for ``group``."""
+    p.begin_transaction()
+    for partition, vs in values.items():
+        for v in vs:
+            p.produce(topic, value=v.encode(), partition=partition, timestamp=1_000)
+    for sent in offsets:
+        positions = [TopicPartition("t", part, offset) for part, offset in sent.items()]
+        p.send_offsets_to_transaction(positions, ConsumerGroupMetadata(group))
+    if commit:
+        p.commit_transaction()
+    else:
+        p.abort_transaction()
+
+
+_GROUP_TABLES = {
+    "group_offsets": """SELECT topic, partition, committed_offset, metadata FROM group_offsets
+                        WHERE group_id = :group ORDER BY topic, partition""",
+    "offset_commit_log": """SELECT topic, partition, kind, committed_offset, metadata,
+                                   producer_epoch
+                            FROM offset_commit_log WHERE group_id = :group ORDER BY event_id""",
+    "pending_txn_offsets": """SELECT topic, partition, committed_offset
+                              FROM pending_txn_offsets WHERE group_id = :group
+                              ORDER BY topic, partition""",
+}
+
+
+def group_tables(broker: Broker, group: str) -> dict[str, list[Any]]:
+    with broker.engine.connect() as conn:
+        return {
+            name: [tuple(r) for r in conn.execute(text(q), {"group": group})]
+            for name, q in _GROUP_TABLES.items()
+        }
+
+
+def test_commits_with_offsets_go_in_one_query(broker: Broker, producers: Any, ways: Ways) -> None:
+    """A consume-transform-produce loop: each transaction's first send_offsets (a
+    TxnOffsetCommit that adds the offsets, KIP-890) leaves the id's row remembered, and
+    its commit, on the partitions the last commit left, goes in one query string with the
+    pending offsets' completion among its writes; a second send_offsets in the same
+    transaction (no add) changes nothing of that. The offsets land with their commit."""
+    p = producers("tx")
+    for i in range(4):
+        offsets_transaction(
+            p, "t", {0: [f"a{i}"], 1: [f"b{i}"]}, [{0: i + 1}, {1: 10 * (i + 1)}], "g"
+        )
+        assert group_tables(broker, "g")["group_offsets"] == [
+            ("t", 0, i + 1, None), ("t", 1, 10 * (i + 1), None)
+        ]  # fmt: skip
+    assert ways.taken == ["lock", "one", "one", "one"]
+    assert ways.refused == 0
+    kinds = [row[2] for row in group_tables(broker, "g")["offset_commit_log"]]
+    assert kinds == ["txn_pending", "txn_pending", "txn_commit", "txn_commit"] * 4
+    assert group_tables(broker, "g")["pending_txn_offsets"] == []
+    assert all_values(broker) == {
+        0: [f"a{i}" for i in range(4)],
+        1: [f"b{i}" for i in range(4)],
+        2: [],
+    }
+
+
+# A run of transactions with offsets: values by partition, the offsets sent (one
+# send_offsets_to_transaction each), and commit or abort.
+OFFSETS_RUN: list[tuple[dict[int, list[str]], list[dict[int, int]], bool]] = [
+    ({0: ["a"], 1: ["b"]}, [{0: 1}], True),
+    ({0: ["c"], 2: ["d"]}, [{0: 2}, {2: 5}], True),
+    ({1: ["e"]}, [{1: 7}], False),
+    ({0: ["f"], 1: ["g"], 2: ["h"]}, [{0: 3, 1: 8}], True),
+    ({0: ["i"]}, [], True),
+    ({0: ["j"], 1: ["k"]}, [{0: 4}], True),
+    ({2: ["l"]}, [{2: 9}, {2: 11}], True),
+]
+
+
+def test_one_query_commits_with_offsets_write_what_the_lock_way_writes(
+    db_url: str, broker: Broker, producers: Any, ways: Ways, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same run of transactions with offsets, once with the one-query commit and once
+    with every commit taken the lock's way, leaves the same records, markers, partition
+    rows, producer states, transaction events, committed offsets and offset events."""
+    create_topic(broker, "u", 3)
+    for topic, tid in (("t", "one-query"), ("u", "lock-way")):
+        if topic == "u":
+            monkeypatch.setattr(commit_module, "commit_on_remembered", lambda *_: None)
+        p = producers(tid)
+        for values, offsets, commit in OFFSETS_RUN:
+            offsets_transaction(p, topic, values, offsets, f"g-{tid}", commit)
+    assert ways.taken.count("one") >= 4
+    one_query, lock_way = tables(broker, "t", "one-query"), tables(broker, "u", "lock-way")
+    one_query["transaction_log"] = [  # AddOffsetsToTxn's reason names its group
+        (*row[:-1], row[-1].replace("g-one-query", "g-lock-way"))
+        for row in one_query["transaction_log"]
+    ]
+    assert one_query == lock_way
+    assert group_tables(broker, "g-one-query") == group_tables(broker, "g-lock-way")
+    assert group_tables(broker, "g-one-query")["group_offsets"] == [
+        ("t", 0, 4, None), ("t", 1, 8, None), ("t", 2, 11, None)
+    ]  # fmt: skip
+
+
 def test_a_fenced_producer_is_refused_on_its_reads(
     broker: Broker, producers: Any, ways: Ways
 ) -> None:
@@ -313,16 +421,20 @@ def test_a_moved_lease_is_refused_and_the_markers_carry_the_new_epoch(
     assert stamped[1:] == [epochs, epochs]
 
 
+@pytest.mark.parametrize("offsets", [False, True], ids=["records", "with-offsets"])
 def test_a_process_killed_inside_the_one_query_commit_leaves_nothing(
-    db_url: str, broker: Broker
+    db_url: str, broker: Broker, offsets: bool
 ) -> None:
     """Killed (SIGKILL) with the COPYs' data handed over and the last COPY not ended: the
-    server rolls the whole transaction back, records, markers and transitions; the id's
-    next instance finds the second commit as the last, and appends right after it."""
+    server rolls the whole transaction back, records, markers and transitions, and the
+    offsets it was completing stay pending; the id's next instance finds the second commit
+    as the last, aborts the third transaction (its offsets never land), and appends right
+    after the second."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert env["KIP98_CLIENT_COORDINATOR_LOOP"] == "0"
     child = subprocess.run(
-        [sys.executable, "-m", "tests.remembered_commit_child", db_url],
+        [sys.executable, "-m", "tests.remembered_commit_child", db_url,
+         *(["offsets"] if offsets else [])],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert child.returncode == -signal.SIGKILL, child.stderr
@@ -337,12 +449,30 @@ def test_a_process_killed_inside_the_one_query_commit_leaves_nothing(
             .scalars()
             .all()
         )
-    assert states[-1] == "COMPLETE_COMMIT" and states.count("COMPLETE_COMMIT") == 2
+    assert states.count("COMPLETE_COMMIT") == 2
+    if offsets:  # the third transaction's offsets joined it, in a commit of their own
+        assert states[-1] == "BEGIN"
+        left = group_tables(broker, "g")
+        assert left["group_offsets"] == [("t", 0, 2, None)]
+        assert left["pending_txn_offsets"] == [("t", 0, 3)]
+    else:
+        assert states[-1] == "COMPLETE_COMMIT"
     with Producer({"database.url": db_url, "transactional.id": "tx"}) as p:
         p.init_transactions()
-        transaction(p, {0: ["e"], 1: ["f"]})
+        if offsets:
+            assert group_tables(broker, "g")["pending_txn_offsets"] == []
+            offsets_transaction(p, "t", {0: ["e"], 1: ["f"]}, [{0: 4}], "g")
+        else:
+            transaction(p, {0: ["e"], 1: ["f"]})
     assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
     assert [partition_offsets(broker, "t", i)[0] for i in (0, 1)] == [6, 6]
+    if offsets:
+        left = group_tables(broker, "g")
+        assert left["group_offsets"] == [("t", 0, 4, None)]
+        kinds = [row[2] for row in left["offset_commit_log"]]
+        assert kinds == ["txn_pending", "txn_commit"] * 2 + ["txn_pending", "txn_abort"] * 1 + [
+            "txn_pending", "txn_commit"
+        ]  # fmt: skip
 
 
 def test_producers_racing_on_shared_partitions(
@@ -424,10 +554,12 @@ def test_producers_racing_on_shared_partitions(
 
 class World:
     """One run of a property example: a topic, the producer under test (``main``, replaced
-    by a new instance when fenced) and another transactional producer, on their own ids."""
+    by a new instance when fenced) and another transactional producer, on their own ids;
+    the main producer's transactions may send ``group`` positions on the topic."""
 
-    def __init__(self, db_url: str, broker: Broker, name: str) -> None:
-        self.db_url, self.topic = db_url, name
+    def __init__(self, db_url: str, broker: Broker, name: str, group: str) -> None:
+        self.db_url, self.topic, self.group = db_url, name, group
+        self.positions = 0
         self.main_id, self.other_id = f"{name}-main", f"{name}-other"
         create_topic(broker, name, 3)
         self.main = self._transactional(self.main_id)
@@ -451,6 +583,10 @@ class World:
                 for k in range(count):
                     value = f"{kind}-{partition}-{k}".encode()
                     self.main.produce(self.topic, value=value, partition=partition, timestamp=7)
+            if op[2]:  # offsets in the transaction
+                self.positions += 1
+                sent = [TopicPartition(self.topic, 0, self.positions)]
+                self.main.send_offsets_to_transaction(sent, ConsumerGroupMetadata(self.group))
             if kind == "commit":
                 self.main.commit_transaction()
             else:
@@ -480,7 +616,11 @@ class World:
 _PARTITION_COUNTS = st.dictionaries(st.integers(0, 2), st.integers(1, 3), min_size=1)
 _OPS = st.lists(
     st.one_of(
-        st.tuples(st.sampled_from(["commit", "commit", "commit", "abort"]), _PARTITION_COUNTS),
+        st.tuples(
+            st.sampled_from(["commit", "commit", "commit", "abort"]),
+            _PARTITION_COUNTS,
+            st.booleans(),  # with offsets
+        ),
         st.tuples(st.just("plain"), st.integers(0, 2), st.integers(1, 4)),
         st.tuples(st.just("open_other"), st.integers(0, 2)),
         st.tuples(st.just("commit_other")),
@@ -501,15 +641,18 @@ _OPS = st.lists(
 def test_any_interleaving_leaves_what_the_lock_way_leaves(
     db_url: str, broker: Broker, ways: Ways, monkeypatch: pytest.MonkeyPatch, ops: list[Any]
 ) -> None:
-    """Random runs of the producer's commits and aborts, with another producer's plain
-    appends, another transaction opened and committed on the same partitions, the lease
-    moving and the producer fenced by a new instance in between, each applied to two
-    topics at once: on one the producer's commits may go in one query, on the other every
-    commit takes the lock's way. Both leave the same rows."""
+    """Random runs of the producer's commits and aborts, some with a group's offsets, with
+    another producer's plain appends, another transaction opened and committed on the same
+    partitions, the lease moving and the producer fenced by a new instance in between,
+    each applied to two topics at once: on one the producer's commits may go in one
+    query, on the other every commit takes the lock's way. Both leave the same rows, the
+    group's offsets and their events included."""
     tag = f"w{len(ways.taken)}x{random.randrange(1 << 30)}"
     with broker.engine.begin() as conn:  # the leases as no example moved them
         conn.execute(text("DELETE FROM coordinator_leases"))
-    one_query, lock_way = World(db_url, broker, f"{tag}a"), World(db_url, broker, f"{tag}b")
+    group = f"{tag}-g"
+    one_query = World(db_url, broker, f"{tag}a", group)
+    lock_way = World(db_url, broker, f"{tag}b", group)
     original = commit_module.commit_on_remembered
 
     def only_on_one_query(context: Any, req: Any) -> Any:
@@ -519,7 +662,7 @@ def test_any_interleaving_leaves_what_the_lock_way_leaves(
 
     monkeypatch.setattr(commit_module, "commit_on_remembered", only_on_one_query)
     try:
-        for op in [("commit", {0: 1, 1: 1, 2: 1}), *ops, ("commit", {0: 1, 1: 1, 2: 1})]:
+        for op in [("commit", {0: 1, 1: 1, 2: 1}, False), *ops, ("commit", {0: 1}, True)]:
             if op[0] == "lease":
                 ids = (one_query.main_id, one_query.other_id, lock_way.main_id, lock_way.other_id)
                 _move_leases(broker, *ids)
@@ -532,6 +675,14 @@ def test_any_interleaving_leaves_what_the_lock_way_leaves(
     assert tables(broker, one_query.topic, one_query.main_id, one_query.other_id) == tables(
         broker, lock_way.topic, lock_way.main_id, lock_way.other_id
     )
+    offsets = group_tables(broker, group)  # both topics' positions, each world's its own
+    for rows in offsets.values():
+        assert [r[1:] for r in rows if r[0] == one_query.topic] == [
+            r[1:] for r in rows if r[0] == lock_way.topic
+        ]
+    assert [r[1:] for r in offsets["group_offsets"] if r[0] == one_query.topic] == [
+        (0, one_query.positions, None)
+    ]
 
 
 def _move_leases(broker: Broker, *transactional_ids: str) -> None:

@@ -20,8 +20,10 @@ tried. The locks are taken in the usual order (§3.3), before any write.
 
 Only a commit that the lock's way would end with every batch in goes this way: any
 refusal, a retry, a decision that would read the database (ACLs, a new producer id,
-several batches for one partition), offsets in the transaction, or a row not remembered,
-and the request goes the lock's way from the start.
+several batches for one partition), or a row not remembered, and the request goes the
+lock's way from the start. The id's row may also be the one a TxnOffsetCommit that added
+the group's offsets left (``broker.offsets``): the pending offsets' completion is then
+among the queued writes, read by the server when they run, under the id's row lock.
 """
 
 from __future__ import annotations
@@ -130,9 +132,7 @@ def _plan(
     end = req.end
     meta = memory.leased.meta
     assert end is not None and meta is not None
-    if meta.has_offsets or end_retry_outcome(
-        meta, end.producer_id, end.producer_epoch, end.committed
-    ):
+    if end_retry_outcome(meta, end.producer_id, end.producer_epoch, end.committed):
         return None
     hints: dict[TopicPartition, Remembered] = {}
     for tp in _touched(meta, req):

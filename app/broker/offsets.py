@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from app.coordinator.guard import check_txn_offsets
 from app.coordinator.handlers import add_offsets_in
+from app.coordinator.txn_log import remember_txn, txn_version
 from app.errors import KafkaError, KafkaException
 from app.groups.offsets import record_txn_offsets, validate_offsets
 from app.protocol import TxnOffsetCommitRequest, TxnOffsetCommitResponse
@@ -25,6 +26,7 @@ def txn_offset_commit(
         validate_offsets(req.group_id, req.offsets)
         if not req.offsets:
             return TxnOffsetCommitResponse(KafkaError.NO_ERROR)
+        added, version = None, None
         with broker.engine.begin() as conn:
             authorize_all(
                 conn,
@@ -36,10 +38,17 @@ def txn_offset_commit(
                 # KIP-890's transaction version 2: the AddOffsetsToTxn this commit implies,
                 # which leaves the transaction ongoing with offsets or refuses (its checks
                 # are the ones below); a refusal of the offsets takes it back with them.
-                add_offsets_in(conn, req, now_ms)
+                added = add_offsets_in(conn, req, now_ms)
             else:
                 check_txn_offsets(conn, req.transactional_id, req.producer_id, req.producer_epoch)
             record_txn_offsets(conn, now_ms, req)
+            if added is not None:
+                version = txn_version(conn, req.transactional_id)
+        if added is not None and version is not None:
+            # The id's row as this commit left it: the transaction's commit, decided on it
+            # and on the partitions the last commit left, may then go in one query string
+            # (docs/design.md §3.11).
+            remember_txn(conn, version, added)
         return TxnOffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
     except KafkaException as exc:
         code = exc.error.code()

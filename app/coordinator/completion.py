@@ -42,6 +42,7 @@ def complete_transaction(
     write_txn_markers(conn, meta.partitions, marker, skip_missing=True, locked=locked)
     crash_point("complete.after_marker")
     if meta.has_offsets:
-        complete_pending_offsets(conn, producer_id, commit, now_ms)
+        writes = None if locked is None else locked.writes
+        complete_pending_offsets(conn, producer_id, commit, now_ms, writes)
     crash_point("complete.before_complete")
     return record(conn, plan_complete(meta, now_ms), "markers written")

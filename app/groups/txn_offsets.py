@@ -7,15 +7,29 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from app.groups import sql
+from app.storage.driver import WriteBehind, driver_sql
 
 
-def complete_pending_offsets(conn: Connection, producer_id: int, commit: bool, now_ms: int) -> None:
-    params = {"producer_id": producer_id, "now": now_ms}
-    if commit:
-        # The projection's rows first, so a plain commit of the same offset running
-        # meanwhile is ordered against this one by them, its event with them (``offsets``).
-        conn.execute(sql.APPLY_PENDING, params)
-    conn.execute(
-        sql.LOG_PENDING_OUTCOME, {**params, "kind": "txn_commit" if commit else "txn_abort"}
-    )
-    conn.execute(sql.DROP_PENDING, params)
+def complete_pending_offsets(
+    conn: Connection,
+    producer_id: int,
+    commit: bool,
+    now_ms: int,
+    writes: WriteBehind | None = None,
+) -> None:
+    """The producer's pending offsets applied (``commit``) or dropped, each with its
+    outcome's event. Nothing here is read back, so a completion whose other last writes
+    are queued (the markers: ``writes``) queues these after them, to be sent in the same
+    round trip or query string (docs/design.md §3.11); they read the pending offsets when
+    they run, under the id's row lock every TxnOffsetCommit of the transaction took."""
+    kind = "txn_commit" if commit else "txn_abort"
+    params = {"producer_id": producer_id, "now": now_ms, "kind": kind}
+    statements = [sql.APPLY_PENDING] if commit else []
+    # The projection's rows first, so a plain commit of the same offset running meanwhile
+    # is ordered against this one by them, its event with them (``offsets``).
+    statements += [sql.LOG_PENDING_OUTCOME, sql.DROP_PENDING]
+    for statement in statements:
+        if writes is None:
+            conn.execute(statement, params)
+        else:
+            writes.add(driver_sql(statement), params)
