@@ -1,9 +1,12 @@
 """A process the session-bounds tests pause with SIGSTOP while a pipeline of its waits:
 ``markers`` locks partition t/0 for markers (``markers.lock_for_markers``) while the test
 holds that row, so its statement waits for the lock; ``writes`` sends a request's last
-writes (``WriteBehind``), the first of which takes a while.
+writes (``WriteBehind``), the first of which takes a while; ``read`` does too, with a
+read after them in the same round trip (as a TxnOffsetCommit reads the version it
+leaves).
 
-argv: database URL, ``markers`` or ``writes``. Prints its backend's pid, then waits.
+argv: database URL, ``markers``, ``writes`` or ``read``. Prints its backend's pid, then
+waits.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ def main() -> None:
             writes = WriteBehind()
             writes.add("SELECT pg_sleep(2)", {})
             writes.add("SELECT 1", {})
-            writes.send(conn)
+            read = ("SELECT %(n)s", {"n": 7}) if sys.argv[2] == "read" else None
+            assert writes.send(conn, read) == ((7,) if read else None)
         print("done", flush=True)
 
 

@@ -152,14 +152,20 @@ def test_a_paused_transactional_producer_is_fenced_by_its_successor(
 
 
 @pytest.mark.parametrize(
-    ("mode", "waiting"), [("markers", ("active", "Lock")), ("writes", ("active", "Timeout"))]
+    ("mode", "waiting"),
+    [
+        ("markers", ("active", "Lock")),
+        ("writes", ("active", "Timeout")),
+        ("read", ("active", "Timeout")),
+    ],
 )
 def test_a_process_paused_while_its_pipeline_waits_is_bounded(
     broker: Broker, db_url: str, mode: str, waiting: tuple[str, str]
 ) -> None:
     """PostgreSQL bounds a session idle in a transaction only once it has answered a Sync,
     and until the next message it reads. A process paused while a pipeline of its waits
-    (the markers' lock, sent with the read behind it; a request's last writes) would
+    (the markers' lock, sent with the read behind it; a request's last writes, with or
+    without a read after them) would
     leave, once the statements are done, a session that no timeout ends, holding its
     locks: each pipeline sends its Sync before waiting (``storage.driver``)."""
     holder = broker.engine.connect()

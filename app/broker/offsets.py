@@ -6,15 +6,17 @@ Composed here, so neither package reaches into the other's tables."""
 
 from __future__ import annotations
 
+from app.broker.work import Work
 from app.coordinator.guard import check_txn_offsets
 from app.coordinator.handlers import add_offsets_in
-from app.coordinator.txn_log import remember_txn, txn_version
+from app.coordinator.txn_log import TransitionBatch, remember_txn, txn_version_read
 from app.errors import KafkaError, KafkaException
 from app.groups.offsets import record_txn_offsets, validate_offsets
 from app.protocol import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
+from app.storage.driver import WriteBehind
 from app.storage.engine import retry_conflicts
 
 
@@ -33,17 +35,20 @@ def txn_offset_commit(
                 broker,
                 needs.txn_offset_commit(req.transactional_id, req.group_id, req.offsets),
             )
+            # The checks read at once; the writes go together, then COMMIT.
+            work = Work(broker, conn, transitions=TransitionBatch(), writes=WriteBehind())
             now_ms = broker.clock.now_ms()
             if req.add_offsets:
                 # KIP-890's transaction version 2: the AddOffsetsToTxn this commit implies,
                 # which leaves the transaction ongoing with offsets or refuses (its checks
                 # are the ones below); a refusal of the offsets takes it back with them.
-                added = add_offsets_in(conn, req, now_ms)
+                added = add_offsets_in(conn, req, now_ms, work.record)
             else:
                 check_txn_offsets(conn, req.transactional_id, req.producer_id, req.producer_epoch)
-            record_txn_offsets(conn, now_ms, req)
-            if added is not None:
-                version = txn_version(conn, req.transactional_id)
+            record_txn_offsets(conn, now_ms, req, work.writes)
+            read = None if added is None else txn_version_read(req.transactional_id)
+            row = work.send(read)
+            version = None if row is None else str(row[0])
         if added is not None and version is not None:
             # The id's row as this commit left it: the transaction's commit, decided on it
             # and on the partitions the last commit left, may then go in one query string

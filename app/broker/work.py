@@ -9,6 +9,7 @@ metadata read, the partition rows locked, where writes go); only the broker buil
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -46,9 +47,13 @@ class Work:
         """How this request persists a transition: queued with the others, or at once."""
         return persist if self.transitions is None else self.transitions.persist
 
-    def send(self) -> None:
-        """Write what was queued, in order: the transitions, then the last writes."""
+    def send(self, read: tuple[str, dict[str, Any]] | None = None) -> tuple[Any, ...] | None:
+        """Write what was queued, in order: the last writes, then the transitions; with
+        ``read`` (only with ``writes``), its first row, read after them in the same round
+        trip (``WriteBehind.send``)."""
         if self.transitions is not None:
             self.transitions.flush(self.conn, self.writes)
         if self.writes is not None:
-            self.writes.send(self.conn)
+            return self.writes.send(self.conn, read)
+        assert read is None, "a read after the writes needs them queued"
+        return None

@@ -329,7 +329,10 @@ def add_offsets_to_txn(
 
 
 def add_offsets_in(
-    conn: Connection, req: AddOffsetsToTxnRequest | TxnOffsetCommitRequest, now_ms: int
+    conn: Connection,
+    req: AddOffsetsToTxnRequest | TxnOffsetCommitRequest,
+    now_ms: int,
+    record: Persist = persist,
 ) -> Leased | None:
     """AddOffsetsToTxn's work in the caller's DB transaction: the id's row taken FOR
     UPDATE (its lease's FOR SHARE, as a commit takes them), the producer checked, offsets
@@ -337,14 +340,13 @@ def add_offsets_in(
     transaction version 2 does it too, before its offsets (``app.broker.offsets``): both
     requests name the id, the producer and the group. Returns the metadata it left, with
     the lease's epoch, if it moved the row (None if the offsets were in already): what
-    the transaction's commit may be decided on (docs/design.md §3.11)."""
+    the transaction's commit may be decided on (docs/design.md §3.11). ``record``: how the
+    transition is persisted."""
     leased = load_with_lease(conn, req.transactional_id)
     meta = check_producer(leased.meta, req.producer_id, req.producer_epoch)
     if meta.state == m.BEGIN and meta.has_offsets:
         return None
-    added = persist(
-        conn, plan_add(meta, [], True, now_ms), f"AddOffsetsToTxn: group {req.group_id}"
-    )
+    added = record(conn, plan_add(meta, [], True, now_ms), f"AddOffsetsToTxn: group {req.group_id}")
     return Leased(added, leased.coordinator_epoch)
 
 

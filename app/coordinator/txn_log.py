@@ -118,6 +118,12 @@ def written_version_query(conn: Connection, transactional_id: str) -> bytes:
     return prepared_call(conn, sql.TXN_VERSION, {"tid": transactional_id})
 
 
+def txn_version_read(transactional_id: str) -> tuple[str, dict[str, Any]]:
+    """TXN_VERSION as a read to run after a DB transaction's queued writes
+    (``WriteBehind.send``): its row's only value is the version they leave the row at."""
+    return sql.TXN_VERSION, {"tid": transactional_id}
+
+
 def txn_version(conn: Connection, transactional_id: str) -> str:
     """The row's version as this DB transaction, which has written it, leaves it."""
     with driver_connection(conn).cursor() as cur:

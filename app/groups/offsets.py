@@ -29,6 +29,7 @@ from app.protocol import (
 from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
+from app.storage.driver import WriteBehind, driver_sql, execute_or_queue
 from app.storage.engine import retry_conflicts
 
 
@@ -94,10 +95,13 @@ def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetComm
         return OffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
 
 
-def record_txn_offsets(conn: Connection, now_ms: int, req: TxnOffsetCommitRequest) -> None:
+def record_txn_offsets(
+    conn: Connection, now_ms: int, req: TxnOffsetCommitRequest, writes: WriteBehind | None = None
+) -> None:
     """The group's side of a TxnOffsetCommit: the offsets pending for their producer until
     its transaction ends (the transaction's own check is the coordinator's, in the same DB
-    transaction: ``app.broker.offsets``)."""
+    transaction: ``app.broker.offsets``). The checks run at once; the writes, whose
+    results nothing reads, are queued on ``writes`` if given."""
     cols = _columns(req.offsets)
     _check_partitions_exist(conn, cols)
     check_generation(conn, req.group_id, req.member_id, req.generation_id, now_ms)
@@ -105,8 +109,9 @@ def record_txn_offsets(conn: Connection, now_ms: int, req: TxnOffsetCommitReques
         **cols, "group_id": req.group_id, "now": now_ms,
         "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
     }  # fmt: skip
-    conn.execute(sql.UPSERT_PENDING, params)  # the projection first, as in offset_commit
-    conn.execute(sql.LOG_COMMITS, {**params, "kind": "txn_pending"})
+    # The projection first, as in offset_commit.
+    execute_or_queue(conn, writes, driver_sql(sql.UPSERT_PENDING), params)
+    execute_or_queue(conn, writes, driver_sql(sql.LOG_COMMITS), {**params, "kind": "txn_pending"})
 
 
 def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchResponse:

@@ -109,20 +109,28 @@ class WriteBehind:
         queued, self._queued = self._queued, []
         return [(statement, params) for statement, params, _ in queued]
 
-    def send(self, conn: Connection) -> None:
-        """Run the queued writes, in order; errors raise here, before COMMIT."""
+    def send(
+        self, conn: Connection, read: tuple[str, dict[str, Any]] | None = None
+    ) -> tuple[Any, ...] | None:
+        """Run the queued writes, in order; errors raise here, before COMMIT. ``read``: a
+        statement run after them in the same round trip, whose first row is returned
+        (e.g. a row's version as the writes leave it)."""
         queued, self._queued = self._queued, []
-        if not queued:
-            return
         raw = driver_connection(conn)
-        if len(queued) == 1:
+        if len(queued) + (read is not None) <= 1:
             with raw.cursor() as cur:
-                cur.execute(queued[0][0], queued[0][1])
-            return
-        with raw.pipeline() as pipeline, raw.cursor() as cur:
+                for statement, params, _ in queued:
+                    cur.execute(statement, params)
+                if read is not None:
+                    return cur.execute(*read).fetchone()
+            return None
+        with raw.pipeline() as pipeline, raw.cursor() as cur, raw.cursor() as reading:
             for statement, params, _ in queued:
                 cur.execute(statement, params)
+            if read is not None:
+                reading.execute(*read)
             pipeline.sync()  # the Sync before the wait (see above)
+            return reading.fetchone() if read is not None else None
 
 
 def execute_or_queue(
