@@ -1374,9 +1374,9 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.79 (0.79-0.84), just below it (the
-  median 0.794 in this table's three runs, 0.7996 in another three of the same code the
-  same day; 0.796 in 0.16.0's table, 0.8029 in 0.15.0's)**. The handler's path has not changed since 0.15.0: A/B, alternating runs
+- **Handler produce vs its floor (target 0.8): 0.79 (0.79-0.79), just below it (runs
+  0.792, 0.793, 0.792 in this table; 0.794 in 0.17.0's, with 0.7996 in another three of
+  that code the same day; 0.796 in 0.16.0's table, 0.8029 in 0.15.0's)**. The handler's path has not changed since 0.15.0: A/B, alternating runs
   against 0.15.0, five alternating runs of 1000-record batches on one partition, 3.98 ms
   a batch against 4.00 ms. Profiled now (cProfile, 200 batches): the handler waits on the
   server ~2.6 ms of its 3.4 ms a batch; SQLAlchemy's transaction around the one-query
@@ -1425,8 +1425,8 @@ How to read these figures:
   and at the pipeline's end, two round trips for the one it hides); a batch's integers
   packed with the prefix in one `struct` call per record, four parts a record instead of
   five (no gain: the call per record is the cost).
-- **Idempotent Producer vs handler produce (target 0.6): 0.73 (0.73-0.73; 0.76 in
-  another three runs the same day)**, from 0.64 in 0.16.0's table (0.63 in 0.14.0's, 0.68 in 0.13.0's; 0.44-0.55 before 0.10.0). In
+- **Idempotent Producer vs handler produce (target 0.6): 0.73 (0.71-0.76; 0.73 in
+  0.17.0's table)**, from 0.64 in 0.16.0's table (0.63 in 0.14.0's, 0.68 in 0.13.0's; 0.44-0.55 before 0.10.0). In
   0.17.0 `produce()` gives the interpreter lock to the sender's threads at most once a
   millisecond while a request is out (docs/design.md §8, `client/handoff.py`): CPython
   hands the lock from a thread that computes to one that waits for it only after its 5
@@ -1455,10 +1455,11 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender's own work sharing the GIL with the application's thread, and PostgreSQL
   sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 0.98 (0.97-1.03; 1.04 in 0.16.0's table);
-  PostgreSQL alone 1.24 (1.20-1.29; 1.38 then), below the target; the ceiling on this
-  machine 1.22 (1.20-1.23; 1.47 then), below it too.** Both sides got faster in 0.17.0,
-  one lane more: ~277,000 and ~272,000 records/s (~195,000 and ~202,000 in 0.16.0's
+- **In-flight 5 / in-flight 1 (target 1.5): 0.98 (0.97-1.01; 0.98 in 0.17.0's table,
+  1.04 in 0.16.0's); PostgreSQL alone 1.30 (1.26-1.32; 1.24 in 0.17.0's, 1.38 in
+  0.16.0's), below the target; the ceiling on this machine 1.22 (1.20-1.26; 1.22, 1.47),
+  below it too.** Both sides got faster in 0.17.0,
+  one lane more: ~279,000 and ~279,000 records/s (~195,000 and ~202,000 in 0.16.0's
   table, on a machine ~15% slower), the application's `produce()` now handing the
   interpreter lock to the sender while a request is out (see the line above). With the
   client no longer waiting 5 ms for the lock after each answer, it is what the machine's
@@ -1519,9 +1520,9 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.56 (0.56-0.58),
-  from 0.69 in 0.16.0's table; its floor 0.64 (0.63-0.67), below the target;
-  transactional / floor 0.87 (0.86-0.87).** In 0.17.0 the idempotent Producer it is
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.57 (0.56-0.57;
+  0.56 in 0.17.0's table), from 0.69 in 0.16.0's; its floor 0.65 (0.63-0.66), below the
+  target; transactional / floor 0.88 (0.88-0.90).** In 0.17.0 the idempotent Producer it is
   divided by became a quarter faster (its application no longer keeps the sender waiting
   for the interpreter lock, see the Producer line) while the transactional one, whose
   records wait for the commit with no request out, stayed as fast (1.19-1.20 s for
@@ -1546,27 +1547,29 @@ How to read these figures:
   their values (0.05 ms). The application's `produce()` calls (1.45 ms for 1000
   records) and the commit follow one another, which is what keeps the floor below 1:
   the idempotent Producer's application waits on nothing but its queue (about 1.4 µs of
-  CPU a record) and its database work overlaps its `produce()` calls. A consume-
-  transform-produce transaction, whose offsets go to the coordinator before the commit,
-  still takes the lock's way (its offsets' transitions move the id's row first).
-- **Consume-transform-produce (report): 0.66 (0.65-0.66) of the same transactions
-  without offsets; 75 transactions of 1000 records a second (74-77).** New in 0.17.0:
-  exactly-once's own loop, a read_committed Consumer's 1000 records written by a
-  transactional Producer with the consumer's positions sent in each transaction. The
-  offsets cost ~4 ms a transaction (12.3-13.4 ms against 8.4-8.9 ms, 100 transactions
-  a round), timed in the loop: their own request, 2.2 ms (the transaction's offsets
-  added and the group's pending offsets written, one DB transaction and its commit), and
-  the commit then taking the lock's way (docs/design.md §3.11: a transaction with
-  offsets is decided under the locks, and the offsets' transition moved the id's row
-  the process remembered), 6.1-6.2 ms against the one-query commit's 4.4-4.6 ms. In
-  0.17.0 the offsets' request became one: `send_offsets_to_transaction` follows
-  KIP-890's transaction version 2 (a TxnOffsetCommit that adds the group's offsets to
-  the transaction itself, no AddOffsetsToTxn before it), 3.2 → 2.2 ms, and a
-  transaction 14.8 → 13.5 ms in alternating runs. The way on: remember the id's row as the offsets' request leaves it
-  (with its lease's epoch) and queue the pending offsets' completion (three statements,
-  none read back) with the markers, so such commits go in one query string too.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.52 (0.46-0.54; 0.48 in 0.16.0's
-  table and 0.51 in 0.15.0's, the path unchanged since), from 0.44 in 0.14.0's.**
+  CPU a record) and its database work overlaps its `produce()` calls. Since 0.18.0 a
+  consume-transform-produce transaction's commit goes in one query string too (see its
+  line).
+- **Consume-transform-produce (report): 0.80 (0.79-0.80) of the same transactions
+  without offsets, from 0.66 in 0.17.0's table; 94 transactions of 1000 records a second
+  (94-95), from 75.** Exactly-once's own loop, a read_committed Consumer's 1000 records
+  written by a transactional Producer with the consumer's positions sent in each
+  transaction. In 0.17.0 the offsets cost ~4 ms a transaction: their own request (one
+  TxnOffsetCommit that adds them to the transaction, KIP-890's transaction version 2;
+  3.2 → 2.2 ms against AddOffsetsToTxn and TxnOffsetCommit), and the commit taking the
+  lock's way, 6.1-6.2 ms against the one-query commit's 4.4-4.6 ms, because the
+  offsets' transition moved the id's row the process remembered. In 0.18.0 that
+  TxnOffsetCommit remembers the row it leaves, with its lease's epoch, and the pending
+  offsets' completion is queued with the markers' writes (docs/design.md §3.11): the
+  commit with offsets is one query string too, 4.5-4.6 ms, as one without; and the
+  request's writes go in one pipeline with the row's version read after them (§8), 1.64
+  → 1.37 ms timed alone, 2.3 → 1.9 ms in the loop. A transaction 12.5 → 10.5 ms (five
+  alternating runs against 0.17.0). What is left is that request: five round trips
+  (BEGIN, the id's row with its lease, the partitions' check, the pipeline, COMMIT) and
+  the commit's flush, against 0.38 ms for a bare INSERT and COMMIT on this server.
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.53 (0.48-0.54; 0.52 in 0.17.0's
+  table, 0.48 in 0.16.0's and 0.51 in 0.15.0's, the path unchanged since), from 0.44 in
+  0.14.0's.**
   A fetch's max_bytes cut is a running sum over the window in SQL, which over the wide
   rows cost as much as reading them; the partition's look now sums the window's stored
   sizes first (narrow: a value's length is in its row or TOAST pointer), and a window
@@ -1581,20 +1584,20 @@ How to read these figures:
   keeps 0.87 of the read_uncommitted one (0.97 in 0.14.0's table, target 0.8): the
   read_uncommitted fetch it is divided by gained more from reading windows whole than
   the read_committed one, which still filters the aborted ranges in each window.
-- **acks (report): acks=1 0.97 (0.94-0.97), acks=0 1.03 (1.00-1.06) of acks=all.** A commit's WAL flush is a small
+- **acks (report): acks=1 0.96 (0.96-0.98), acks=0 1.05 (1.00-1.05) of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.52 (0.51-0.53) (librdkafka ~140,000 records/s, the native
-  Producer ~267,000 on one partition, which 0.17.0 made a sixth faster: see the Producer
+  The producer ratio is 0.52 (0.52-0.53) (librdkafka ~147,000 records/s, the native
+  Producer ~280,000 on one partition, which 0.17.0 made a sixth faster: see the Producer
   line; 0.67 with ~131,000 and ~194,000 in 0.16.0's table, 0.65 with ~142,000 and
   ~222,000 in 0.15.0's; librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34).
   A switch interval of 0.5 ms in `kip98 serve` (its asyncio loop and its workers share
   one lock) changed nothing: ~146,000 records/s either way. A librdkafka batch on one partition goes the one-query
   way through the server too, in one COPY (its ~7,900 rows are past where cutting pays):
-  `kip98 serve` spends 0.16 CPU-seconds per 100,000 records (0.18 in 0.16.0's table,
+  `kip98 serve` spends 0.15 CPU-seconds per 100,000 records (0.18 in 0.16.0's table,
   0.11 in 0.13.0's).
   The Kafka client is what takes the time: per 100,000 records its own process spends
   0.46 CPU-seconds (librdkafka's threads, confluent-kafka's calls and a Python
@@ -1605,10 +1608,10 @@ How to read these figures:
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
-  server's reading and the client's work do not overlap. **The consumer ratio is 0.73
-  (0.67-0.76; single rounds 0.66-1.02; 0.75 in 0.16.0's table, 0.72 in 0.15.0's), below
-  its target of 0.8, because the native Consumer it is divided by got faster in
-  0.15.0**: a native fetch whose window fits max_bytes is
+  server's reading and the client's work do not overlap. **The consumer ratio is 0.80
+  (0.70-0.81; single rounds 0.65-0.93; 0.73 in 0.17.0's table, 0.75 in 0.16.0's, 0.72 in
+  0.15.0's, the path unchanged), at its target of 0.8 on this table's median but not on
+  every run, because the native Consumer it is divided by got faster in 0.15.0**: a native fetch whose window fits max_bytes is
   now read without the running sum (see the read_committed Consumer line), 0.39-0.45 s
   → 0.30-0.37 s for the 200,000 records, while librdkafka through the server takes the
   same 0.42-0.46 s as in 0.14.0's table (0.40-0.46 s). A wire fetch fills ~1 MB from
@@ -1619,7 +1622,7 @@ How to read these figures:
   kept per record, as Kafka's offset index keeps one); it is not built. A record goes from `produce()` to a consumer's poll in
   about 3-5 ms at the median and 5-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 0.96 (0.95-1.05).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 1.00 (0.96-1.02; 0.96 in 0.17.0's table).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain

@@ -116,8 +116,10 @@ class WriteBehind:
         statement run after them in the same round trip, whose first row is returned
         (e.g. a row's version as the writes leave it)."""
         queued, self._queued = self._queued, []
+        if not queued and read is None:
+            return None
         raw = driver_connection(conn)
-        if len(queued) + (read is not None) <= 1:
+        if len(queued) + (read is not None) == 1:
             with raw.cursor() as cur:
                 for statement, params, _ in queued:
                     cur.execute(statement, params)
