@@ -7,7 +7,9 @@ is still the version remembered. These tests make the remembered rows wrong in e
 they can be (another instance fenced the producer, another producer wrote a partition or
 opened a transaction there, the lease moved, the process died inside the query) and check
 that the commit is then decided as if nothing had been remembered, and that the commits
-that do go in one query leave the tables exactly as the lock's way leaves them.
+that do go in one query leave the tables exactly as the lock's way leaves them. A
+transaction with a group's offsets goes the same way: its TxnOffsetCommit remembers the
+id's row it moves, and the offsets' completion is among the query string's writes.
 """
 
 from __future__ import annotations
