@@ -491,11 +491,13 @@ def idempotent_spread(
     in_flight: int | None = None,
     flush_every: int | None = None,
     cpu: list[float] | None = None,
+    topic: str | None = None,
 ) -> float:
-    """The idempotent Producer over ``partitions`` partitions; with ``flush_every``, the
-    application waits for its records to be acknowledged every so many, as a transaction's
-    commit makes it wait (the floor of the transactional line). ``cpu`` as ``timed``'s."""
-    topic = f"id4-{uuid.uuid4().hex[:6]}"
+    """The idempotent Producer over ``partitions`` partitions of a new topic (``topic``, or
+    a name of its own); with ``flush_every``, the application waits for its records to be
+    acknowledged every so many, as a transaction's commit makes it wait (the floor of the
+    transactional line). ``cpu`` as ``timed``'s."""
+    topic = topic or f"id4-{uuid.uuid4().hex[:6]}"
     create_topic(Broker.connect(url), topic, partitions)
     p = Producer(
         {
@@ -533,19 +535,8 @@ def consume_transform_produce(
     consume-transform-produce application does; else the same transactions without them)."""
     tag = uuid.uuid4().hex[:6]
     source, sink = f"ctp-in-{tag}", f"ctp-out-{tag}"
-    broker = Broker.connect(url)
-    create_topic(broker, source, partitions)
-    create_topic(broker, sink, partitions)
-    filler = Producer({"database.url": url, "linger.ms": 50, "batch.num.messages": 1000})
-    for i, (k, v) in enumerate(data):
-        while True:
-            try:
-                filler.produce(source, v, k, partition=i % partitions)
-                break
-            except BufferError:
-                filler.poll(0.01)
-    assert filler.flush(120) == 0
-    filler.close()
+    idempotent_spread(url, data, partitions, topic=source)  # the input, not timed here
+    create_topic(Broker.connect(url), sink, partitions)
     consumer = Consumer(
         {
             "database.url": url,
