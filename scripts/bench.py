@@ -1338,7 +1338,8 @@ How to read these figures:
   skip: each batch's rows encoded from the records it is given (as the handler encodes
   them, at the offsets the row tells). Between that and the handler are the produce's
   decisions (shape and size checks, ACLs, the sequence rules) and SQLAlchemy's
-  transaction (pool checkout, the BEGIN event, its commit and check-in).
+  connection (pool checkout and check-in; a produce whose one query string commits
+  itself starts no SQLAlchemy transaction, `storage.engine.lazy_transaction`).
 - The acks lines time a plain (non-idempotent) Producer with `acks=1` and `acks=0`
   against `acks=all`, each on a fresh database: the weaker acknowledgements commit with
   `synchronous_commit` local and off, so they gain what a commit's WAL flush costs.

@@ -153,8 +153,10 @@ def test_the_pieces_hold_the_rows_in_order_each_a_whole_copy(
     for n, headers in shapes:
         batches.append(_batch(n, headers, base))
         base += n
-    whole = copy_payload_of(parts for parts, _ in batches)
+    given = [list(parts) for parts, _ in batches]
     pieces = copy_payloads_of(batches)
+    assert [parts for parts, _ in batches] == given  # the batches' parts left as they were
+    whole = copy_payload_of(given)
     assert len(pieces) == copy_statements(base)
     assert all(p.startswith(SIGNATURE) and p.endswith(TRAILER) for p in pieces)
     body = slice(len(SIGNATURE), -len(TRAILER))

@@ -30,7 +30,7 @@ from app.protocol import (
     ProduceResponse,
 )
 from app.storage.context import BrokerContext
-from app.storage.engine import retry_conflicts
+from app.storage.engine import lazy_transaction, retry_conflicts
 
 
 def produce(context: BrokerContext, req: ProduceRequest) -> ProduceResponse:
@@ -71,7 +71,7 @@ def acks_refusal(req: ProduceBatchesRequest) -> str | None:
 
 @retry_conflicts
 def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
-    with context.engine.begin() as conn:
+    with lazy_transaction(context.engine) as conn:
         if req.acks != ACKS_ALL:
             conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
         work = Work(context, conn, commits=req.add is None)

@@ -162,30 +162,43 @@ def copy_payload_of(batches: Iterable[list[bytes]]) -> bytes:
 def copy_payloads_of(batches: Sequence[tuple[list[bytes], int]]) -> list[bytes]:
     """The COPY payloads for the rows of several batches (each ``encode_rows``' parts and
     its row count), one per COPY statement (``copy_statements``): the rows in order, cut
-    into pieces of near-equal size, each a whole binary COPY (signature, rows, trailer)."""
+    into pieces of near-equal size, each a whole binary COPY (signature, rows, trailer).
+
+    A piece within one batch is that batch's slice with the signature put in front, so
+    its parts are copied (and their reference counts touched) once, not twice."""
     rows = sum(n for _, n in batches)
-    copies = copy_statements(rows)
-    if copies == 1:
-        return [copy_payload_of(parts for parts, _ in batches)]
-    size = -(-rows // copies)
+    size = -(-rows // copy_statements(rows)) if rows else 1
     payloads: list[bytes] = []
-    piece, room = [SIGNATURE], size
+    chunks: list[list[bytes]] = []  # the piece under way, a slice of a batch each
+    room = size
     for parts, n in batches:
         stride = len(parts) // n if n else 0
         start = 0
         while start < n:
             take = min(room, n - start)
-            piece += parts[start * stride : (start + take) * stride]
+            chunks.append(parts[start * stride : (start + take) * stride])
             start += take
             room -= take
             if room == 0:
-                piece.append(TRAILER)
-                payloads.append(b"".join(piece))
-                piece, room = [SIGNATURE], size
-    if room != size:
-        piece.append(TRAILER)
-        payloads.append(b"".join(piece))
+                payloads.append(_piece(chunks))
+                chunks, room = [], size
+    if chunks or not payloads:
+        payloads.append(_piece(chunks))
     return payloads
+
+
+def _piece(chunks: list[list[bytes]]) -> bytes:
+    """One COPY's payload: its rows' parts (slices of the batches) between signature and
+    trailer."""
+    if len(chunks) == 1:
+        [piece] = chunks
+        piece.insert(0, SIGNATURE)
+    else:
+        piece = [SIGNATURE]
+        for chunk in chunks:
+            piece += chunk
+    piece.append(TRAILER)
+    return b"".join(piece)
 
 
 class _PackedLengths(dict[int, bytes]):

@@ -83,6 +83,12 @@ def _narrowed(default_ms: int, remaining_ms: int) -> int:
     return remaining_ms if default_ms == 0 else min(default_ms, remaining_ms)
 
 
+def has_deadline() -> bool:
+    """Whether a transaction begun on this thread now would be narrowed
+    (:func:`request_deadline`)."""
+    return _deadline.get() is not None
+
+
 @contextmanager
 def request_deadline(at: float | None) -> Iterator[None]:
     """Within the block, transactions begun on this thread end their waits by ``at``
