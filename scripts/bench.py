@@ -1366,14 +1366,25 @@ How to read these figures:
 
 ## Where the gaps are
 
-- **Handler produce vs its floor (target 0.8): 0.79 (0.79-0.79), just below it (runs
-  0.792, 0.793, 0.792 in this table; 0.794 in 0.17.0's, with 0.7996 in another three of
-  that code the same day; 0.796 in 0.16.0's table, 0.8029 in 0.15.0's)**. The handler's path has not changed since 0.15.0: A/B, alternating runs
-  against 0.15.0, five alternating runs of 1000-record batches on one partition, 3.98 ms
-  a batch against 4.00 ms. Profiled now (cProfile, 200 batches): the handler waits on the
-  server ~2.6 ms of its 3.4 ms a batch; SQLAlchemy's transaction around the one-query
-  write costs 22 µs (`engine.begin()` and its end, timed alone), the rest is the rows'
-  encoding and the decision. Against a floor ~10% faster
+- **Handler produce vs its floor (target 0.8): 0.80 (0.79-0.81; runs 0.809, 0.803,
+  0.788 in this table), at the target on the median (0.79 in 0.18.0's table, runs 0.792,
+  0.793, 0.792; 0.794 in 0.17.0's, 0.796 in 0.16.0's, 0.8029 in 0.15.0's)**. In 0.19.0
+  a produce's DB transaction begins with its first statement
+  (`storage.engine.lazy_transaction`), so a batch on a remembered row, whose query
+  string commits itself, no longer starts and ends SQLAlchemy's transaction around it
+  (its connection's checkout to check-in 76 → 63 µs a batch, timed in place: the
+  batch's rows have pushed SQLAlchemy's objects out of the CPU caches, and the same
+  calls timed alone cost a third of that), and a COPY piece within one batch copies the
+  batch's parts once instead of twice (~11 µs). The handler's thread, measured side by
+  side (eight alternating runs against 0.18.0): 834 → 818 µs of CPU a 1000-record
+  batch; its wall time, ~3.35 ms a batch, moved less than the machine's noise. The
+  handler waits on the server ~2.6 ms of its ~3.3 ms a batch; of its ~0.65 ms of Python
+  outside those waits, ~0.43 ms is the rows' encoding (which the "encoded in the loop"
+  floor pays too), the rest is spread thin over the decision (~45 µs), the request's
+  bookkeeping and the connection (~60 µs). Measured and not kept in 0.19.0: the batch
+  transposed without `zip`'s iterator per record (no garbage collection a batch, but no
+  faster: the columns cost the same to gather), a timestamps' maximum taken with their
+  minimum (only a broker-stamped batch gains). Against a floor ~10% faster
   than 0.13.0's (0.81 then, 0.77 in 0.12.0's table against a slower floor still, 0.68
   before rule 32); against the committed raw COPY the handler went from 0.63 to 0.71. A 1000-row COPY spends ~1 ms of the server's CPU on the bookkeeping of the
   rows it buffers, growing with their square (docs/design.md §3.10, measured with perf
@@ -1417,8 +1428,8 @@ How to read these figures:
   and at the pipeline's end, two round trips for the one it hides); a batch's integers
   packed with the prefix in one `struct` call per record, four parts a record instead of
   five (no gain: the call per record is the cost).
-- **Idempotent Producer vs handler produce (target 0.6): 0.73 (0.71-0.76; 0.73 in
-  0.17.0's table)**, from 0.64 in 0.16.0's table (0.63 in 0.14.0's, 0.68 in 0.13.0's; 0.44-0.55 before 0.10.0). In
+- **Idempotent Producer vs handler produce (target 0.6): 0.71 (0.69-0.76; 0.73 in
+  0.18.0's and 0.17.0's tables)**, from 0.64 in 0.16.0's table (0.63 in 0.14.0's, 0.68 in 0.13.0's; 0.44-0.55 before 0.10.0). In
   0.17.0 `produce()` gives the interpreter lock to the sender's threads at most once a
   millisecond while a request is out (docs/design.md §8, `client/handoff.py`): CPython
   hands the lock from a thread that computes to one that waits for it only after its 5
@@ -1447,10 +1458,14 @@ How to read these figures:
   positional call, only for records with a callback (~0.3 µs a record). What remains is
   the sender's own work sharing the GIL with the application's thread, and PostgreSQL
   sharing the 2 CPUs with both.
-- **In-flight 5 / in-flight 1 (target 1.5): 0.98 (0.97-1.01; 0.98 in 0.17.0's table,
-  1.04 in 0.16.0's); PostgreSQL alone 1.30 (1.26-1.32; 1.24 in 0.17.0's, 1.38 in
-  0.16.0's), below the target; the ceiling on this machine 1.22 (1.20-1.26; 1.22, 1.47),
-  below it too.** Both sides got faster in 0.17.0,
+- **In-flight 5 / in-flight 1 (target 1.5): 0.97 (0.97-1.02; 0.98 in 0.18.0's and
+  0.17.0's tables, 1.04 in 0.16.0's); PostgreSQL alone 1.26 (1.21-1.27; 1.30 in 0.18.0's,
+  1.24 in 0.17.0's, 1.38 in 0.16.0's), below the target; the ceiling on this machine
+  1.23 (1.22-1.26; 1.22, 1.22, 1.47), below it too.** Measured in 0.19.0 (three
+  alternating runs): the machine's busy CPU 0.89-0.93 CPU-seconds a run with one lane,
+  1.14-1.20 with four, the client's process 0.48-0.52 and 0.58-0.63 of them; with four
+  lanes the machine is 79-84% busy, PostgreSQL's share 40% more for the same rows
+  (four commits and twelve COPYs where one lane sends one of each). Both sides got faster in 0.17.0,
   one lane more: ~279,000 and ~279,000 records/s (~195,000 and ~202,000 in 0.16.0's
   table, on a machine ~15% slower), the application's `produce()` now handing the
   interpreter lock to the sender while a request is out (see the line above). With the
@@ -1512,9 +1527,14 @@ How to read these figures:
   overlap, is ~4% of a backend's time here (`IO:WALSync`). So `max.in.flight` defaults
   to 1; lanes pay where commits' flushes are slow (a remote or replicated server) and the
   client has cores to spare.
-- **Transactional / idempotent (target 0.85 on the median of rounds): 0.57 (0.56-0.57;
-  0.56 in 0.17.0's table), from 0.69 in 0.16.0's; its floor 0.65 (0.63-0.66), below the
-  target; transactional / floor 0.88 (0.88-0.90).** In 0.17.0 the idempotent Producer it is
+- **Transactional / idempotent (target 0.85 on the median of rounds): 0.56 (0.55-0.56;
+  0.57 in 0.18.0's table, 0.56 in 0.17.0's), from 0.69 in 0.16.0's; its floor 0.64
+  (0.62-0.64), below the target; transactional / floor 0.87 (0.87-0.89).** Timed by
+  phase in 0.19.0 (three runs of 200 transactions each): the transactional Producer's
+  1000 `produce()` calls 1.38 ms against the flushing idempotent one's 1.21 ms, its
+  commit 4.6 ms against the flush's 4.05 ms, of which ~0.3 ms more waiting on the
+  server (the markers, the transaction's events and row, in the same query string as
+  the rows) and ~0.23 ms more Python. In 0.17.0 the idempotent Producer it is
   divided by became a quarter faster (its application no longer keeps the sender waiting
   for the interpreter lock, see the Producer line) while the transactional one, whose
   records wait for the commit with no request out, stayed as fast (1.19-1.20 s for
@@ -1542,9 +1562,9 @@ How to read these figures:
   CPU a record) and its database work overlaps its `produce()` calls. Since 0.18.0 a
   consume-transform-produce transaction's commit goes in one query string too (see its
   line).
-- **Consume-transform-produce (report): 0.80 (0.79-0.80) of the same transactions
-  without offsets, from 0.66 in 0.17.0's table; 94 transactions of 1000 records a second
-  (94-95), from 75.** Exactly-once's own loop, a read_committed Consumer's 1000 records
+- **Consume-transform-produce (report): 0.79 (0.79-0.80) of the same transactions
+  without offsets (0.80 in 0.18.0's table), from 0.66 in 0.17.0's; 96 transactions of
+  1000 records a second (94-96), from 75.** Exactly-once's own loop, a read_committed Consumer's 1000 records
   written by a transactional Producer with the consumer's positions sent in each
   transaction. In 0.17.0 the offsets cost ~4 ms a transaction: their own request (one
   TxnOffsetCommit that adds them to the transaction, KIP-890's transaction version 2;
@@ -1559,9 +1579,12 @@ How to read these figures:
   alternating runs against 0.17.0). What is left is that request: five round trips
   (BEGIN, the id's row with its lease, the partitions' check, the pipeline, COMMIT) and
   the commit's flush, against 0.38 ms for a bare INSERT and COMMIT on this server.
-- **read_committed Consumer vs raw SELECT (target 0.5): 0.53 (0.48-0.54; 0.52 in 0.17.0's
-  table, 0.48 in 0.16.0's and 0.51 in 0.15.0's, the path unchanged since), from 0.44 in
-  0.14.0's.**
+- **read_committed Consumer vs raw SELECT (target 0.5): 0.49 (0.49-0.53; 0.53 in 0.18.0's
+  table, 0.52 in 0.17.0's, 0.48 in 0.16.0's and 0.51 in 0.15.0's, the path unchanged
+  since), from 0.44 in 0.14.0's; at the target within its runs' spread.** Timed alone in
+  0.19.0 (six reads of 200,000 records): the raw SELECT 0.17-0.19 s, the read_uncommitted
+  fetch 0.20-0.23 s, the Consumer 0.33-0.36 s; a message built from a fetched row costs
+  ~150 ns (one holding only the row would save ~40 ns, 2% of the read).
   A fetch's max_bytes cut is a running sum over the window in SQL, which over the wide
   rows cost as much as reading them; the partition's look now sums the window's stored
   sizes first (narrow: a value's length is in its row or TOAST pointer), and a window
@@ -1576,15 +1599,15 @@ How to read these figures:
   keeps 0.87 of the read_uncommitted one (0.97 in 0.14.0's table, target 0.8): the
   read_uncommitted fetch it is divided by gained more from reading windows whole than
   the read_committed one, which still filters the aborted ranges in each window.
-- **acks (report): acks=1 0.96 (0.96-0.98), acks=0 1.05 (1.00-1.05) of acks=all.** A commit's WAL flush is a small
+- **acks (report): acks=1 0.98 (0.97-1.02), acks=0 1.05 (1.04-1.05) of acks=all.** A commit's WAL flush is a small
   share of a 1000-record batch here; the weaker acks gain more where fsync is slow.
 - **Kafka clients through `kip98 serve` (targets 1.0 and 0.8).** librdkafka's idempotent
   producer keeps one ProduceRequest in flight per partition, so a produce costs one round
   trip per batch of ~1 MB (~7,900 of these records): the server reads the batch (under
   1 µs a record) and appends it with the same COPY and commit as the native Producer.
-  The producer ratio is 0.52 (0.52-0.53) (librdkafka ~147,000 records/s, the native
-  Producer ~280,000 on one partition, which 0.17.0 made a sixth faster: see the Producer
-  line; 0.67 with ~131,000 and ~194,000 in 0.16.0's table, 0.65 with ~142,000 and
+  The producer ratio is 0.53 (0.53-0.54) (librdkafka ~151,000 records/s, the native
+  Producer ~279,000 on one partition, which 0.17.0 made a sixth faster: see the Producer
+  line; 0.52 in 0.18.0's table; 0.67 with ~131,000 and ~194,000 in 0.16.0's table, 0.65 with ~142,000 and
   ~222,000 in 0.15.0's; librdkafka was ~103,000-128,000 when this ratio was 0.79-1.34).
   A switch interval of 0.5 ms in `kip98 serve` (its asyncio loop and its workers share
   one lock) changed nothing: ~146,000 records/s either way. A librdkafka batch on one partition goes the one-query
@@ -1600,8 +1623,8 @@ How to read these figures:
   less time: the client's own flow. A fetch cuts at `max_bytes` in the partition query, sizes its
   later reads by the bytes per offset seen, reads a batch's fields once per batch and
   builds record batches column by column; librdkafka keeps one fetch in flight, so the
-  server's reading and the client's work do not overlap. **The consumer ratio is 0.80
-  (0.70-0.81; single rounds 0.65-0.93; 0.73 in 0.17.0's table, 0.75 in 0.16.0's, 0.72 in
+  server's reading and the client's work do not overlap. **The consumer ratio is 0.81
+  (0.71-0.84; single rounds 0.70-1.10; 0.80 in 0.18.0's table, 0.73 in 0.17.0's, 0.75 in 0.16.0's, 0.72 in
   0.15.0's, the path unchanged), at its target of 0.8 on this table's median but not on
   every run, because the native Consumer it is divided by got faster in 0.15.0**: a native fetch whose window fits max_bytes is
   now read without the running sum (see the read_committed Consumer line), 0.39-0.45 s
@@ -1614,7 +1637,7 @@ How to read these figures:
   kept per record, as Kafka's offset index keeps one); it is not built. A record goes from `produce()` to a consumer's poll in
   about 3-5 ms at the median and 5-10 ms at p99: a produce through the server ends the long
   poll of a fetch waiting there at once.
-- **Spark (target 0.8): 1.00 (0.96-1.02; 0.96 in 0.17.0's table).** A run writes each row once: Spark appends into the
+- **Spark (target 0.8): 0.96 (0.94-0.97; 1.00 in 0.18.0's table, 0.96 in 0.17.0's).** A run writes each row once: Spark appends into the
   run's own logged partitions, which one transaction attaches to `read_committed_records`
   with the progress (no second copy), so the materialisation costs the plain read +
   append plus filtering, a count of the written rows and the attach. Against the plain
