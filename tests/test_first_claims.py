@@ -21,6 +21,7 @@ from app.coordinator import machines as m
 from app.coordinator.producer_id import init_producer_id
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
+from app.groups import txn_offsets
 from app.groups.offsets import offset_commit
 from app.groups.rebuild import compute_group_offsets, live_group_offsets
 from app.log.topics import create_topic
@@ -210,8 +211,12 @@ def test_racing_offset_commits_keep_the_projection_the_fold(broker: Broker, exis
     assert_group_offsets_rebuild(broker)
 
 
-def test_a_transactional_commit_racing_a_plain_one_keeps_the_fold(broker: Broker) -> None:
-    """The COMMIT marker's offsets land while a plain commit of the same partition runs."""
+def test_a_transactional_commit_racing_a_plain_one_keeps_the_fold(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The COMMIT marker's offsets land while a plain commit of the same partition runs:
+    the commit is held, its markers written, just before it writes the projection
+    (``group_offsets``), whatever of its completion runs before that."""
     d = TxnDriver(broker, "tx")
     assert d.init() == 0
     assert d.add_offsets("g") == 0
@@ -219,8 +224,16 @@ def test_a_transactional_commit_racing_a_plain_one_keeps_the_fold(broker: Broker
         "tx", "g", d.producer_id, d.producer_epoch, {("a", 0): OffsetAndMetadata(10)}
     )
     assert txn_offset_commit(broker, req).error_code == 0
+    real_write = txn_offsets.execute_or_queue
+
+    def write(conn: Any, writes: Any, statement: str, *args: Any) -> None:
+        starts = statement.lstrip().startswith("INSERT INTO group_offsets")
+        if starts and late.on_own_thread() and not late.paused_once:
+            late.pause()
+        real_write(conn, writes, statement, *args)
+
+    monkeypatch.setattr(txn_offsets, "execute_or_queue", write)
     late = Paused(lambda: d.end(commit=True))
-    pause_before(broker, late, "INSERT INTO group_offsets")
     late.start()
     assert commit(broker, 20) == 0
     assert late.resume() == 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from app.groups import sql
-from app.storage.driver import WriteBehind, driver_sql
+from app.storage.driver import WriteBehind, driver_sql, execute_or_queue
 
 
 def complete_pending_offsets(
@@ -29,7 +29,4 @@ def complete_pending_offsets(
     # is ordered against this one by them, its event with them (``offsets``).
     statements += [sql.LOG_PENDING_OUTCOME, sql.DROP_PENDING]
     for statement in statements:
-        if writes is None:
-            conn.execute(statement, params)
-        else:
-            writes.add(driver_sql(statement), params)
+        execute_or_queue(conn, writes, driver_sql(statement), params)
