@@ -16,9 +16,9 @@ from dataclasses import replace
 
 from app.broker import Broker
 from app.server.address import Listener, advertised_for
-from app.server.answer import Node
 from app.server.listener import Endpoint, Server
 from app.server.metrics import expose
+from app.server.node import Node
 from app.settings import BrokerSettings
 
 __all__ = ["Endpoint", "Listener", "Node", "Server", "endpoints_of", "serve"]

@@ -9,7 +9,7 @@ matches none.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.broker import Broker
 from app.errors import KafkaError
@@ -20,9 +20,7 @@ from app.protocol import (
     DeleteAclsRequest,
     DescribeAclsRequest,
 )
-
-if TYPE_CHECKING:
-    from app.server.apis import Node
+from app.server.node import Node
 
 # Kafka's ResourceType, PatternType, AclOperation and AclPermissionType codes.
 _ANY = 1

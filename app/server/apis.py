@@ -41,7 +41,7 @@ from app.protocol import (
     TxnOffsetCommitRequest,
 )
 from app.server import acl_apis, topic_apis, txn_apis
-from app.server.answer import NODE_ID, Handler, Node, Pending
+from app.server.answer import Handler, Pending
 from app.server.groups import (
     describe_groups,
     heartbeat,
@@ -50,6 +50,7 @@ from app.server.groups import (
     list_groups,
     sync_group,
 )
+from app.server.node import NODE_ID, Node
 from app.server.records import encode_batches, produce_request
 from app.server.sasl import sasl_authenticate, sasl_handshake
 

@@ -34,7 +34,8 @@ from app.protocol import (
     TopicPartitionKey,
 )
 from app.server import codec
-from app.server.answer import Node, Pending
+from app.server.answer import Pending
+from app.server.node import Node
 
 CONSUMER = "consumer"
 # The group type of KIP-848's ListGroups filter: every group here is a classic one.

@@ -32,9 +32,10 @@ from dataclasses import dataclass, replace
 from app.broker import Broker
 from app.server import codec
 from app.server.address import Listener
-from app.server.answer import Answer, Node, Pending
+from app.server.answer import Answer, Pending
 from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
-from app.server.sasl import BEFORE_AUTHENTICATION, Session
+from app.server.node import Node, Session
+from app.server.sasl import BEFORE_AUTHENTICATION
 
 log = logging.getLogger(__name__)
 

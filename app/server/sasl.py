@@ -17,18 +17,14 @@ Kafka's brokers do (docs/design.md rule 30).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from scramp import ScramException, ScramMechanism
 
 from app.broker import Broker
 from app.errors import KafkaError
 from app.protocol import SaslPlainRequest, SaslScramRequest
-from app.server.answer import Node
-
-if TYPE_CHECKING:
-    from scramp.core import ScramServer  # made by ScramMechanism.make_server, not exported
+from app.server.node import Node, Session
 
 PLAIN = "PLAIN"
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -53,25 +49,6 @@ def plain_credentials(token: bytes) -> tuple[str, str] | None:
     if not authcid or authzid not in ("", authcid):
         return None
     return authcid, passwd
-
-
-@dataclass
-class Session:
-    """One connection's authentication: whom it authenticated as (``principal``), and
-    whether it failed (then the listener closes it after the answer)."""
-
-    enabled: bool  # False: a PLAINTEXT listener, which takes no SASL
-    mechanism: str | None = None
-    principal: str | None = None
-    failed: bool = False
-    # A SCRAM exchange between its first and final messages, with the principal it is for.
-    scram: ScramServer | None = None
-    scram_principal: str | None = None
-
-    @property
-    def admits(self) -> bool:
-        """Whether requests other than the SASL ones may be answered."""
-        return not self.enabled or self.principal is not None
 
 
 def sasl_handshake(broker: Broker, node: Node, request: Any) -> dict[str, Any]:

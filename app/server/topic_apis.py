@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
@@ -31,9 +31,7 @@ from app.protocol import (
     IncrementalAlterConfigsResource,
     MetadataRequest,
 )
-
-if TYPE_CHECKING:
-    from app.server.apis import Node
+from app.server.node import Node
 
 # Kafka's default partition count (num.partitions), for a CreateTopics that leaves it to
 # the broker (-1 without an assignment).

@@ -4,7 +4,7 @@ Kafka's coordinator does (``Ongoing``, ``PrepareCommit``, ...)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from app.broker import Broker
 from app.protocol import (
@@ -12,9 +12,7 @@ from app.protocol import (
     DescribeTransactionsRequest,
     ListTransactionsRequest,
 )
-
-if TYPE_CHECKING:
-    from app.server.apis import Node
+from app.server.node import Node
 
 # The coordinator's state names, and Kafka's for the same states.
 KAFKA_STATES = {
