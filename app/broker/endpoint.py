@@ -18,6 +18,7 @@ from app.storage.engine import resolve_url
 from app.storage.errors import is_retriable, kafka_error, kafka_errors, raise_as_kafka
 from app.storage.limits import bound_requests, connect_args, request_deadline
 from app.storage.liveness import check_on_checkout
+from app.storage.stalls import watch_stalls
 
 __all__ = [
     "client_broker",
@@ -39,7 +40,9 @@ def client_engine(
     """A small pool: a producer needs one connection per sender lane, a consumer one per
     fetch, plus the occasional control request from the caller's thread (``pool_size``
     kept open, more opened when needed and closed after). Its sessions are bounded
-    (``app.storage.limits``), so a paused client cannot hold a partition for long."""
+    (``app.storage.limits``), and end the sessions of others stopped while they hold a
+    lock it waits for (``app.storage.stalls``), so a paused client cannot hold a partition
+    for long."""
     args = connect_args(settings)
     if client_id:
         args["application_name"] = client_id.encode()[:_APPLICATION_NAME_MAX].decode(
@@ -54,7 +57,8 @@ def client_engine(
     )
     # A backend may be gone (terminated, server restarted) while pooled: such a connection
     # costs a reconnect at checkout rather than a failed request.
-    return bound_requests(check_on_checkout(engine), settings)
+    # A session stalled by its stopped client, holding a lock this one waits for, is ended.
+    return watch_stalls(bound_requests(check_on_checkout(engine), settings), settings)
 
 
 def client_broker(

@@ -86,6 +86,7 @@ def copy_rows(conn: Connection, payloads: list[bytes]) -> None:
     statement per payload (``copy_records.copy_payloads_of``), all in one query string."""
     with QueryCopies(conn, sql.COPY_RECORDS, len(payloads), committed=False) as copies:
         copies.write(payloads)
+        crash_point("append.in_copy")  # every COPY's data given, the last not ended
 
 
 class Appending(Protocol):

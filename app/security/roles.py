@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
+from app.storage.stall_sql import FUNCTIONS
+
 ADMIN_ROLE = "kip98_admin"
 CLIENT_ROLE = "kip98_client"
 
@@ -79,6 +81,11 @@ def roles_sql(schema: str = "public") -> str:
         lines.append(f"GRANT {', '.join(privileges)} ON {schema}.{table} TO {CLIENT_ROLE};")
     for table in CLIENT_HIDDEN:
         lines.append(f"REVOKE SELECT ON {schema}.{table} FROM {CLIENT_ROLE};")
+    # Every process ends the sessions that stall its waits (docs/design.md rule 34).
+    for signature in FUNCTIONS:
+        lines.append(
+            f"GRANT EXECUTE ON FUNCTION {schema}.{signature} TO {ADMIN_ROLE}, {CLIENT_ROLE};"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -20,6 +20,7 @@ from app.storage.driver import in_transaction
 from app.storage.embedded import database_url
 from app.storage.limits import bound_requests, connect_args, has_deadline, session_options
 from app.storage.liveness import check_on_checkout
+from app.storage.stalls import watch_stalls
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -
     """One pooled engine per URL and session bounds per process (engines are expensive;
     connections are pooled), its sessions bounded as ``settings`` (default: the
     ``KIP98_*`` environment) say, a pooled connection the server has ended given up at
-    checkout (``liveness``)."""
+    checkout (``liveness``), and sessions that stall its connections ended (``stalls``)."""
     resolved = resolve_url(url)
     cfg = settings or BrokerSettings.from_env()
     key = (resolved, tuple(session_options(cfg).values()), cfg.db_tcp_user_timeout_ms)
@@ -57,7 +58,7 @@ def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -
                 pool_recycle=3600,
                 connect_args=connect_args(cfg),
             )
-            _engines[key] = bound_requests(check_on_checkout(engine), cfg)
+            _engines[key] = watch_stalls(bound_requests(check_on_checkout(engine), cfg), cfg)
         return engine
 
 
