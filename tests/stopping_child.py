@@ -4,15 +4,21 @@ a lock, for the tests of sessions stalled by their client (docs/design.md rule 3
 argv: database URL, the workload, the number of rounds. Workloads, on topic ``t``:
 ``idempotent`` (five records to partition 0, flushed, per round), ``spread`` (one record
 to each of partitions 0-3 per round), ``transactional`` (a transaction of five records to
-partition 0 per round, id ``stopper``), ``offsets`` (the same with the consumer offsets
-of group ``g`` sent in each transaction). Prints ``acked <value>`` for every record the
+partition 0 per round, id ``stopper``, its records sent with the commit: one request),
+``bare`` (the same, the records sent first and the commit a bare EndTxn), ``offsets``
+(as ``transactional``, with the consumer offsets of group ``g`` sent in each
+transaction), ``fencer`` (only ``init_transactions`` of the id ``victim``, whose
+transaction another process left open). Prints ``acked <value>`` for every record the
 producer was told is written, and ``done`` at the end; a failure prints
 ``failed <error name>`` and the process goes on with the next round, as an application
-retrying would.
+retrying would. Rounds 0: round after round until SIGUSR1. An optional fourth argument
+names the producer (its client id, transactional id and values' prefix; ``stopper``), a
+fifth how many records go to each of its partitions a round (5; ``spread``: 1).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from app.client import KafkaException, Producer, TopicPartition
@@ -39,10 +45,21 @@ def _commit(producer: Producer) -> None:
 
 def main() -> None:
     url, workload, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    config: dict[str, object] = {"database.url": url, "client.id": "stopper", "linger.ms": 0}
-    transactional = workload in ("transactional", "offsets")
+    name = sys.argv[4] if len(sys.argv) > 4 else "stopper"
+    per_partition = int(sys.argv[5]) if len(sys.argv) > 5 else (1 if workload == "spread" else 5)
+    config: dict[str, object] = {"database.url": url, "client.id": name, "linger.ms": 0}
+    if workload == "fencer":
+        config["transactional.id"] = "victim"
+        fencer = Producer(config)
+        fencer.init_transactions(120)
+        fencer.close()
+        print("done", flush=True)
+        return
+    transactional = workload in ("transactional", "bare", "offsets")
     if transactional:
-        config["transactional.id"] = "stopper"
+        config["transactional.id"] = name
+    if workload in ("transactional", "offsets"):
+        config["linger.ms"] = 30_000  # the records wait for the commit, which takes them
     producer = Producer(config)
     group = None
     if workload == "offsets":
@@ -50,18 +67,25 @@ def main() -> None:
         group = consumer.consumer_group_metadata()
     if transactional:
         producer.init_transactions(120)
-    for n in range(rounds):
-        values = [f"s{n}-{p}" for p in range(4)] if workload == "spread" else []
-        values = values or [f"s{n}-{i}" for i in range(5)]
+    stop = []
+    signal.signal(signal.SIGUSR1, lambda *_: stop.append(True))
+    n = -1
+    while not stop and (rounds == 0 or n + 1 < rounds):
+        n += 1
+        prefix = "" if name == "stopper" else f"{name}:"
+        partitions = range(4) if workload == "spread" else range(1)
+        values = [f"{prefix}s{n}-{i}" for i in range(per_partition * len(partitions))]
         try:
             if transactional:
                 producer.begin_transaction()
             for i, value in enumerate(values):
-                partition = i if workload == "spread" else 0
+                partition = i % len(partitions)
                 report = None if transactional else _acked
                 producer.produce("t", value.encode(), partition=partition, on_delivery=report)
             if group is not None:
                 producer.send_offsets_to_transaction([TopicPartition("in", 0, n + 1)], group, 120)
+            if workload == "bare":
+                assert producer.flush(120) == 0
             if transactional:
                 _commit(producer)
                 for value in values:
