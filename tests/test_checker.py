@@ -7,7 +7,7 @@ import copy
 import itertools
 from typing import Any
 
-from app.torture.checker import ANOMALIES, check
+from app.torture.checker import ANOMALIES, check, longest_wait_beside_a_stop
 from app.torture.history import Event
 
 T, C = "torture", "torture-copy"
@@ -302,3 +302,27 @@ def test_commit_of_an_instance_fenced_by_a_racer() -> None:
     got = found(h, dump)
     assert got == {"zombie-commit": 1}, got
     assert check(h.events, dump).anomalies["zombie-commit"][0]["txn"] == "r0-1"
+
+
+def test_the_longest_wait_beside_a_stop_is_another_clients_step_during_it() -> None:
+    """What a stopped process cost the others: the longest step of another client while it
+    was stopped; the stopped process's own steps, and steps outside stops, do not count."""
+    h = History()
+    h.add("invoke", "poll", "w1#1")  # t=1: a step before any stop
+    h.add("ok", "poll", "w1#1")  # t=2
+    h.add("invoke", "fault", "nemesis", kind="stall")  # t=3: worker-0 stopped
+    h.add("invoke", "send", "w0#2")  # t=4: the stopped one's own step
+    h.add("invoke", "send", "w1#1")  # t=5: another client's step begins...
+    h.add("ok", "fault", "nemesis", kind="stall", target="worker-0 (4 stops, 1 past the bound)")
+    h.add("invoke", "commit", "w1#1")  # t=7: ...and ends with its next event
+    h.add("ok", "poll", "w0#2")  # t=8
+    assert longest_wait_beside_a_stop(h.events) == {
+        "seconds": 2.0,
+        "process": "w1#1",
+        "step": "send",
+        "while_stopped": "worker-0",
+    }
+    quiet = History()
+    quiet.add("invoke", "poll", "w1#1")
+    quiet.add("ok", "poll", "w1#1")
+    assert longest_wait_beside_a_stop(quiet.events) is None

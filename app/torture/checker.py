@@ -376,6 +376,67 @@ def operation_stats(events: list[Event]) -> dict[str, Any]:
     return {"operations": dict(ops), "faults": dict(faults)}
 
 
+# A client's steps timed by the longest-wait figure: each from its invoke to its process's
+# next event (a whole transaction, which may be slow on purpose, is not one).
+WAITED_STEPS = frozenset({"init", "send", "commit", "commit-offsets", "poll", "assign", "seek"})
+STOPS = ("pause", "stall")
+
+
+def stop_windows(events: list[Event]) -> list[tuple[float, float, str]]:
+    """The nemesis' stops: (from, to, the stopped role), from its fault events (it injects
+    one fault at a time, so each invoke is followed by its own outcome)."""
+    windows: list[tuple[float, float, str]] = []
+    started: Event | None = None
+    for e in events:
+        if e["process"] != "nemesis" or e["f"] != "fault":
+            continue
+        if e["type"] == INVOKE:
+            started = e if e.get("kind") in STOPS else None
+        elif e["type"] == OK and started is not None and "target" in e:
+            windows.append((started["mono"], e["mono"], str(e["target"]).split(" ")[0]))
+            started = None
+    return windows
+
+
+def history_name(role: str) -> str:
+    """A role's processes as their histories name them: ``worker-2`` records as ``w2``
+    (``w2#1``, ``w2#2``, ... by incarnation), ``copier-0`` as ``c0``, ``racer-1`` as ``r1``."""
+    kind, _, index = role.partition("-")
+    return f"{kind[:1]}{index}"
+
+
+def longest_wait_beside_a_stop(events: list[Event]) -> dict[str, Any] | None:
+    """The longest step of any client while another process was stopped: what a stopped
+    process holding locks cost the others (docs/design.md rule 34 bounds it). Reported,
+    not judged: it depends on the machine."""
+    windows = stop_windows(events)
+    if not windows:
+        return None
+    last: dict[str, Event] = {}
+    longest: dict[str, Any] | None = None
+    for e in events:
+        process = e["process"]
+        if process == "nemesis":
+            continue
+        begun = last.get(process)
+        last[process] = e
+        if begun is None or begun["type"] != INVOKE or begun["f"] not in WAITED_STEPS:
+            continue
+        name = process.split("#")[0]
+        start, end = begun["mono"], e["mono"]
+        for w_from, w_to, stopped in windows:
+            if history_name(stopped) != name and start < w_to and end > w_from:
+                if longest is None or end - start > longest["seconds"]:
+                    longest = {
+                        "seconds": round(end - start, 3),
+                        "process": process,
+                        "step": begun["f"],
+                        "while_stopped": stopped,
+                    }
+                break
+    return longest
+
+
 def check(
     events: list[Event], dump: dict[str, Any], transform: Callable[[str], str] = str.upper
 ) -> Result:
@@ -400,6 +461,7 @@ def check(
         outcomes = Counter(t.outcome for t in txns.values() if t.copier == copier)
         stats[f"{group}_transactions"] = {k: outcomes.get(k, 0) for k in (OK, FAIL, INFO)}
     stats["info_resolved"] = resolved
+    stats["longest_wait_beside_a_stop"] = longest_wait_beside_a_stop(events)
     stats.update(read_stats)
     stats["committed_records"] = {
         t: sum(len(v) for (tt, _p), v in log.values.items() if tt == t)

@@ -2,7 +2,10 @@
 
 Kinds: SIGKILL (and restart) of a worker, a copier, a coordinator loop; SIGSTOP/SIGCONT
 of a client for longer than its transaction timeout (it wakes up as a zombie and must be
-fenced); pg_terminate_backend of client connections (by application_name); an immediate
+fenced); stops of any process at random instants, mostly brief, some held past the bound
+on sessions stalled by their client (``STALL_BOUND_MS``: the others must go on, ending a
+stopped process's session that holds what they wait for, docs/design.md rule 34);
+pg_terminate_backend of client connections (by application_name); an immediate
 (crash) restart of PostgreSQL when the run owns the server; and slow transactions (a
 worker told by SIGUSR1 to keep its next transaction open past the timeout). The first
 faults go through every kind once in random order, so a short run still sees them all.
@@ -21,7 +24,7 @@ import psycopg
 from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres, _pg_bindir
 from app.torture.history import INFO, INVOKE, OK, HistoryWriter
-from app.torture.processes import Fleet, Role
+from app.torture.processes import STALL_BOUND_MS, Fleet, Role
 from app.torture.workload import TXN_TIMEOUT_MS
 
 KINDS = (
@@ -29,6 +32,7 @@ KINDS = (
     "kill-copier",
     "kill-coordinator",
     "pause",
+    "stall",
     "terminate-backends",
     "pg-restart",
     "slow-txn",
@@ -39,6 +43,7 @@ WEIGHTS = {
     "kill-copier": 2,
     "kill-coordinator": 2,
     "pause": 2,
+    "stall": 3,
     "terminate-backends": 3,
     "pg-restart": 1,
     "slow-txn": 2,
@@ -116,6 +121,7 @@ class Nemesis:
             "kill-copier": lambda: self._kill("copier"),
             "kill-coordinator": lambda: self._kill("coordinator"),
             "pause": self._pause,
+            "stall": self._stall,
             "terminate-backends": self._terminate,
             "pg-restart": self._pg_restart,
             "slow-txn": self._slow,
@@ -147,6 +153,26 @@ class Nemesis:
         self.fleet.signal(role, signal.SIGCONT)
         role.paused = False
         return role.name
+
+    def _stall(self) -> str:
+        """A burst of stops of one process at random instants: each brief, or (one in four)
+        held past the bound, so that a stop inside a transaction stalls whoever waits on
+        its locks until they end its session."""
+        role = self._pick("worker", "copier", "racer", "coordinator")
+        stops = self.rng.randint(3, 10)
+        past = 0
+        for _ in range(stops):
+            self.sleep(self.rng.uniform(0.0, 0.1))
+            self.fleet.signal(role, signal.SIGSTOP)
+            role.paused = True
+            if self.rng.random() < 0.25:
+                past += 1
+                self.sleep(STALL_BOUND_MS / 1000.0 * self.rng.uniform(1.5, 3.0))
+            else:
+                self.sleep(self.rng.uniform(0.0, 0.3))
+            self.fleet.signal(role, signal.SIGCONT)
+            role.paused = False
+        return f"{role.name} ({stops} stops, {past} past the bound)"
 
     def _terminate(self) -> str:
         if self.rng.random() < 0.3:

@@ -13,6 +13,10 @@ from pathlib import Path
 from typing import IO
 
 ROOT = Path(__file__).resolve().parents[2]
+# The run's bound on sessions waiting on their client inside a transaction (PostgreSQL's
+# idle one, and the stalled-session watch of docs/design.md rule 34): short, so the
+# nemesis' stops past it are seconds.
+STALL_BOUND_MS = 2_000
 
 
 @dataclass
@@ -39,6 +43,7 @@ def child_env(url: str) -> dict[str, str]:
     env = {**os.environ, "KIP98_DATABASE_URL": url}
     env.setdefault("KIP98_COORDINATOR_INTERVAL_MS", "200")
     env.setdefault("KIP98_COORDINATOR_LEASE_MS", "2000")
+    env.setdefault("KIP98_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", str(STALL_BOUND_MS))
     env["KIP98_CLIENT_COORDINATOR_LOOP"] = "0"
     env.pop("KIP98_CRASH_AT", None)
     return env

@@ -43,6 +43,12 @@ def summary_tables(result: Result, meta: dict[str, Any]) -> list[Table]:
     faults.add_column("count", justify="right")
     for kind, n in sorted(s["faults"].items()):
         faults.add_row(kind, str(n))
+    waited = s.get("longest_wait_beside_a_stop")
+    if waited:
+        faults.caption = (
+            f"longest wait of a client while another process was stopped: {waited['seconds']} s"
+            f" ({waited['process']}'s {waited['step']}, {waited['while_stopped']} stopped)"
+        )
     anomalies = Table(title="anomalies")
     anomalies.add_column("check")
     anomalies.add_column("count", justify="right")
