@@ -25,20 +25,25 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 
+from app.admin import AdminClient, ConfigResource
 from app.broker import Broker
 from app.broker.loop import CoordinatorLoop
 from app.client import Consumer, Producer, TopicPartition
 from app.log.topics import create_topic
+from app.server.process import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_MS = 1_000  # the waiters end a session stalled on its client after this long
 # Far past any wait of these tests: a waiter that finishes was freed by the bound above.
 PATIENCE_MS = 600_000
 HANG_GUARD_S = 120  # only against a hang; nothing is asserted about how long things take
+CHILD = ("-m", "tests.stopping_child")
+KIP98 = ("-c", "from app.cli.main import main; main()")  # the kip98 command
 
 
 @pytest.fixture
@@ -59,7 +64,7 @@ def process_state(pid: int) -> str:
 class Stopped:
     """A child process stopped at its fault point; what it printed once resumed."""
 
-    proc: subprocess.Popen[str]
+    proc: subprocess.Popen[Any]
     lines: list[str] = field(default_factory=list)
 
     @property
@@ -79,8 +84,11 @@ class Stopped:
         return [line.split(" ", 1)[1] for line in self.lines if line.startswith("acked ")]
 
 
-def start_stopping(db_url: str, point: str, *argv: str) -> Stopped:
-    """``python -m tests.<module> argv...`` stopping itself at ``point``, once it has."""
+def start_stopping(
+    db_url: str, point: str, *argv: str, env: dict[str, str] | None = None
+) -> Stopped:
+    """``python argv...`` stopping itself at ``point`` (``env`` added to its
+    environment), once it has."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -89,9 +97,10 @@ def start_stopping(db_url: str, point: str, *argv: str) -> Stopped:
         "KIP98_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": "0",
         "KIP98_CLIENT_COORDINATOR_LOOP": "0",
         "KIP98_DATABASE_URL": db_url,
+        **(env or {}),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + HANG_GUARD_S
     while process_state(proc.pid) != "T":
@@ -114,14 +123,16 @@ def stopped() -> Iterator[list[Stopped]]:
             s.proc.wait()
 
 
-def held_sessions(broker: Broker, application_name: str) -> list[tuple[str, str | None]]:
-    """The (state, wait event) of the named application's sessions inside a transaction."""
+def held_sessions(broker: Broker, application_name: str | None) -> list[tuple[str, str | None]]:
+    """The (state, wait event) of the named application's sessions inside a transaction
+    (None: of every other session of the database, for processes that name none)."""
     with broker.engine.connect() as conn:
         rows = conn.execute(
             text(
                 "SELECT state, wait_event FROM pg_stat_activity"
-                " WHERE application_name = :name AND state <> 'idle'"
-                " AND backend_type = 'client backend'"
+                " WHERE (application_name = :name OR CAST(:name AS text) IS NULL)"
+                " AND state <> 'idle' AND pid <> pg_backend_pid()"
+                " AND datname = current_database() AND backend_type = 'client backend'"
             ),
             {"name": application_name},
         ).all()
@@ -197,17 +208,21 @@ def offset_commit_now(db_url: str) -> list[str]:
 
 
 def _waited(
-    topics: Broker, stop: Stopped, others: list[Callable[[], list[str]]], in_statement: bool
+    topics: Broker,
+    stop: Stopped,
+    others: list[Callable[[], list[str]]],
+    in_statement: bool,
+    application_name: str | None = "stopper",
 ) -> list[str]:
     """Run each of ``others`` while ``stop`` stays stopped holding its locks: their
     values."""
-    sessions = held_sessions(topics, "stopper")
+    sessions = held_sessions(topics, application_name)
     assert sessions, "the stopped process holds nothing: the test tests nothing"
     if in_statement:
         assert ("active", "ClientRead") in sessions, sessions
     done = [value for other in others for value in other()]
     assert stop.still_stopped, "the other side was freed by the stopped process itself"
-    assert held_sessions(topics, "stopper") == [], "the stalled session lives on"
+    assert held_sessions(topics, application_name) == [], "the stalled session lives on"
     return done
 
 
@@ -230,7 +245,7 @@ def test_a_producer_stopped_holding_its_partition_does_not_stall_another(
     rounds: int,
     in_statement: bool,
 ) -> None:
-    stop = start_stopping(db_url, point, "tests.stopping_child", db_url, workload, str(rounds))
+    stop = start_stopping(db_url, point, *CHILD, db_url, workload, str(rounds))
     stopped.append(stop)
     waiters = [lambda: produce_now(db_url, [0], "other"), lambda: offset_commit_now(db_url)]
     others = _waited(topics, stop, waiters, in_statement)
@@ -265,7 +280,7 @@ def test_a_commit_stopped_holding_its_locks_does_not_stall_others(
     """Another producer of the partition, a group's offset commit on it, and a new
     instance of the stopped producer's transactional id (which fences it) all finish
     while it stays stopped; resumed, it is fenced, and its transaction left nothing."""
-    stop = start_stopping(db_url, point, "tests.stopping_child", db_url, workload, "3")
+    stop = start_stopping(db_url, point, *CHILD, db_url, workload, "3")
     stopped.append(stop)
     waiters = [
         lambda: produce_now(db_url, [0], "other"),
@@ -295,9 +310,7 @@ def test_a_fence_stopped_holding_the_id_does_not_stall_its_successor(
     victim.begin_transaction()
     victim.produce("t", b"victim-0", partition=0)
     assert victim.flush(HANG_GUARD_S) == 0  # written, in a transaction left open
-    stop = start_stopping(
-        db_url, "fence.after_prepare", "tests.stopping_child", db_url, "fencer", "1"
-    )
+    stop = start_stopping(db_url, "fence.after_prepare", *CHILD, db_url, "fencer", "1")
     stopped.append(stop)
     others = _waited(topics, stop, [lambda: commit_now(db_url, "victim", [0], "heir")], False)
     stop.resume()
@@ -313,9 +326,7 @@ def test_a_commit_stopped_in_its_completion_does_not_stall_the_coordinator(
     """A bare EndTxn's completion stopped with the id's row and its partitions held
     (PREPARE_COMMIT durable): a coordinator pass rolls the transaction forward while the
     process stays stopped (docs/design.md rule 2), and its records become visible."""
-    stop = start_stopping(
-        db_url, "complete.after_marker", "tests.stopping_child", db_url, "bare", "1"
-    )
+    stop = start_stopping(db_url, "complete.after_marker", *CHILD, db_url, "bare", "1")
     stopped.append(stop)
     loop = CoordinatorLoop(Broker.connect(db_url))
 
@@ -350,7 +361,7 @@ def test_busy_producers_stopped_at_random_instants_never_stall_another(
     )
     busy = [
         subprocess.Popen(
-            [sys.executable, "-m", "tests.stopping_child", db_url, workload, "0", name, size],
+            [sys.executable, *CHILD, db_url, workload, "0", name, size],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -425,3 +436,112 @@ def test_busy_producers_stopped_at_random_instants_never_stall_another(
         f" deliveries of the third producer, median {statistics.median(waited) * 1000:.0f} ms,"
         f" longest {waited[-1] * 1000:.0f} ms"
     )
+
+
+def test_a_server_stopped_inside_its_one_query_write_does_not_stall_the_partition(
+    topics: Broker, db_url: str
+) -> None:
+    """``kip98 serve`` stopped inside a Kafka client's produce (its one-query write, the
+    partition's row held, the COPY waiting for data): native producers and offset commits
+    go on; resumed, the server answers, and librdkafka's records are in the log once."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    env = {"KIP98_STOP_AT": "append.in_one_query", "KIP98_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": "0"}
+    serve = ServeProcess(db_url, env=env)
+    serve.start()
+    delivered: list[str] = []
+    kafka = KafkaProducer(
+        {
+            "bootstrap.servers": serve.address,
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "message.timeout.ms": 600_000,
+        }
+    )
+    try:
+
+        def report(err: object, msg: Any) -> None:
+            if err is None:
+                delivered.append(msg.value().decode())
+
+        kafka.produce("t", b"kafka-0", partition=0, on_delivery=report)
+        assert kafka.flush(HANG_GUARD_S) == 0  # the lock's way: the row is remembered now
+        for i in range(1, 4):
+            kafka.produce("t", f"kafka-{i}".encode(), partition=0, on_delivery=report)
+        kafka.poll(0)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while process_state(serve.proc.pid) != "T":
+            kafka.poll(0.05)
+            assert time.monotonic() < deadline, "the server never stopped inside its write"
+        stop = Stopped(serve.proc)
+        waiters = [lambda: produce_now(db_url, [0], "other"), lambda: offset_commit_now(db_url)]
+        others = _waited(topics, stop, waiters, True, application_name=None)
+        serve.proc.send_signal(signal.SIGCONT)
+        assert kafka.flush(HANG_GUARD_S) == 0
+        check_log(topics, delivered + others)
+        assert sorted(delivered) == [f"kafka-{i}" for i in range(4)]
+    finally:
+        serve.proc.send_signal(signal.SIGCONT)
+        assert serve.stop() == 0
+        serve.kill()
+
+
+def test_a_coordinator_loop_stopped_inside_its_fencing_does_not_stall_the_id(
+    topics: Broker,
+    db_url: str,
+    stopped: list[Stopped],
+    clients: list[object],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``kip98 coordinator run`` stopped while it times a transaction out (PREPARE_ABORT
+    written, not committed, the id's row held): a new instance of the id goes on."""
+    monkeypatch.setenv("KIP98_CLIENT_COORDINATOR_LOOP", "0")  # the loop times it out
+    victim = Producer(
+        {
+            "database.url": db_url,
+            "transactional.id": "victim",
+            "transaction.timeout.ms": 1000,
+            "linger.ms": 0,
+        }
+    )
+    clients.append(victim)
+    victim.init_transactions(HANG_GUARD_S)
+    victim.begin_transaction()
+    victim.produce("t", b"victim-0", partition=0)
+    assert victim.flush(HANG_GUARD_S) == 0
+    stop = start_stopping(
+        db_url,
+        "fence.after_prepare",
+        *(*KIP98, "coordinator", "run", "--interval-ms", "100"),
+    )
+    stopped.append(stop)
+    others = _waited(topics, stop, [lambda: commit_now(db_url, "victim", [0], "heir")], False, None)
+    check_log(topics, others)
+    with topics.engine.connect() as conn:
+        values = [
+            bytes(v) for v in conn.execute(text("SELECT value FROM committed_records")).scalars()
+        ]
+    assert b"victim-0" not in values
+
+
+def test_a_cleaner_stopped_moving_the_log_start_does_not_stall_the_partition(
+    topics: Broker, db_url: str, stopped: list[Stopped], clients: list[object]
+) -> None:
+    """``kip98 topics clean`` stopped while retention moves a partition's log start (its
+    row held FOR UPDATE): producers and offset commits of the partition go on."""
+    admin = AdminClient({"database.url": db_url})
+    clients.append(admin)
+    resource = ConfigResource("topic", "t", {"retention.ms": "60000"})
+    admin.alter_configs([resource])[resource].result()
+    old = Producer({"database.url": db_url, "linger.ms": 0})
+    clients.append(old)
+    for i in range(10):
+        old.produce("t", f"old-{i}".encode(), partition=0, timestamp=1_000 + i)
+    assert old.flush(HANG_GUARD_S) == 0
+    stop = start_stopping(db_url, "cleaner.in_log_start", *KIP98, "topics", "clean", "t")
+    stopped.append(stop)
+    waiters = [lambda: produce_now(db_url, [0], "other"), lambda: offset_commit_now(db_url)]
+    others = _waited(topics, stop, waiters, False, None)
+    stop.proc.send_signal(signal.SIGCONT)
+    stop.proc.communicate(timeout=HANG_GUARD_S)  # it fails or finishes: either is fine
+    check_log(topics, others)

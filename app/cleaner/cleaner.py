@@ -153,6 +153,7 @@ def _advance_log_start(conn: Connection, key: dict[str, Any], target: int) -> No
         conn.execute(sql.DROP_HORIZONS_BELOW, {**key, "log_start": target})
         conn.execute(sql.DROP_PASSES_BELOW, {**key, "log_start": target})
         conn.execute(sql.ADVANCE_LOG_START, {**key, "log_start": target})
+        crash_point("cleaner.in_log_start")  # the partition's row held, nothing committed
     crash_point("cleaner.after_log_start")
 
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, create_engine, pool, text
 
+from app.settings import BrokerSettings
 from app.spark import sql
+from app.storage.stalls import watch_stalls
 
 Progress = Callable[[str, str], None]
 SNAPSHOT_POLL_S = 0.05
@@ -37,12 +39,14 @@ class Registered:
 
 def work_engine(database_url: str) -> Engine:
     """An engine whose sessions carry kip98's application_name (``wait_for_older_snapshots``
-    does not wait for them)."""
-    return create_engine(
+    does not wait for them), and end a session stalled by its stopped client that holds
+    what they wait for (docs/design.md rule 34)."""
+    engine = create_engine(
         database_url,
         poolclass=pool.NullPool,
         connect_args={"application_name": sql.APPLICATION_NAME},
     )
+    return watch_stalls(engine, BrokerSettings.from_env())
 
 
 def registered(engine: Engine) -> list[Registered]:
