@@ -99,7 +99,6 @@ class _Watched:
         )
         self.out: dict[int, tuple[int, float]] = {}  # id(record) -> (backend pid, since)
         self.seen: dict[int, Stalled] = {}
-        self.ended = 0
 
     def waiting(self, now: float) -> list[int]:
         """The backends of connections out of the pool for longer than a tick."""
@@ -123,7 +122,6 @@ class _Watched:
                 end["copy_bytes"] = stalled.copy_bytes
                 ended = conn.execute(END_STALLED, end).fetchone()
                 if ended is not None and ended[0]:
-                    self.ended += 1
                     log.warning(
                         "ended session %d (%s, %r, %s since %s): it held locks others wait"
                         " for while it waited on its client past %d ms",
@@ -158,9 +156,10 @@ class _Watchdog:
             with self.lock:
                 self.watched = [w for w in self.watched if w.engine() is not None]
                 watched = list(self.watched)
+            next_check = {id(w): next_check.get(id(w), 0.0) for w in watched}
             now = time.monotonic()
             for w in watched:
-                if now < next_check.get(id(w), 0.0):
+                if now < next_check[id(w)]:
                     continue
                 next_check[id(w)] = now + w.tick_s
                 try:
@@ -205,9 +204,3 @@ def watch_stalls(engine: Engine, settings: BrokerSettings) -> Engine:
 
     _watchdog.add(watched)
     return engine
-
-
-def sessions_ended(engine: Engine) -> int:
-    """How many stalled sessions this process's watch of ``engine`` has ended."""
-    with _watchdog.lock:
-        return sum(w.ended for w in _watchdog.watched if w.engine() is engine)
