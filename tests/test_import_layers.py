@@ -33,8 +33,12 @@ def lint(tree: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of the package and its contracts, for one wrong import to be added to."""
-    shutil.copytree(ROOT / "app", tmp_path / "app", ignore=shutil.ignore_patterns("__pycache__"))
+    """A copy of the package, its benchmarks and its contracts, for one wrong import to be
+    added to."""
+    for package in ("app", "bench"):
+        shutil.copytree(
+            ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
@@ -65,6 +69,8 @@ def test_the_package_keeps_its_layers(tree: Path) -> None:
         ("app.client.sender", "from app.log import append", "app.log"),
         ("app.client.connection", "from app.storage import engine", "app.storage"),
         ("app.server.apis", "from app.groups import membership", "app.groups"),
+        # The product reaching into its benchmarks.
+        ("app.server.process", "from bench import floors", "bench.floors"),
     ],
 )
 def test_an_import_the_wrong_way_breaks_a_contract(

@@ -273,16 +273,6 @@ def count_rows(name: str) -> str:
     return f"SELECT count(*) FROM {check_work_name(name)}"
 
 
-# The benchmark's floor: the same rows written into a table of read_committed_records'
-# shape by PostgreSQL alone, straight from records (no Spark), aborted transactions aside.
-COPY_INSIDE_POSTGRES = """
-    INSERT INTO {table}
-        (topic, partition, "offset", key, value, headers, "timestamp", producer_id)
-    SELECT topic, partition, "offset", key, value, headers, "timestamp", producer_id
-    FROM records WHERE topic = :t AND NOT is_control
-"""
-
-
 def literal(value: str) -> str:
     """A SQL string literal (Spark's JDBC predicates and subqueries take no parameters)."""
     return "'" + value.replace("'", "''") + "'"

@@ -1,4 +1,4 @@
-"""How fast the cleaner works, and what it costs producers while it does.
+"""The cleaner: how fast it works, and what it costs producers while it does.
 
 Cleaning throughput is records examined per second by one pass (compaction reads every
 record below the LSO; retention every record it deletes). The producer figure is a ratio
@@ -28,6 +28,8 @@ from app.protocol import (
     RecordIn,
 )
 from app.storage.context import BrokerContext
+from bench.database import fresh_database, settle
+from bench.section import Line, Measured, Run, Section, console
 
 BATCH = 1_000
 KEYS = 10_000
@@ -181,3 +183,74 @@ def bench_cleaner(
         out[f"cleaner_passes_during_produce_{label}"] = passes
     out.update(_retention_lockout(broker, url, 2 * n_records, settle))
     return out
+
+
+# ---------------------------------------------------------------- the case
+
+
+def cleaner(run: Run) -> Measured:
+    """Retention and compaction speed, and producers' speed while the cleaner works."""
+    records = run.settings.records
+    with console.status("log cleaner"), fresh_database(run.server) as url:
+        measured = bench_cleaner(url, records, lambda: settle(url))
+    run.results["cleaner"] = measured
+    return {**measured, "retained": 2 * records}
+
+
+# ---------------------------------------------------------------- notes (docs/benchmarks.md)
+
+CLEANER_READING = """\
+Cleaner figures: compaction throughput counts the records one forced pass examined (a
+partition of 10,000 keys updated over and over, one transaction in ten aborted);
+producer ratios append to the partition being compacted while a cleaner process cleans
+it pass after pass, with forced full passes or heeding `min.cleanable.dirty.ratio` as
+the background loop does. The slowest-produce lines show whether retention deleting a
+large prefix locks producers out (it deletes in slices, one transaction each)."""
+
+
+# ---------------------------------------------------------------- the lines
+
+LINES = (
+    Line(
+        "compaction_rate",
+        "compaction: records examined per second (10% aborted)",
+        "cleaner",
+        lambda m: m["compaction_examined_per_s"],
+        "{:,.0f}",
+    ),
+    Line(
+        "retention_rate",
+        "retention: records deleted per second",
+        "cleaner",
+        lambda m: m["retention_deleted_per_s"],
+        "{:,.0f}",
+    ),
+    Line(
+        "produce_compacting",
+        "produce while the cleaner compacts the same partition, pass after pass / alone",
+        "cleaner",
+        lambda m: m["producer_with_cleaner_ratio_forced"],
+    ),
+    Line(
+        "produce_dirty_ratio",
+        "the same, passes heeding min.cleanable.dirty.ratio (the loop's way) / alone",
+        "cleaner",
+        lambda m: m["producer_with_cleaner_ratio_dirty_ratio"],
+    ),
+    Line(
+        "slowest_quiet",
+        "slowest produce (100 records), no cleaner (ms)",
+        "cleaner",
+        lambda m: m["produce_max_ms_quiet"],
+        "{:.1f}",
+    ),
+    Line(
+        "slowest_retention",
+        "slowest produce while retention deletes {retained:,} records (ms)",
+        "cleaner",
+        lambda m: m["produce_max_ms_during_retention"],
+        "{:.1f}",
+    ),
+)
+
+SECTION = Section("cleaner", {"cleaner": cleaner}, LINES, reading=(CLEANER_READING,), core=False)

@@ -1,0 +1,15 @@
+"""The sections of the table, in the order they run and are shown."""
+
+from __future__ import annotations
+
+from bench import cleaner, consume, produce, spark, transactional, wire
+from bench.section import Section
+
+SECTIONS: tuple[Section, ...] = (
+    produce.SECTION,
+    transactional.SECTION,
+    consume.SECTION,
+    wire.SECTION,
+    cleaner.SECTION,
+    spark.SECTION,
+)
