@@ -30,7 +30,7 @@ from app.client.handoff import HANDOFF_INTERVAL_S, hand_off
 from app.client.message import HeadersIn, TopicPartition, normalize_headers, to_bytes
 from app.client.partitioner import KeylessPartitioner, choose_partition
 from app.client.sender import Sender
-from app.client.transactions import Transactions, TxnSettings
+from app.client.transactions import PreparedTxnState, Transactions, TxnSettings
 from app.client.txn_manager import IN_TRANSACTION
 from app.config import PRODUCER, ClientConfig, parse_config
 from app.errors import KafkaError, KafkaException, fail
@@ -361,6 +361,13 @@ class Producer(Closing):
     def commit_transaction(self, timeout: float | None = None) -> None:
         """Flush, then commit: when this returns, the markers are written."""
         self._transactions().commit_transaction(timeout)
+
+    def prepare_transaction(self, timeout: float | None = None) -> PreparedTxnState:
+        """Deliver every record of the open transaction and leave it open (KIP-939's
+        two-phase commit): its (producer_id, producer_epoch) is returned for an external
+        decider to end it with, and the producer is then closed. A later
+        init_transactions() of the same id fences and aborts it, as with any instance."""
+        return self._transactions().prepare_transaction(timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         """Drop unsent records, wait for in-flight ones, then abort. Refused (_STATE, not

@@ -70,6 +70,14 @@ class ConsumerGroupMetadata:
 
 
 @dataclass(frozen=True)
+class PreparedTxnState:
+    """A prepared transaction's identity (KIP-939): what its outcome is decided on."""
+
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True)
 class TxnSettings:
     """The transactional producer's configuration, read once from its config."""
 
@@ -235,6 +243,25 @@ class Transactions:
         if self.manager.state == tm.ABORTABLE_ERROR:
             self.manager.fire("start_commit", "commit_transaction")  # raises the abortable error
         self._end(commit=True, timeout=timeout)
+
+    def prepare_transaction(self, timeout: float | None) -> PreparedTxnState:
+        """KIP-939's prepareTransaction: every record of the transaction delivered, the
+        transaction left open, its identity returned for whoever decides its outcome (an
+        exactly-once sink's driver, which ends it with the others of its batch). A failed
+        batch makes it abortable, as it would make a commit fail."""
+        self.check_can_produce()
+        remaining = self._flush(timeout)
+        if remaining:
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._TIMED_OUT,
+                    f"{remaining} messages not yet delivered; call prepare_transaction() again",
+                    retriable=True,
+                )
+            )
+        self.check_can_produce()  # a batch that failed for good made it abortable
+        ident = self.identity
+        return PreparedTxnState(ident.producer_id, ident.producer_epoch)
 
     def abort_transaction(self, timeout: float | None) -> None:
         if self.manager.state != tm.ABORTING:

@@ -89,11 +89,19 @@ def fence_and_abort(
     conn: Connection, meta: TxnMetadata, epoch: int, now_ms: int, reason: str
 ) -> TxnMetadata:
     """BEGIN → PREPARE_ABORT with a bumped epoch (fencing the current holder) → completed."""
-    producer_id, producer_epoch = _new_identity(conn, meta, now_ms)
-    prepared = plan_fence_abort(meta, producer_id, producer_epoch, now_ms)
-    prepared = persist(conn, replace(prepared, coordinator_epoch=epoch), reason)
+    prepared = fence_to_abort(conn, meta, epoch, now_ms, reason)
     crash_point("fence.after_prepare")
     return complete_transaction(conn, prepared, now_ms)
+
+
+def fence_to_abort(
+    conn: Connection, meta: TxnMetadata, epoch: int, now_ms: int, reason: str
+) -> TxnMetadata:
+    """``fence_and_abort``'s first step: BEGIN → PREPARE_ABORT with a bumped epoch, its
+    completion left to the caller (which may end several transactions together)."""
+    producer_id, producer_epoch = _new_identity(conn, meta, now_ms)
+    prepared = plan_fence_abort(meta, producer_id, producer_epoch, now_ms)
+    return persist(conn, replace(prepared, coordinator_epoch=epoch), reason)
 
 
 # ---------------------------------------------------------------- InitProducerId

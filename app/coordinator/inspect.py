@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from sqlalchemy import Connection
+
 from app.coordinator import sql
 from app.protocol import TransactionDescription
 from app.storage.context import BrokerContext
@@ -28,3 +30,9 @@ def list_transactions(
         )
         for r in rows
     ]
+
+
+def ongoing_under_prefix(conn: Connection, prefix: str) -> list[str]:
+    """The transactional ids starting with ``prefix`` whose transaction is ongoing (BEGIN),
+    in the order their rows are locked in (a Python sort's)."""
+    return [r.transactional_id for r in conn.execute(sql.OPEN_UNDER_PREFIX, {"prefix": prefix})]

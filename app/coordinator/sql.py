@@ -242,3 +242,13 @@ INSERT_REBUILT_TRANSACTION = text(
         ),
     )
 )
+
+# Transactional ids under a prefix whose transaction is ongoing: what a Spark sink's
+# query left open (its ids all start with the query's prefix).
+OPEN_UNDER_PREFIX = text(
+    """
+    SELECT transactional_id FROM transactions
+    WHERE starts_with(transactional_id, :prefix) AND state = 'BEGIN'
+    ORDER BY transactional_id COLLATE "C"
+    """
+)

@@ -1,5 +1,7 @@
-"""Spark over JDBC: the session the product uses and the read_committed materialisation."""
+"""Spark: the product's session, the read_committed materialisation over JDBC, and the
+``kip98`` data source (a batch and streaming source, and an exactly-once sink)."""
 
+from app.spark.datasource import register
 from app.spark.materialize import materialize
 
-__all__ = ["materialize"]
+__all__ = ["materialize", "register"]

@@ -8,6 +8,7 @@ the product share these settings so what is tested is what runs.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +29,14 @@ def jdbc_jar() -> str:
 
 
 def build_spark_session(app_name: str = "kip98", master: str = "local[2]") -> SparkSession:
-    """Get (or create) the process's SparkSession with kip98's settings."""
+    """Get (or create) the process's SparkSession with kip98's settings, the ``kip98``
+    data source registered."""
     from pyspark.sql import SparkSession
+
+    # The Python workers (the kip98 data source runs in them) use this interpreter, so
+    # they import the same kip98 and libraries as the driver. PySpark reads the variable
+    # when the context starts; the configuration keys say the same to Spark itself.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
     spark = (
         SparkSession.builder.appName(app_name)
@@ -41,7 +48,12 @@ def build_spark_session(app_name: str = "kip98", master: str = "local[2]") -> Sp
         .config("spark.driver.memory", os.environ.get("KIP98_SPARK_DRIVER_MEMORY", "1g"))
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
+        .config("spark.pyspark.driver.python", sys.executable)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
+    from app.spark.datasource import register
+
+    register(spark)
     return spark

@@ -323,3 +323,91 @@ def aborted_table(query: str) -> str:
 
 def count_of(query: str) -> str:
     return f"SELECT count(*) FROM ({query}) AS q"
+
+
+# ---------------------------------------------------------------- the kip98 data source
+#
+# Run with psycopg, on the driver (planning) and in Spark's Python workers (reading): plain
+# strings with psycopg's ``%(name)s``. What the source reads is bounded by offsets the
+# driver captured: below a partition's captured LSO (read_committed) or high watermark
+# (read_uncommitted) nothing changes any more, save what the cleaner removes.
+
+# Every partition's bounds, read together at one instant.
+SOURCE_PARTITIONS = """
+    SELECT topic, partition, log_start_offset, next_offset, last_stable_offset
+    FROM partitions ORDER BY topic, partition
+"""
+
+EXISTING_TOPICS = "SELECT topic FROM topics WHERE topic = ANY(%(topics)s) ORDER BY topic"
+
+# The first offset of a partition whose record's timestamp is at or after the given one
+# (Kafka's ListOffsets by timestamp), below the bound the query reads up to. No index on
+# timestamps: a scan of the partition's range, once, when a query starts.
+OFFSET_FOR_TIMESTAMP = """
+    SELECT min("offset") FROM records
+    WHERE topic = %(topic)s AND partition = %(partition)s
+      AND "offset" >= %(from_offset)s AND "offset" < %(to_offset)s
+      AND "timestamp" >= %(timestamp)s AND NOT is_control
+"""
+
+# One partition as a worker finds it when it starts reading (the log start may have moved).
+PARTITION_NOW = """
+    SELECT log_start_offset, next_offset FROM partitions
+    WHERE topic = %(topic)s AND partition = %(partition)s
+"""
+
+# The aborted transactions that overlap a range: few, read first and passed to the range's
+# read as arrays, as the Fetch handler does (``app.log.sql``). An entry whose first offset
+# is below the captured LSO was written with its abort marker, before the capture: every
+# entry that can hide a record of the range is seen.
+ABORTED_IN_RANGE = """
+    SELECT array_agg(producer_id), array_agg(first_offset), array_agg(last_offset)
+    FROM aborted_txns
+    WHERE topic = %(topic)s AND partition = %(partition)s
+      AND first_offset < %(to_offset)s AND last_offset >= %(from_offset)s
+"""
+
+# A range's data records in Spark's Kafka columns (headers as their JSON text), in offset
+# order; read_committed also drops those of the aborted transactions passed in. Their
+# offset spans, merged into one multirange, let every record outside them skip the
+# anti-join (the Fetch handler's statement, without its byte limit).
+_RANGE_RECORDS = """
+    SELECT r.key, r.value, r."offset", r."timestamp", CAST(r.headers AS text)
+    FROM records r
+    WHERE r.topic = %(topic)s AND r.partition = %(partition)s
+      AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
+"""
+READ_RANGE_UNCOMMITTED = _RANGE_RECORDS + ' ORDER BY r."offset"'
+READ_RANGE_COMMITTED = (
+    _RANGE_RECORDS
+    + """
+      AND NOT (r.is_transactional
+        AND r."offset" <@ (
+          SELECT range_agg(int8range(first_offset, last_offset, '[]'))
+          FROM unnest(CAST(%(aborted_firsts)s AS bigint[]), CAST(%(aborted_lasts)s AS bigint[]))
+            AS s(first_offset, last_offset))
+        AND EXISTS (
+          SELECT 1 FROM unnest(CAST(%(aborted_pids)s AS bigint[]),
+                               CAST(%(aborted_firsts)s AS bigint[]),
+                               CAST(%(aborted_lasts)s AS bigint[]))
+            AS a(producer_id, first_offset, last_offset)
+          WHERE a.producer_id = r.producer_id
+            AND r."offset" BETWEEN a.first_offset AND a.last_offset))
+    ORDER BY r."offset"
+    """
+)
+
+# The sink's batches: one row per (query, micro-batch) committed, written in the DB
+# transaction that commits the batch's transactions (``app.broker.prepared``). A replayed
+# batch finds its row.
+SINK_BATCH_COMMITTED = """
+    SELECT 1 FROM spark_sink_commits WHERE query_id = %(query_id)s AND batch_id = %(batch_id)s
+"""
+CLAIM_SINK_BATCH = text(
+    """
+    INSERT INTO spark_sink_commits (query_id, batch_id, row_count)
+    VALUES (:query_id, :batch_id, :rows)
+    ON CONFLICT (query_id, batch_id) DO NOTHING
+    RETURNING 1
+    """
+)

@@ -424,6 +424,25 @@ materialization_progress = Table(
     ),
 )
 
+# ---------------------------------------------------------------- the Spark sink
+# One row per micro-batch a streaming query's kip98 sink committed, written in the DB
+# transaction that commits the batch's transactions (app.broker.prepared): a batch Spark
+# replays finds its row and is not written again.
+spark_sink_commits = Table(
+    "spark_sink_commits",
+    metadata,
+    Column("query_id", Text, nullable=False),
+    Column("batch_id", BigInteger, nullable=False),
+    Column("row_count", BigInteger, nullable=False),
+    Column(
+        "committed_ms",
+        BigInteger,
+        nullable=False,
+        server_default=text("(extract(epoch FROM now()) * 1000)::bigint"),
+    ),
+    PrimaryKeyConstraint("query_id", "batch_id"),
+)
+
 # ---------------------------------------------------------------- authorization
 # Kafka's ACLs (app.security): who may do what to which resource. The whole row is the key,
 # so creating an ACL twice is a no-op, as with Kafka's kafka-acls.sh. The key leads with

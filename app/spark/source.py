@@ -1,0 +1,416 @@
+"""The ``kip98`` source: ``spark.read.format("kip98")`` and ``spark.readStream``.
+
+Planning runs on the driver (in Spark's Python planning worker): it reads every
+subscribed partition's log start, high watermark and LSO in one statement and turns the
+options into offset ranges ``[start, end)``, each end at most the partition's LSO
+(read_committed) or high watermark (read_uncommitted), so nothing of an open or aborted
+transaction is ever in range (docs/design.md rule 8). Spark's tasks read their ranges
+with psycopg in the Python workers, as Arrow batches (docs/design.md, "The kip98 data
+source": why not JDBC). Below a captured LSO nothing is added any more, so a range reads
+the same whenever a task (or its retry, or a replay of the micro-batch) reads it; only
+the cleaner may have removed records meanwhile, as for any consumer.
+
+Data loss is Spark's Kafka source's: a start below the log start (retention moved past
+it), a partition gone, a new partition that does not start at 0, offsets gone backwards
+(a topic made again): with ``failOnDataLoss`` (the default) an error naming the option,
+otherwise the source goes on from what is there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from app.errors import KafkaError, fail
+from app.protocol import headers_of_stored
+from app.spark import sql
+from app.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    Positions,
+    TopicPartition,
+    bad_option,
+    from_json,
+    rate_limit,
+    split_ranges,
+    to_json,
+)
+from app.spark.options import SourceOptions, Subscription
+from app.storage.driver import libpq_conninfo
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+APPLICATION_NAME = "kip98-spark-source"
+# Rows per Arrow batch a task hands Spark, and per round trip of its cursor.
+BATCH_ROWS = 10_000
+# Kafka's timestampType: records carry the producer's CreateTime.
+CREATE_TIME = 0
+
+# Spark's Kafka source's columns.
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(
+                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+            ),
+        ),
+    ]
+)
+
+
+def connect(database_url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        libpq_conninfo(database_url, application_name=APPLICATION_NAME), autocommit=True
+    )
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """One partition's offsets as captured."""
+
+    log_start: int
+    high_watermark: int
+    last_stable_offset: int
+
+    def end(self, read_committed: bool) -> int:
+        """How far a query may read: never at or past the LSO in read_committed."""
+        return self.last_stable_offset if read_committed else self.high_watermark
+
+
+def current_bounds(conn: psycopg.Connection[Any], subscription: Subscription) -> dict[TopicPartition, Bounds]:
+    rows = conn.execute(sql.SOURCE_PARTITIONS).fetchall()
+    return {
+        (t, p): Bounds(s, hw, lso) for t, p, s, hw, lso in rows if subscription.wants(t, p)
+    }
+
+
+def check_topics(conn: psycopg.Connection[Any], subscription: Subscription) -> None:
+    """Topics named by ``subscribe`` or ``assign`` must exist (a pattern may match none)."""
+    named = list(subscription.named_topics)
+    if not named:
+        return
+    found = {r[0] for r in conn.execute(sql.EXISTING_TOPICS, {"topics": named})}
+    missing = [t for t in named if t not in found]
+    if missing:
+        option = "assign" if subscription.kind == "assign" else "subscribe"
+        raise fail(
+            KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+            f"option '{option}': no such topic: {', '.join(missing)}",
+        )
+    if subscription.kind == "assign":
+        rows = conn.execute(sql.SOURCE_PARTITIONS).fetchall()
+        exists = {(t, p) for t, p, *_ in rows}
+        absent = [f"{t}-{p}" for t, p in subscription.assigned if (t, p) not in exists]
+        if absent:
+            raise fail(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+                f"option 'assign': no such partition: {', '.join(absent)}",
+            )
+
+
+def resolve(
+    conn: psycopg.Connection[Any],
+    name: str,
+    spec: str | Positions,
+    bounds: Mapping[TopicPartition, Bounds],
+    read_committed: bool,
+    timestamp: int | None = None,
+) -> Positions:
+    """Positions from ``startingOffsets``/``endingOffsets``/``startingTimestamp``."""
+    if timestamp is not None:
+        out: Positions = {}
+        for (topic, partition), b in bounds.items():
+            end = b.end(read_committed)
+            row = conn.execute(
+                sql.OFFSET_FOR_TIMESTAMP,
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "from_offset": b.log_start,
+                    "to_offset": end,
+                    "timestamp": timestamp,
+                },
+            ).fetchone()
+            if row is None or row[0] is None:
+                raise bad_option(
+                    "startingTimestamp",
+                    f"no record of {topic}-{partition} has a timestamp at or after {timestamp}",
+                )
+            out[(topic, partition)] = int(row[0])
+        return out
+    if spec == "earliest":
+        return {tp: b.log_start for tp, b in bounds.items()}
+    if spec == "latest":
+        return {tp: b.end(read_committed) for tp, b in bounds.items()}
+    assert isinstance(spec, dict)
+    if set(spec) != set(bounds):
+        missing = sorted(f"{t}-{p}" for t, p in set(bounds) - set(spec))
+        extra = sorted(f"{t}-{p}" for t, p in set(spec) - set(bounds))
+        raise bad_option(
+            name,
+            "specific offsets must name every subscribed partition, and only those "
+            f"(-2 for earliest, -1 for latest); missing: {missing or 'none'}, "
+            f"not subscribed: {extra or 'none'}",
+        )
+    resolved: Positions = {}
+    for tp, offset in spec.items():
+        b = bounds[tp]
+        if offset == EARLIEST:
+            resolved[tp] = b.log_start
+        elif offset == LATEST:
+            resolved[tp] = b.end(read_committed)
+        else:
+            resolved[tp] = offset
+    return resolved
+
+
+def data_loss(fail_on_data_loss: bool, message: str) -> None:
+    """Spark's Kafka source's way: fail, or warn and go on."""
+    if fail_on_data_loss:
+        raise fail(
+            KafkaError.OFFSET_OUT_OF_RANGE,
+            f"{message}. Some data may have been lost: retention removed it, or the topic was "
+            "deleted. Set the source option 'failOnDataLoss' to 'false' to go on regardless",
+        )
+    log.warning("%s; going on (failOnDataLoss is false)", message)
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """What a task needs besides its range (pickled with the reader to the workers)."""
+
+    database_url: str
+    read_committed: bool
+    fail_on_data_loss: bool
+
+
+class RangePartition(InputPartition):
+    """One Spark task: one topic partition's offsets ``[start, end)``."""
+
+    def __init__(self, r: OffsetRange) -> None:
+        super().__init__(r)
+        self.range = r
+
+
+def read_range(settings: ReadSettings, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """The range's records as Arrow batches in the source's schema, in offset order."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(SCHEMA, timezone="UTC")
+    params: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "to_offset": r.end}
+    with connect(settings.database_url) as conn:
+        now = conn.execute(sql.PARTITION_NOW, params).fetchone()
+        start = r.start
+        if now is None:
+            data_loss(settings.fail_on_data_loss, f"{r.topic}-{r.partition} no longer exists")
+            return
+        if start < now[0]:
+            data_loss(
+                settings.fail_on_data_loss,
+                f"{r.topic}-{r.partition}: offsets {start} to {now[0]} are gone (log start {now[0]})",
+            )
+            start = now[0]
+        if start >= r.end:
+            return
+        params["from_offset"] = start
+        statement = sql.READ_RANGE_UNCOMMITTED
+        if settings.read_committed:
+            pids, firsts, lasts = conn.execute(sql.ABORTED_IN_RANGE, params).fetchone() or (
+                None,
+                None,
+                None,
+            )
+            params |= {
+                "aborted_pids": pids or [],
+                "aborted_firsts": firsts or [],
+                "aborted_lasts": lasts or [],
+            }
+            statement = sql.READ_RANGE_COMMITTED
+        conn.autocommit = False  # a server-side cursor lives in a transaction
+        with conn.cursor(name="kip98_range", binary=True) as cur:
+            cur.itersize = BATCH_ROWS
+            cur.execute(statement, params)
+            while rows := cur.fetchmany(BATCH_ROWS):
+                yield _arrow_batch(pa, schema, r, rows)
+        conn.rollback()
+
+
+def _arrow_batch(pa: Any, schema: Any, r: OffsetRange, rows: list[tuple[Any, ...]]) -> Any:
+    import pyarrow.compute as pc
+
+    keys, values, offsets, timestamps, headers = zip(*rows, strict=True)
+    n = len(rows)
+    header_type = schema.field("headers").type
+    stored = [
+        None
+        if h is None
+        else [{"key": k, "value": v} for k, v in headers_of_stored(h)]
+        for h in headers
+    ]
+    micros = pc.multiply(pa.array(timestamps, pa.int64()), 1000)
+    columns = [
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.array([r.topic] * n, pa.string()),
+        pa.array([r.partition] * n, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        micros.cast(schema.field("timestamp").type),
+        pa.array([CREATE_TIME] * n, pa.int32()),
+        pa.array(stored, header_type),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read.format("kip98")``: one range per partition, or more with
+    ``minPartitions``, from ``startingOffsets`` (or ``startingTimestamp``) to
+    ``endingOffsets``, each capped at what the isolation level may see."""
+
+    def __init__(self, options: SourceOptions, database_url: str) -> None:
+        self.options = options
+        self.settings = ReadSettings(database_url, options.read_committed, options.fail_on_data_loss)
+
+    def partitions(self) -> list[InputPartition]:
+        o = self.options
+        with connect(self.settings.database_url) as conn:
+            check_topics(conn, o.subscription)
+            bounds = current_bounds(conn, o.subscription)
+            start = resolve(
+                conn, "startingOffsets", o.starting, bounds, o.read_committed, o.starting_timestamp
+            )
+            end = resolve(conn, "endingOffsets", o.ending, bounds, o.read_committed)
+        ranges = []
+        for tp, b in bounds.items():
+            s, e = start[tp], min(end[tp], b.end(o.read_committed))
+            if e < s and isinstance(o.ending, dict):
+                raise bad_option(
+                    "endingOffsets", f"{tp[0]}-{tp[1]}: ends at {end[tp]}, before its start {s}"
+                )
+            ranges.append(OffsetRange(tp[0], tp[1], s, e))
+        return [RangePartition(r) for r in split_ranges(ranges, o.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_range(self.settings, partition.range)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("kip98")``. Offsets are Spark's Kafka source's positions,
+    checkpointed by Spark; each micro-batch ends, per partition, at most at its LSO
+    (read_committed), within ``maxOffsetsPerTrigger`` shared among the partitions as
+    Spark's Kafka source shares it. Partitions and topics that appear are picked up, from
+    offset 0."""
+
+    def __init__(self, options: SourceOptions, database_url: str) -> None:
+        self.options = options
+        self.settings = ReadSettings(database_url, options.read_committed, options.fail_on_data_loss)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._target: Positions | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled to the workers that read: no connection goes along.
+        return {**self.__dict__, "_conn": None}
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.settings.database_url)
+        return self._conn
+
+    def _ends(self) -> Positions:
+        conn = self._connection()
+        bounds = current_bounds(conn, self.options.subscription)
+        return {tp: b.end(self.options.read_committed) for tp, b in bounds.items()}
+
+    def initialOffset(self) -> dict[str, Any]:
+        o = self.options
+        conn = self._connection()
+        check_topics(conn, o.subscription)
+        bounds = current_bounds(conn, o.subscription)
+        start = resolve(
+            conn, "startingOffsets", o.starting, bounds, o.read_committed, o.starting_timestamp
+        )
+        return to_json(start)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: read up to what is visible now, and no further."""
+        self._target = self._ends()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        begin = from_json(start)
+        ends = self._ends()
+        fail_on_loss = self.options.fail_on_data_loss
+        for tp in sorted(set(begin) - set(ends)):
+            data_loss(fail_on_loss, f"{tp[0]}-{tp[1]} no longer exists")
+        for tp, e in sorted(ends.items()):
+            if tp in begin and e < begin[tp]:
+                data_loss(
+                    fail_on_loss, f"{tp[0]}-{tp[1]}'s offsets went back from {begin[tp]} to {e}"
+                )
+        if self._target is not None:
+            ends = {tp: min(e, self._target[tp]) for tp, e in ends.items() if tp in self._target}
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(limit.max_rows, begin, ends)
+        return to_json(ends)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return to_json(self._ends())
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin, finish = from_json(start), from_json(end)
+        ranges = [
+            OffsetRange(t, p, begin.get((t, p), 0), e)
+            for (t, p), e in sorted(finish.items())
+            if e > begin.get((t, p), 0)
+        ]
+        return [RangePartition(r) for r in split_ranges(ranges, self.options.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_range(self.settings, partition.range)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the offsets are Spark's to checkpoint, and the log keeps its
+        records for every reader alike."""
+
+    def stop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
