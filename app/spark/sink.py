@@ -51,6 +51,7 @@ from app.broker.endpoint import client_engine
 from app.broker.prepared import Ended, PreparedTxn, end_prepared
 from app.client import Producer
 from app.errors import KafkaError, fail
+from app.faults import crash_point
 from app.settings import BrokerSettings
 from app.spark import sql
 from app.spark.offsets import bad_option
@@ -189,6 +190,7 @@ def write_rows(
                 _produce(producer, options.topic, row)
                 n += 1
             state = producer.prepare_transaction()
+            crash_point("spark.sink.prepared")
         except BaseException:
             try:  # the batch will not commit: release the partitions' LSOs at once
                 producer.abort_transaction(10)
@@ -311,6 +313,7 @@ class StreamWriter(DataSourceStreamWriter):
         return write_rows(self.options, self.database_url, iterator, tid, query_id, batch_id)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        crash_point("spark.sink.commit")
         end_batch(self.database_url, messages, True, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
