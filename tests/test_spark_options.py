@@ -77,7 +77,9 @@ def test_bad_source_options_name_the_option(
 
 
 def test_sink_options() -> None:
-    o = sink_options({"topic": "out", "transaction.timeout.ms": "60000", "checkpointLocation": "/x"})
+    o = sink_options(
+        {"topic": "out", "transaction.timeout.ms": "60000", "checkpointLocation": "/x"}
+    )
     assert (o.topic, o.transaction_timeout_ms) == ("out", 60_000)
     assert sink_options({}).transaction_timeout_ms == 900_000
     for bad, named in (({"topics": "x"}, "topics"), ({"topic": " "}, "topic")):
@@ -104,7 +106,9 @@ def test_rate_limit_shares_in_proportion_and_never_starves() -> None:
         st.integers(0, 5), st.tuples(st.integers(0, 500), st.integers(0, 500)), max_size=6
     ),
 )
-def test_rate_limit_stays_within_limit_and_range(limit: int, spans: dict[int, tuple[int, int]]) -> None:
+def test_rate_limit_stays_within_limit_and_range(
+    limit: int, spans: dict[int, tuple[int, int]]
+) -> None:
     start = {("t", p): a for p, (a, _) in spans.items()}
     end = {("t", p): a + b for p, (a, b) in spans.items()}
     capped = rate_limit(limit, start, end)

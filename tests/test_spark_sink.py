@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pyspark.errors import PySparkException
 from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 
 from app.spark.sink import query_prefix
 from tests.client_helpers import create_topics
@@ -50,8 +50,13 @@ def open_sink_transactions(db_url: str) -> list[tuple[Any, ...]]:
 def test_a_batch_write_is_visible_whole_with_every_column(spark: SparkSession, db_url: str) -> None:
     create_topics(db_url, {"out": 3, "other": 1})
     rows = [
-        (f"k{i}", f"v{i}".encode(), "other" if i % 5 == 0 else "out",
-         0 if i % 5 == 0 else i % 3, [("h", b"x")])
+        (
+            f"k{i}",
+            f"v{i}".encode(),
+            "other" if i % 5 == 0 else "out",
+            0 if i % 5 == 0 else i % 3,
+            [("h", b"x")],
+        )
         for i in range(40)
     ]
     df = frame(
@@ -74,7 +79,9 @@ def test_a_batch_write_is_visible_whole_with_every_column(spark: SparkSession, d
 def test_the_topic_option_overrides_the_column(spark: SparkSession, db_url: str) -> None:
     create_topics(db_url, {"out": 1, "elsewhere": 1})
     df = frame(spark, [("elsewhere", b"a"), (None, b"b")], "topic string, value binary")
-    df.write.format("kip98").option("database.url", db_url).option("topic", "out").mode("append").save()
+    df.write.format("kip98").option("database.url", db_url).option("topic", "out").mode(
+        "append"
+    ).save()
     assert [r[0] for r in committed(db_url, ["out", "elsewhere"])] == ["out", "out"]
 
 
@@ -151,7 +158,12 @@ def test_each_micro_batch_once_and_a_replayed_batch_writes_nothing(
         ({"topic": "nope"}, "value binary", [(b"v",)], "nope"),
         ({"topic": "out"}, "value binary, partition string", [(b"v", "x")], "partition"),
         ({"topic": "out"}, "value binary, headers array<string>", [(b"v", ["x"])], "headers"),
-        ({"topic": "out", "transaction.timeout.ms": "soon"}, "value binary", [(b"v",)], "transaction.timeout.ms"),
+        (
+            {"topic": "out", "transaction.timeout.ms": "soon"},
+            "value binary",
+            [(b"v",)],
+            "transaction.timeout.ms",
+        ),
     ],
 )
 def test_bad_sink_input_is_refused_before_anything_runs(
@@ -165,7 +177,9 @@ def test_bad_sink_input_is_refused_before_anything_runs(
     create_topics(db_url, {"out": 1})
     df = frame(spark, rows, schema)
     with pytest.raises((PySparkException, Py4JJavaError)) as info:
-        df.write.format("kip98").option("database.url", db_url).options(**options).mode("append").save()
+        df.write.format("kip98").option("database.url", db_url).options(**options).mode(
+            "append"
+        ).save()
     assert named in str(info.value)
     assert committed(db_url, ["out"]) == []
     assert sql_rows(db_url, "SELECT count(*) FROM transactions")[0][0] == 0
@@ -183,7 +197,13 @@ def test_a_row_without_a_topic_fails_the_write_and_nothing_is_visible(
     # Some tasks' transactions were written, none visible, none left open.
     assert committed(db_url, ["out"]) == []
     assert open_sink_transactions(db_url) == []
-    assert sql_rows(db_url, "SELECT count(*) FROM partition_status WHERE high_watermark <> last_stable_offset")[0][0] == 0
+    assert (
+        sql_rows(
+            db_url,
+            "SELECT count(*) FROM partition_status WHERE high_watermark <> last_stable_offset",
+        )[0][0]
+        == 0
+    )
 
 
 # ---------------------------------------------------------------- killed processes
@@ -269,7 +289,11 @@ def test_a_query_killed_three_times_writes_every_input_exactly_once(
         before = sink_batches(db_url)
         child = start_child(db_url, checkpoint, "run")
         try:
-            wait_for(lambda: sink_batches(db_url) >= before + 2, "two more batches", timeout=240)
+            wait_for(
+                lambda: sink_batches(db_url) >= before + 2,  # noqa: B023 (called in the loop)
+                "two more batches",
+                timeout=240,
+            )
         finally:
             kill_session(child)
     producer.close()
@@ -294,13 +318,14 @@ def test_a_query_killed_three_times_writes_every_input_exactly_once(
         if batch_id - 1 in offsets:
             previous = {("orders", int(p)): o for p, o in offsets[batch_id - 1]["orders"].items()}
         in_range = [
-            r for r in committed(db_url, ["orders"])
+            r
+            for r in committed(db_url, ["orders"])
             if previous.get((r[0], r[1]), 0) <= r[2] < end[(r[0], r[1])]
         ]
         assert row_count == len(in_range), batch_id
-    assert set(offsets) - {b for b, in sql_rows(db_url, "SELECT batch_id FROM spark_sink_commits")} <= {
-        max(offsets)
-    }
+    assert set(offsets) - {
+        b for (b,) in sql_rows(db_url, "SELECT batch_id FROM spark_sink_commits")
+    } <= {max(offsets)}
 
 
 def test_a_task_killed_after_writing_is_retried_and_its_first_attempt_fenced(

@@ -72,7 +72,8 @@ def test_a_batch_read_is_what_read_committed_readers_return(
     assert not any(v.startswith((b"a1-", b"open-", b"c2-")) for v in values)  # c2 is past the LSO
     first = df.where("value = cast('c1-0' AS binary)").collect()[0]
     assert [(h.key, None if h.value is None else bytes(h.value)) for h in first.headers] == [
-        ("h", b"c1-0"), ("n", None)
+        ("h", b"c1-0"),
+        ("n", None),
     ]
     assert first.timestampType == 0
     ts = sql_rows(db_url, """SELECT "timestamp" FROM records WHERE value = 'c1-0'""")[0][0]
@@ -84,13 +85,17 @@ def test_a_batch_read_is_what_read_committed_readers_return(
     _, stuck = log
     stuck.abort_transaction()
     after = {v for *_, v in rows_of(read(spark, db_url, subscribe="orders"))}
-    assert {b"c2-%d" % i for i in range(6)} <= after and not any(v.startswith(b"open-") for v in after)
+    assert {b"c2-%d" % i for i in range(6)} <= after and not any(
+        v.startswith(b"open-") for v in after
+    )
 
 
 def test_read_uncommitted_reads_up_to_the_high_watermark(
     spark: SparkSession, db_url: str, log: Any
 ) -> None:
-    got = rows_of(read(spark, db_url, subscribe="orders", **{"isolation.level": "read_uncommitted"}))
+    got = rows_of(
+        read(spark, db_url, subscribe="orders", **{"isolation.level": "read_uncommitted"})
+    )
     want = sql_rows(
         db_url,
         """SELECT topic, partition, "offset", key, value FROM records
@@ -147,7 +152,9 @@ def test_data_loss_fails_or_is_skipped_as_failondataloss_says(
     start = '{"lossy": {"0": 0}}'
     with pytest.raises((PySparkException, Py4JJavaError), match="failOnDataLoss"):
         read(spark, db_url, subscribe="lossy", startingOffsets=start).collect()
-    skipped = rows_of(read(spark, db_url, subscribe="lossy", startingOffsets=start, failOnDataLoss="false"))
+    skipped = rows_of(
+        read(spark, db_url, subscribe="lossy", startingOffsets=start, failOnDataLoss="false")
+    )
     assert [r[4] for r in skipped] == [v for *_, v in committed(db_url, ["lossy"])]
 
 

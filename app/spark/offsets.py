@@ -8,6 +8,7 @@ per-partition JSON a user gives, as in Spark.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -140,6 +141,6 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
         parts = max(1, round(r.size / total * min_partitions))
         bounds = [r.start + (r.size * i) // parts for i in range(parts + 1)]
         out.extend(
-            OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a
+            OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds) if b > a
         )
     return out

@@ -110,11 +110,11 @@ class Bounds:
         return self.last_stable_offset if read_committed else self.high_watermark
 
 
-def current_bounds(conn: psycopg.Connection[Any], subscription: Subscription) -> dict[TopicPartition, Bounds]:
+def current_bounds(
+    conn: psycopg.Connection[Any], subscription: Subscription
+) -> dict[TopicPartition, Bounds]:
     rows = conn.execute(sql.SOURCE_PARTITIONS).fetchall()
-    return {
-        (t, p): Bounds(s, hw, lso) for t, p, s, hw, lso in rows if subscription.wants(t, p)
-    }
+    return {(t, p): Bounds(s, hw, lso) for t, p, s, hw, lso in rows if subscription.wants(t, p)}
 
 
 def check_topics(conn: psycopg.Connection[Any], subscription: Subscription) -> None:
@@ -276,9 +276,7 @@ def _arrow_batch(pa: Any, schema: Any, r: OffsetRange, rows: list[tuple[Any, ...
     n = len(rows)
     header_type = schema.field("headers").type
     stored = [
-        None
-        if h is None
-        else [{"key": k, "value": v} for k, v in headers_of_stored(h)]
+        None if h is None else [{"key": k, "value": v} for k, v in headers_of_stored(h)]
         for h in headers
     ]
     micros = pc.multiply(pa.array(timestamps, pa.int64()), 1000)
@@ -302,7 +300,9 @@ class BatchReader(DataSourceReader):
 
     def __init__(self, options: SourceOptions, database_url: str) -> None:
         self.options = options
-        self.settings = ReadSettings(database_url, options.read_committed, options.fail_on_data_loss)
+        self.settings = ReadSettings(
+            database_url, options.read_committed, options.fail_on_data_loss
+        )
 
     def partitions(self) -> list[InputPartition]:
         o = self.options
@@ -337,7 +337,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: SourceOptions, database_url: str) -> None:
         self.options = options
-        self.settings = ReadSettings(database_url, options.read_committed, options.fail_on_data_loss)
+        self.settings = ReadSettings(
+            database_url, options.read_committed, options.fail_on_data_loss
+        )
         self._conn: psycopg.Connection[Any] | None = None
         self._target: Positions | None = None
 
