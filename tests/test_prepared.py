@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Connection, text
 
 from app.broker import Broker
 from app.broker.prepared import PreparedTxn, end_prepared
@@ -64,7 +63,7 @@ def test_a_batch_commits_every_transaction_through_the_coordinators_steps(
             "SELECT state FROM transaction_log WHERE transactional_id = %(t)s ORDER BY event_id",
             {"t": tid},
         )
-        assert [e for e, in events][-3:] == ["BEGIN", "PREPARE_COMMIT", "COMPLETE_COMMIT"]
+        assert [e for (e,) in events][-3:] == ["BEGIN", "PREPARE_COMMIT", "COMPLETE_COMMIT"]
 
 
 def test_a_fenced_transaction_fails_the_whole_batch(db_url: str, broker: Broker) -> None:
@@ -82,9 +81,7 @@ def test_a_fenced_transaction_fails_the_whole_batch(db_url: str, broker: Broker)
     assert sorted(bytes(r[4]) for r in committed(db_url, ["out"])) == [b"a0", b"a1", b"b0-again"]
 
 
-def test_a_batch_claimed_before_is_aborted_not_committed_again(
-    db_url: str, broker: Broker
-) -> None:
+def test_a_batch_claimed_before_is_aborted_not_committed_again(db_url: str, broker: Broker) -> None:
     first = [prepared(db_url, PREFIX + "0", [b"once"])]
     assert end_prepared(broker, first, lambda conn: True, strays=PREFIX).committed
     replay = [prepared(db_url, PREFIX + "0", [b"once"])]

@@ -32,10 +32,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -58,6 +62,9 @@ from app.spark.offsets import bad_option
 from app.spark.options import SinkOptions
 from app.storage.driver import libpq_conninfo
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 CLIENT_ID = "kip98-spark-sink"
 SINK_PREFIX = "kip98-spark-sink"
 WRITE_PREFIX = "kip98-spark-write"
@@ -66,6 +73,8 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 _TEXT_OR_BINARY = (StringType, BinaryType)
+# How long a task waits for deliveries when its Producer's local queue is full.
+QUEUE_FULL_WAIT_S = 1.0
 
 
 def query_prefix(query_id: str) -> str:
@@ -142,14 +151,6 @@ class TaskCommit(WriterCommitMessage):
         return PreparedTxn(self.transactional_id, self.producer_id, self.producer_epoch)
 
 
-def _bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)
-
-
 def sink_broker(database_url: str) -> Broker:
     """A broker context for the sink's clients, without a coordinator loop of their own:
     a task lives for one batch, and its open transaction must not be timed out by a loop
@@ -165,13 +166,13 @@ def sink_broker(database_url: str) -> Broker:
 def write_rows(
     options: SinkOptions,
     database_url: str,
-    rows: Iterator[Any],
+    batches: Iterator[pa.RecordBatch],
     transactional_id: str,
     query_id: str | None,
     batch_id: int | None,
 ) -> TaskCommit:
     """One task: its rows in a transaction of ``transactional_id``, left open."""
-    first = next(rows, None)
+    first = next((b for b in batches if b.num_rows), None)
     if first is None:  # nothing to write: a task that writes nothing opens nothing
         return TaskCommit(query_id, batch_id, None)
     broker = sink_broker(database_url)
@@ -186,9 +187,8 @@ def write_rows(
         producer.begin_transaction()
         n = 0
         try:
-            for row in _chain(first, rows):
-                _produce(producer, options.topic, row)
-                n += 1
+            for batch in _chain(first, batches):
+                n += _produce_batch(producer, options.topic, batch)
             state = producer.prepare_transaction()
             crash_point("spark.sink.prepared")
         except BaseException:
@@ -210,25 +210,43 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
-def _produce(producer: Producer, topic_option: str | None, row: Any) -> None:
-    fields = row.asDict() if hasattr(row, "asDict") else dict(row)
-    topic = topic_option or fields.get("topic")
-    if not topic:
-        raise fail(
-            KafkaError._INVALID_ARG,
-            "a row has no topic: set the 'topic' option or give every row a 'topic'",
-        )
-    partition = fields.get("partition")
-    headers = fields.get("headers")
-    producer.produce(
-        topic,
-        _bytes(fields["value"]),
-        key=_bytes(fields.get("key")),
-        partition=-1 if partition is None else int(partition),
-        headers=None if headers is None else [(h["key"], _bytes(h["value"])) for h in headers],
-    )
-    if len(producer) >= 100_000:
-        producer.poll(0)
+def _column(batch: pa.RecordBatch, name: str) -> list[Any]:
+    """A column as Python values (bytes for binary, str encoded), or Nones if absent."""
+    names = [n.lower() for n in batch.schema.names]
+    if name not in names:
+        return [None] * batch.num_rows
+    values = batch.column(names.index(name)).to_pylist()
+    if name in ("key", "value"):
+        return [v.encode() if isinstance(v, str) else v for v in values]
+    return values
+
+
+def _produce_batch(producer: Producer, topic_option: str | None, batch: pa.RecordBatch) -> int:
+    """One Arrow batch of rows, each a record (columns as Spark's Kafka sink takes them)."""
+    keys, values = _column(batch, "key"), _column(batch, "value")
+    partitions, headers = _column(batch, "partition"), _column(batch, "headers")
+    topics = [topic_option] * batch.num_rows if topic_option else _column(batch, "topic")
+    produce = producer.produce
+    for topic, key, value, partition, header in zip(
+        topics, keys, values, partitions, headers, strict=True
+    ):
+        if not topic:
+            raise fail(
+                KafkaError._INVALID_ARG,
+                "a row has no topic: set the 'topic' option or give every row a 'topic'",
+            )
+        record = {
+            "key": key,
+            "partition": -1 if partition is None else partition,
+            "headers": None if header is None else [(h["key"], h["value"]) for h in header],
+        }
+        try:
+            produce(topic, value, **record)
+        except BufferError:  # the local queue is full: wait for deliveries, as with librdkafka
+            producer.flush(QUEUE_FULL_WAIT_S)
+            produce(topic, value, **record)
+    producer.poll(0)
+    return batch.num_rows
 
 
 def already_committed(database_url: str, query_id: str, batch_id: int) -> bool:
@@ -290,14 +308,14 @@ def _always(_conn: Connection) -> bool:
     return True
 
 
-class StreamWriter(DataSourceStreamWriter):
+class StreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("kip98")``: exactly once per micro-batch."""
 
     def __init__(self, options: SinkOptions, database_url: str) -> None:
         self.options = options
         self.database_url = database_url
 
-    def write(self, iterator: Iterator[Any]) -> TaskCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -320,7 +338,7 @@ class StreamWriter(DataSourceStreamWriter):
         end_batch(self.database_url, messages, False, batchId)
 
 
-class BatchWriter(DataSourceWriter):
+class BatchWriter(DataSourceArrowWriter):
     """``df.write.format("kip98")``: the whole write visible at once, or nothing."""
 
     def __init__(self, options: SinkOptions, database_url: str) -> None:
@@ -328,7 +346,7 @@ class BatchWriter(DataSourceWriter):
         self.database_url = database_url
         self.write_id = uuid.uuid4().hex  # made on the driver, pickled to every task
 
-    def write(self, iterator: Iterator[Any]) -> TaskCommit:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TaskCommit:
         from pyspark import TaskContext
 
         context = TaskContext.get()

@@ -1,0 +1,214 @@
+"""The ``kip98`` data source's speed, as ratios to plain Spark JDBC doing the same rows.
+
+- source: a streaming query reading a topic's records (Trigger.AvailableNow, into Spark's
+  ``noop`` sink) against a plain Spark JDBC read of the same ``records`` rows (the
+  materialisation's slices and fetch size), both discarding what they read;
+- sink: one ``df.write.format("kip98")`` of generated rows (the tasks' transactions and
+  the driver's one commit) against Spark's JDBC append of the same rows into a plain
+  table of (key, value);
+- latency: a transaction committed on the input topic until a read_committed consumer
+  sees its record, transformed, on the output topic, through a running streaming query
+  (kip98 source -> kip98 sink), median of the samples.
+
+``python -m app.spark.datasource_bench [records]`` prints the figures as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import create_engine, pool, text
+
+from app.broker import Broker
+from app.log.topics import create_topic, delete_topic
+from app.spark.bench import load, plain_read_seconds
+from app.spark.jdbc import jdbc_url
+from app.spark.materialize import capture
+from app.storage.engine import resolve_url
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+VALUE_BYTES = 100
+
+
+def source_seconds(spark: SparkSession, database_url: str, topic: str, checkpoint: str) -> float:
+    """A streaming query reading every record of ``topic`` once, into ``noop``."""
+    query = (
+        spark.readStream.format("kip98")
+        .option("database.url", database_url)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+    )
+    started = time.monotonic()
+    query.start().awaitTermination()
+    return time.monotonic() - started
+
+
+def bench_source(
+    spark: SparkSession, database_url: str, n_records: int, partitions: int
+) -> dict[str, Any]:
+    broker = Broker.connect(database_url)
+    topic = f"bench-src-{uuid.uuid4().hex[:8]}"
+    create_topic(broker, topic, partitions)
+    try:
+        load(broker, topic, n_records, partitions)
+        bounds = [b for b in capture(broker.engine, [topic]) if b.lso > b.start]
+        plain_read_seconds(spark, database_url, bounds[:1])  # warm the JVM's code paths
+        jdbc_s = plain_read_seconds(spark, database_url, bounds)
+        source_seconds(spark, database_url, topic, f"/tmp/kip98-bench-{uuid.uuid4().hex}")
+        source_s = source_seconds(
+            spark, database_url, topic, f"/tmp/kip98-bench-{uuid.uuid4().hex}"
+        )
+    finally:
+        delete_topic(broker, topic)
+        broker.engine.dispose()
+    return {
+        "records": n_records,
+        "jdbc_read_s": round(jdbc_s, 3),
+        "source_s": round(source_s, 3),
+        "source_rows_per_s": round(n_records / source_s),
+        "jdbc_read_rows_per_s": round(n_records / jdbc_s),
+        "ratio": round(jdbc_s / source_s, 2),
+    }
+
+
+def bench_sink(
+    spark: SparkSession, database_url: str, n_records: int, partitions: int
+) -> dict[str, Any]:
+    broker = Broker.connect(database_url)
+    topic = f"bench-sink-{uuid.uuid4().hex[:8]}"
+    table = f"bench_sink_floor_{uuid.uuid4().hex[:8]}"
+    create_topic(broker, topic, partitions)
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    with engine.begin() as conn:
+        conn.execute(text(f"CREATE TABLE {table} (key bytea, value bytea)"))
+    frame = (
+        spark.range(n_records, numPartitions=spark.sparkContext.defaultParallelism)
+        .selectExpr(
+            "cast(cast(id AS string) AS binary) AS key",
+            f"cast(repeat('x', {VALUE_BYTES}) AS binary) AS value",
+        )
+        .cache()
+    )
+    frame.count()
+    url, props = jdbc_url(database_url)
+    try:
+        started = time.monotonic()
+        frame.write.jdbc(
+            url,
+            table,
+            mode="append",
+            properties={**props, "batchsize": "10000", "reWriteBatchedInserts": "true"},
+        )
+        jdbc_s = time.monotonic() - started
+        started = time.monotonic()
+        (
+            frame.write.format("kip98")
+            .option("database.url", database_url)
+            .option("topic", topic)
+            .mode("append")
+            .save()
+        )
+        sink_s = time.monotonic() - started
+    finally:
+        frame.unpersist()
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        engine.dispose()
+        delete_topic(broker, topic)
+        broker.engine.dispose()
+    return {
+        "records": n_records,
+        "jdbc_append_s": round(jdbc_s, 3),
+        "sink_s": round(sink_s, 3),
+        "sink_rows_per_s": round(n_records / sink_s),
+        "jdbc_append_rows_per_s": round(n_records / jdbc_s),
+        "ratio": round(jdbc_s / sink_s, 2),
+    }
+
+
+def bench_latency(spark: SparkSession, database_url: str, samples: int) -> dict[str, Any]:
+    """Produce-to-visible through a running query, one transaction at a time."""
+    from app.client import Consumer, Producer
+
+    broker = Broker.connect(database_url)
+    source, target = (f"bench-lat-{uuid.uuid4().hex[:8]}-{s}" for s in ("in", "out"))
+    create_topic(broker, source, 1)
+    create_topic(broker, target, 1)
+    query = (
+        spark.readStream.format("kip98")
+        .option("database.url", database_url)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("key", "value")
+        .writeStream.format("kip98")
+        .option("database.url", database_url)
+        .option("topic", target)
+        .option("checkpointLocation", f"/tmp/kip98-bench-{uuid.uuid4().hex}")
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    producer = Producer({"database.url": database_url, "transactional.id": source})
+    consumer = Consumer(
+        {"database.url": database_url, "group.id": target, "auto.offset.reset": "earliest"}
+    )
+    latencies: list[float] = []
+    try:
+        producer.init_transactions()
+        consumer.subscribe([target])
+        for i in range(samples):
+            producer.begin_transaction()
+            producer.produce(source, b"%d" % i, key=b"k")
+            sent = time.monotonic()
+            producer.commit_transaction()
+            deadline = sent + 120
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.05)
+                if msg is not None and msg.error() is None and msg.value() == b"%d" % i:
+                    latencies.append(time.monotonic() - sent)
+                    break
+            threading.Event().wait(0.05)
+    finally:
+        query.stop()
+        producer.close()
+        consumer.close()
+        delete_topic(broker, source)
+        delete_topic(broker, target)
+        broker.engine.dispose()
+    return {
+        "samples": len(latencies),
+        "p50_s": round(statistics.median(latencies), 3) if latencies else None,
+    }
+
+
+def main() -> None:
+    from app.spark.session import build_spark_session
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+    url = resolve_url(None)
+    spark = build_spark_session("kip98-datasource-bench")
+    try:
+        figures = {
+            "source": bench_source(spark, url, n, 8),
+            "sink": bench_sink(spark, url, n, 8),
+            "latency": bench_latency(spark, url, 20),
+        }
+    finally:
+        spark.stop()
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
