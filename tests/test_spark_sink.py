@@ -360,3 +360,11 @@ def test_a_task_killed_after_writing_is_retried_and_its_first_attempt_fenced(
 
 def test_query_prefix_is_the_sink_ids_prefix() -> None:
     assert query_prefix("q") == "kip98-spark-sink-q-"
+
+
+def test_the_demos_streaming_step_sees_every_order_once(spark: SparkSession, db_url: str) -> None:
+    from app.cli.demo_streaming import streaming_step
+
+    summary = streaming_step(spark, db_url)
+    assert summary["Spark streaming: exactly once (consumer and views)"] is True
+    assert summary["Spark streaming: orders enriched"] == 1000

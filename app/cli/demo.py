@@ -8,6 +8,8 @@
 4. Check: the output holds every input record exactly once, per partition in order; the
    group's committed offsets equal the input's end; the aborted records are nowhere.
 5. Materialise ``demo-output`` with Spark and compare with the ``committed_records`` view.
+6. In the same Spark session, a streaming query from ``demo-orders`` to
+   ``demo-orders-enriched`` through the ``kip98`` source and sink (``demo_streaming``).
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ def _verify(url: str, records: int) -> dict[str, object]:
     }
 
 
-def _materialize(url: str) -> tuple[int, float, bool]:
+def _spark_steps(url: str, streaming: bool) -> tuple[int, float, bool, dict[str, object]]:
+    from app.cli.demo_streaming import streaming_step
     from app.cli.spark import jvm_output_to
     from app.spark.materialize import materialize
     from app.spark.session import build_spark_session
@@ -110,6 +113,7 @@ def _materialize(url: str) -> tuple[int, float, bool]:
         started = time.monotonic()
         counts = materialize(spark, url, [OUTPUT])
         elapsed = time.monotonic() - started
+        streamed = streaming_step(spark, url) if streaming else {}
     finally:
         spark.stop()
     with get_engine(url).connect() as conn:
@@ -122,7 +126,7 @@ def _materialize(url: str) -> tuple[int, float, bool]:
             ),
             {"t": OUTPUT},
         ).scalar_one()
-    return sum(counts.values()), elapsed, differs == 0
+    return sum(counts.values()), elapsed, differs == 0, streamed
 
 
 @click.command()
@@ -130,7 +134,13 @@ def _materialize(url: str) -> tuple[int, float, bool]:
 @click.option(
     "--spark/--no-spark", default=True, show_default=True, help="Materialise the output with Spark."
 )
-def demo(records: int, spark: bool) -> None:
+@click.option(
+    "--spark-streaming/--no-spark-streaming",
+    default=True,
+    show_default=True,
+    help="Then run a streaming query through the kip98 Spark source and sink.",
+)
+def demo(records: int, spark: bool, spark_streaming: bool) -> None:
     """Run the exactly-once pipeline demo (and the Spark materialisation) and summarise."""
     console = stderr_console()
     url = resolve_url()
@@ -156,14 +166,15 @@ def demo(records: int, spark: bool) -> None:
     with console.status("verifying"):
         summary.update(_verify(url, records))
     if spark:
-        with console.status("Spark: materialising read_committed_records"):
+        with console.status("Spark: materialising read_committed_records, then streaming"):
             try:
-                rows, spark_s, same = _materialize(url)
+                rows, spark_s, same, streamed = _spark_steps(url, spark_streaming)
             except KafkaException as exc:
                 raise click.ClickException(f"Spark materialisation failed: {exc}") from exc
         summary["Spark rows materialised"] = rows
         summary["Spark rows/s"] = f"{rows / max(spark_s, 1e-9):,.0f}"
         summary["Spark = committed_records view"] = same
+        summary.update(streamed)
     table = Table(title="kip98 demo: exactly-once copy")
     out = Console()
     table.add_column("")
@@ -176,6 +187,7 @@ def demo(records: int, spark: bool) -> None:
         and summary["aborted records visible"] == 0
         and summary["committed offsets = input end"] is True
         and summary.get("Spark = committed_records view", True) is True
+        and summary.get("Spark streaming: exactly once (consumer and views)", True) is True
     )
     click.echo(
         f"summary: {'OK' if ok else 'FAILED'} — {records:,} records copied exactly once"
