@@ -2,7 +2,7 @@
 batch's transactions, so a replayed batch is not written again
 
 Revision ID: 0021
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-27 04:30:00.000000
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
