@@ -85,6 +85,10 @@ def test_sink_options() -> None:
     for bad, named in (({"topics": "x"}, "topics"), ({"topic": " "}, "topic")):
         with pytest.raises(KafkaException, match=named):
             sink_options(bad)
+    # No longer than the coordinator allows: every task's InitProducerId would be refused.
+    assert sink_options({}, 60_000).transaction_timeout_ms == 60_000
+    with pytest.raises(KafkaException, match=r"transaction\.timeout\.ms"):
+        sink_options({"transaction.timeout.ms": "900001"}, 900_000)
 
 
 def test_offsets_json_is_spark_kafka_sources() -> None:

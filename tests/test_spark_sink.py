@@ -262,6 +262,8 @@ def inputs(db_url: str, producer: Any, rounds: range) -> None:
     plain(db_url, "orders", [b"p-%d" % rounds.start], 1)
 
 
+# Hang guards only: four Spark drivers in turn, each starting a JVM, on a busy machine.
+@pytest.mark.timeout(1800)
 def test_a_query_killed_three_times_writes_every_input_exactly_once(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -276,7 +278,7 @@ def test_a_query_killed_three_times_writes_every_input_exactly_once(
         wait_for(
             lambda: any(s == "T" for _, s in session_processes(child.pid)),
             "the first batch's commit to stop",
-            timeout=240,
+            timeout=600,
         )
         assert open_sink_transactions(db_url), "the tasks' transactions are open"
         assert committed(db_url, ["enriched"]) == []  # nothing of the batch visible
@@ -292,7 +294,7 @@ def test_a_query_killed_three_times_writes_every_input_exactly_once(
             wait_for(
                 lambda: sink_batches(db_url) >= before + 2,  # noqa: B023 (called in the loop)
                 "two more batches",
-                timeout=240,
+                timeout=600,
             )
         finally:
             kill_session(child)
@@ -300,7 +302,7 @@ def test_a_query_killed_three_times_writes_every_input_exactly_once(
 
     # The restarted query drains what is left.
     child = start_child(db_url, checkpoint, "drain")
-    assert child.wait(timeout=300) == 0
+    assert child.wait(timeout=600) == 0
 
     want = Counter(bytes(r[4]) + b"!" for r in committed(db_url, ["orders"]))
     got = Counter(bytes(r[4]) for r in committed(db_url, ["enriched"]))
@@ -328,6 +330,7 @@ def test_a_query_killed_three_times_writes_every_input_exactly_once(
     } <= {max(offsets)}
 
 
+@pytest.mark.timeout(900)
 def test_a_task_killed_after_writing_is_retried_and_its_first_attempt_fenced(
     db_url: str, tmp_path: Path
 ) -> None:
@@ -345,7 +348,7 @@ def test_a_task_killed_after_writing_is_retried_and_its_first_attempt_fenced(
         KIP98_CRASH_AT="spark.sink.prepared",
         KIP98_CRASH_ONCE_DIR=str(once),
     )
-    assert child.wait(timeout=300) == 0
+    assert child.wait(timeout=600) == 0
     assert (once / "spark.sink.prepared").exists()  # one task attempt died, once
     want = Counter(bytes(r[4]) + b"!" for r in committed(db_url, ["orders"]))
     assert Counter(bytes(r[4]) for r in committed(db_url, ["enriched"])) == want

@@ -19,6 +19,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from app.settings import BrokerSettings
 from app.spark.options import sink_options, source_options
 from app.spark.sink import BatchWriter, StreamWriter, check_schema, check_topic
 from app.spark.source import SCHEMA, BatchReader, StreamReader
@@ -47,14 +48,14 @@ class Kip98DataSource(DataSource):
         return StreamReader(options, resolve_url(options.database_url))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        options = sink_options(self.options)
+        options = sink_options(self.options, BrokerSettings.from_env().max_transaction_timeout_ms)
         check_schema(schema, options)
         url = resolve_url(options.database_url)
         check_topic(url, options.topic)
         return BatchWriter(options, url)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        options = sink_options(self.options)
+        options = sink_options(self.options, BrokerSettings.from_env().max_transaction_timeout_ms)
         check_schema(schema, options)
         url = resolve_url(options.database_url)
         check_topic(url, options.topic)

@@ -227,13 +227,23 @@ class SinkOptions:
     transaction_timeout_ms: int
 
 
-def sink_options(raw: Mapping[str, str]) -> SinkOptions:
+def sink_options(
+    raw: Mapping[str, str], max_transaction_timeout_ms: int = SINK_TRANSACTION_TIMEOUT_MS
+) -> SinkOptions:
+    """The writer's options checked; ``transaction.timeout.ms`` no longer than the
+    coordinator allows (``KIP98_MAX_TRANSACTION_TIMEOUT_MS``), which would refuse every
+    task's InitProducerId."""
     options = _lower(raw)
     _check_known(options, SINK_OPTIONS, "sink")
     topic = options.get("topic")
     if topic is not None and not topic.strip():
         raise bad_option("topic", "empty topic name")
-    timeout = SINK_TRANSACTION_TIMEOUT_MS
+    timeout = min(SINK_TRANSACTION_TIMEOUT_MS, max_transaction_timeout_ms)
     if "transaction.timeout.ms" in options:
         timeout = _positive_int("transaction.timeout.ms", options["transaction.timeout.ms"])
+    if timeout > max_transaction_timeout_ms:
+        raise bad_option(
+            "transaction.timeout.ms",
+            f"{timeout} is above the coordinator's maximum, {max_transaction_timeout_ms}",
+        )
     return SinkOptions(options.get("database.url") or None, topic, timeout)
