@@ -340,9 +340,10 @@ FETCH_UNCOMMITTED = _within_bytes(_RECORD_COLUMNS, _DATA_RECORDS)
 # offset spans, merged once into a multirange (PostgreSQL 14+), let every record outside
 # them skip the anti-join: most records, and the anti-join per record cost ~2x the scan.
 # Records filtered out count no bytes: the running sum is over the records returned.
-_COMMITTED_RECORDS = (
-    _DATA_RECORDS
-    + """
+#
+# ``NOT_ABORTED`` is that filter alone, over a query's records ``r`` (Spark's kip98 source
+# reads its ranges with it).
+NOT_ABORTED = """
       AND NOT (r.is_transactional
         AND r."offset" <@ (
           SELECT range_agg(int8range(first_offset, last_offset, '[]'))
@@ -353,7 +354,7 @@ _COMMITTED_RECORDS = (
                                CAST(%(aborted_lasts)s AS bigint[])) AS a(producer_id, first_offset, last_offset)
           WHERE a.producer_id = r.producer_id AND r."offset" BETWEEN a.first_offset AND a.last_offset))
     """
-)
+_COMMITTED_RECORDS = _DATA_RECORDS + NOT_ABORTED
 FETCH_COMMITTED = _within_bytes(_RECORD_COLUMNS, _COMMITTED_RECORDS)
 
 # The same reads for a window PARTITION_FOR_FETCH found to fit max_bytes whole (the

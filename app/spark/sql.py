@@ -12,6 +12,8 @@ from collections.abc import Iterable
 
 from sqlalchemy import text
 
+from app.log import sql as log_sql
+
 PARENT = "read_committed_records"
 RUN_PREFIX = "rc_run_"
 COMPACT_PREFIX = "rc_compact_"
@@ -368,9 +370,9 @@ ABORTED_IN_RANGE = """
 """
 
 # A range's data records in Spark's Kafka columns (headers as their JSON text), in offset
-# order; read_committed also drops those of the aborted transactions passed in. Their
-# offset spans, merged into one multirange, let every record outside them skip the
-# anti-join (the Fetch handler's statement, without its byte limit).
+# order; read_committed also drops those of the aborted transactions passed in, with the
+# Fetch handler's own filter (``app.log.sql.NOT_ABORTED``: their offset spans, merged
+# into one multirange, let every record outside them skip the anti-join).
 _RANGE_RECORDS = """
     SELECT r.key, r.value, r."offset", r."timestamp", CAST(r.headers AS text)
     FROM records r
@@ -378,24 +380,7 @@ _RANGE_RECORDS = """
       AND r."offset" >= %(from_offset)s AND r."offset" < %(to_offset)s AND NOT r.is_control
 """
 READ_RANGE_UNCOMMITTED = _RANGE_RECORDS + ' ORDER BY r."offset"'
-READ_RANGE_COMMITTED = (
-    _RANGE_RECORDS
-    + """
-      AND NOT (r.is_transactional
-        AND r."offset" <@ (
-          SELECT range_agg(int8range(first_offset, last_offset, '[]'))
-          FROM unnest(CAST(%(aborted_firsts)s AS bigint[]), CAST(%(aborted_lasts)s AS bigint[]))
-            AS s(first_offset, last_offset))
-        AND EXISTS (
-          SELECT 1 FROM unnest(CAST(%(aborted_pids)s AS bigint[]),
-                               CAST(%(aborted_firsts)s AS bigint[]),
-                               CAST(%(aborted_lasts)s AS bigint[]))
-            AS a(producer_id, first_offset, last_offset)
-          WHERE a.producer_id = r.producer_id
-            AND r."offset" BETWEEN a.first_offset AND a.last_offset))
-    ORDER BY r."offset"
-    """
-)
+READ_RANGE_COMMITTED = _RANGE_RECORDS + log_sql.NOT_ABORTED + ' ORDER BY r."offset"'
 
 # The sink's batches: one row per (query, micro-batch) committed, written in the DB
 # transaction that commits the batch's transactions (``app.broker.prepared``). A replayed
