@@ -52,7 +52,11 @@ def parser(sections: tuple[Section, ...]) -> argparse.ArgumentParser:
         help="rounds of the Kafka-client figures, each side leading every other round",
     )
     p.add_argument("--latency-samples", type=int, default=100)
-    p.add_argument("--spark", action="store_true", help="include the Spark materialisation figures")
+    p.add_argument(
+        "--spark",
+        action="store_true",
+        help="include the Spark figures (materialisation, the kip98 data source)",
+    )
     p.add_argument("--spark-records", type=int, default=1_000_000)
     p.add_argument(
         "--only",

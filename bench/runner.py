@@ -42,7 +42,7 @@ def chosen(sections: tuple[Section, ...], only: str | None, spark: bool) -> set[
                 choices = ", ".join((*groups(sections), *known))
                 raise SystemExit(f"unknown --only section {name!r} (choose from {choices})")
     if spark:
-        names.add("spark")
+        names.update(n for s in sections if s.name.startswith("spark") for n in s.cases)
     return names
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import cleaner, consume, produce, spark, transactional, wire
+from bench import cleaner, consume, produce, spark, spark_datasource, transactional, wire
 from bench.section import Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -12,4 +12,5 @@ SECTIONS: tuple[Section, ...] = (
     wire.SECTION,
     cleaner.SECTION,
     spark.SECTION,
+    spark_datasource.SECTION,
 )
