@@ -26,6 +26,7 @@ from app.log.topics import create_topic
 from app.settings import BrokerSettings
 from app.storage.engine import dispose_engines, get_engine
 from app.storage.limits import request_deadline
+from tests.backends import ActiveHolder, holding
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_MS = 1_000  # the paused child's sessions are ended after this long idle in a transaction
@@ -168,8 +169,8 @@ def test_a_process_paused_while_its_pipeline_waits_is_bounded(
     without a read after them) would
     leave, once the statements are done, a session that no timeout ends, holding its
     locks: each pipeline sends its Sync before waiting (``storage.driver``)."""
-    holder = broker.engine.connect()
-    holder.execute(text("SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE"))
+    # Held by an active session: the child's watch for stalled sessions leaves it be.
+    holder = ActiveHolder(db_url, "SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE")
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -200,14 +201,14 @@ def test_a_process_paused_while_its_pipeline_waits_is_bounded(
                 assert time.monotonic() < deadline, f"the child never waited: {activity()}"
                 time.sleep(0.02)
             child.send_signal(signal.SIGSTOP)
-            holder.rollback()  # the paused child's statements run on, then its session idles
-            deadline = time.monotonic() + 5 + 10 * IDLE_MS / 1000
+            holder.release()  # the paused child's statements run on, then its session idles
+            deadline = time.monotonic() + 60
             while (now := activity()) is not None:
                 assert time.monotonic() < deadline, f"the paused child's session lives on: {now}"
                 time.sleep(0.05)
         # its locks went with it
         with broker.engine.begin() as conn:
-            conn.execute(text("SET LOCAL lock_timeout = '2s'"))
+            conn.execute(text("SET LOCAL lock_timeout = '15s'"))
             conn.execute(text("SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE"))
     finally:
         holder.close()
@@ -269,17 +270,12 @@ def test_a_lock_wait_past_the_deadline_is_a_retriable_timeout(
     txn.begin_transaction()
     _produce(txn, "waiter")
     assert txn.flush(60) == 0
-    holder = broker.engine.connect()
-    tx = holder.begin()
-    holder.execute(text("SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE"))
-    try:
+    # Held by an active session, so no bound ends it before the commit's deadline does.
+    with holding(db_url, "SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE"):
         with pytest.raises(KafkaException) as caught:
             txn.commit_transaction(1.0)
         assert caught.value.args[0].retriable()
         assert caught.value.args[0].code() == KafkaError._TIMED_OUT
-    finally:
-        tx.rollback()
-        holder.close()
     txn.commit_transaction(60)
     assert _values(broker) == [f"waiter-{i}" for i in range(5)]
 
