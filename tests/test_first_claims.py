@@ -32,6 +32,8 @@ from app.protocol import (
     OffsetCommitRequest,
     TxnOffsetCommitRequest,
 )
+from app.settings import BrokerSettings
+from tests.backends import idle_unbounded
 from tests.projections import assert_partition_log_rebuilds
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
@@ -40,7 +42,9 @@ WAIT_S = 30
 
 @pytest.fixture
 def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
+    """A paused request's transaction idles while the other runs, for as long as the test
+    takes: no idle bound may end it."""
+    b = Broker.connect(db_url, settings=idle_unbounded(BrokerSettings.from_env()))
     create_topic(b, "a", 1)
     return b
 

@@ -28,6 +28,7 @@ from app.protocol import (
     SyncGroupRequest,
     TxnOffsetCommitRequest,
 )
+from tests.backends import idle_unbounded
 from tests.txn_driver import TxnDriver
 
 
@@ -362,7 +363,9 @@ def test_deleting_a_topic_forgets_its_offsets(broker: Broker) -> None:
     assert committed(broker, "g") == {("out", 1): 2}
 
 
-def test_an_offset_commit_racing_a_topic_deletion_leaves_no_offset(broker: Broker) -> None:
+def test_an_offset_commit_racing_a_topic_deletion_leaves_no_offset(
+    broker: Broker, db_url: str
+) -> None:
     """An offset of the topic, written by a DB transaction still open when DeleteTopics
     starts: the deletion waits for it (the partitions' rows, held FOR KEY SHARE by the commit's
     existence check) and then deletes that offset too (rule 31)."""
@@ -372,6 +375,9 @@ def test_an_offset_commit_racing_a_topic_deletion_leaves_no_offset(broker: Broke
     from app.groups.offsets import record_txn_offsets
     from app.protocol import DeleteTopicsRequest, TxnOffsetCommitRequest
 
+    # The commit's transaction idles while the deletion waits for it, for as long as the
+    # test takes: neither an idle bound nor the deletion's watch may end it.
+    broker = Broker.connect(db_url, broker.clock, idle_unbounded(broker.settings))
     request = TxnOffsetCommitRequest("copier", "g", 7, 0, {("in", 1): OffsetAndMetadata(3)})
     deleted: list[int] = []
     with broker.engine.connect() as commit:
@@ -384,13 +390,18 @@ def test_an_offset_commit_racing_a_topic_deletion_leaves_no_offset(broker: Broke
         deletion.start()
         with broker.engine.connect() as watch:  # until the deletion waits on a lock, or is done
             # (its statements may go out pipelined: the query shown need not be the waiting one)
-            waiting = text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-            deadline = time.monotonic() + 30
+            waiting = text(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            deadline = time.monotonic() + 60
             while deletion.is_alive() and not watch.execute(waiting).scalar_one():
                 assert time.monotonic() < deadline, "the deletion neither waited nor finished"
+                watch.rollback()  # a fresh snapshot of the statistics each time
                 time.sleep(0.01)
         commit.commit()
-    deletion.join(30)
+    deletion.join(60)
+    assert not deletion.is_alive()
     assert deleted == [KafkaError.NO_ERROR]
     with broker.engine.connect() as conn:
         assert live_group_offsets(conn)["pending_txn_offsets"] == []

@@ -26,13 +26,17 @@ from app.log.inspect import abort_hanging
 from app.log.markers import Marker, write_txn_markers
 from app.log.topics import create_topic
 from app.protocol import CONTROL_COMMIT, InitProducerIdRequest, ProduceRequest, RecordIn
+from app.settings import BrokerSettings
+from tests.backends import idle_unbounded
 from tests.test_markers import wait_for_lock_wait
 from tests.txn_driver import TxnDriver, partition_offsets, produce_many, read_values
 
 
 @pytest.fixture
 def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
+    """The holder's transaction idles while the competing request waits for it, for as long
+    as the test takes: neither an idle bound nor the waiter's watch may end it."""
+    b = Broker.connect(db_url, settings=idle_unbounded(BrokerSettings.from_env()))
     create_topic(b, "t", 2)
     return b
 
@@ -55,7 +59,7 @@ def run_behind_lock(broker: Broker, hold: Callable[..., object], compete: Callab
         competing.start()
         wait_for_lock_wait(broker)
         held.commit()
-    competing.join(30)
+    competing.join(60)
     assert len(outcome) == 1
     return outcome[0]
 

@@ -20,6 +20,7 @@ from app.errors import KafkaError, KafkaException
 from app.log.markers import Marker, write_txn_markers
 from app.log.topics import create_topic, delete_topic
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest
+from tests.backends import idle_unbounded
 from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 
@@ -229,7 +230,7 @@ def test_completion_skips_a_deleted_topic(broker: Broker) -> None:
 
 def wait_for_lock_wait(broker: Broker) -> None:
     """Return once some backend of this database waits for a row lock."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     with broker.engine.connect() as conn:
         while time.monotonic() < deadline:
             waiting = conn.execute(
@@ -246,12 +247,17 @@ def wait_for_lock_wait(broker: Broker) -> None:
 
 
 @pytest.mark.parametrize("path", ["EndTxn", "combined commit"])
-def test_markers_see_a_transaction_opened_while_they_waited(broker: Broker, path: str) -> None:
+def test_markers_see_a_transaction_opened_while_they_waited(
+    broker: Broker, db_url: str, path: str
+) -> None:
     """The other open transactions are read once the partition locks are held (rule 8).
     Here another producer opens a transaction in the DB transaction holding the partition
     lock while the markers wait for it: the LSO must stay at that transaction's first
     offset. Read with a snapshot from before the wait (a subquery of the locking
     statement), it would not see that transaction, and the LSO would pass its records."""
+    # The other producer's transaction idles while the markers wait for it, for as long as
+    # the test takes: neither an idle bound nor the markers' watch may end it.
+    broker = Broker.connect(db_url, broker.clock, idle_unbounded(broker.settings))
     create_topic(broker, "race", 1)
     mine = driver(broker, "mine-race")
     mine.send("race", 0, "a")
@@ -273,7 +279,7 @@ def test_markers_see_a_transaction_opened_while_they_waited(broker: Broker, path
         ender.start()
         wait_for_lock_wait(broker)
         held.commit()
-    ender.join(30)
+    ender.join(60)
     assert ended == [0]
     # Offsets: 0 "a" (mine, committed), 1 "o" (other's open transaction), 2 mine's marker.
     assert partition_offsets(broker, "race", 0) == (3, 1)
