@@ -242,13 +242,20 @@ def test_terminated_backends_never_duplicate_or_lose_records(db_url: str, broker
             producer.poll(0)
             # Spread the sending over about two seconds of terminations.
             time.sleep(max(0.0, started + (chunk + 1) * 0.05 - time.monotonic()))
-        # Keep terminating until most of the data is through, then let the rest drain.
-        while len(producer) > total // 10 and time.monotonic() - started < 30:
+        # Keep terminating until most of the data is through (or for half a minute, if
+        # the terminations hold it back), then let the rest drain; and in any case until
+        # a backend was terminated: the producer's connections stay open in its pool
+        # until one is, so that always comes.
+        deadline = time.monotonic() + 120
+        while (
+            len(producer) > total // 10 and time.monotonic() - started < 30
+        ) or terminator.terminated == 0:
+            assert time.monotonic() < deadline, "no backend of the producer was terminated"
             producer.poll(0.05)
     finally:
         terminator.stop.set()
         terminator.join()
-    assert producer.flush(60) == 0
+    assert producer.flush(120) == 0
     producer.close()
 
     assert terminator.terminated > 0
