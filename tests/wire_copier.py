@@ -1,10 +1,12 @@
 """A consume-transform-produce copier written as any librdkafka user writes one, run as
-its own process so a test can SIGKILL it: ``python -m tests.wire_copier BOOTSTRAP SRC DST``.
+its own process so a test can SIGKILL it:
+``python -m tests.wire_copier BOOTSTRAP SRC DST RECORDS``.
 
 A static member of group "copier" (a restarted copier takes its predecessor's place at
 once), reading read_committed, writing each record upper-cased to the same partition of
-DST with its source offsets in the same transaction. It prints "committed" after its
-first commit and exits once it has copied up to the end of SRC.
+DST with its source offsets in the same transaction. It exits once it has copied RECORDS
+records of SRC (the group's committed offsets add up to it) and is at the end of every
+partition; short of that it waits for more, as the test may still be adding to SRC.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import confluent_kafka as ck
 BATCH = 200
 
 
-def main(bootstrap: str, src: str, dst: str) -> None:
+def main(bootstrap: str, src: str, dst: str, records_to_copy: int) -> None:
     consumer = ck.Consumer({
         "bootstrap.servers": bootstrap, "group.id": "copier", "group.instance.id": "copier-0",
         "isolation.level": "read_committed", "enable.auto.commit": False,
@@ -28,7 +30,6 @@ def main(bootstrap: str, src: str, dst: str) -> None:
     producer.init_transactions(60)
     consumer.subscribe([src])
     at_end: set[int] = set()
-    announced = False
     while True:
         msgs = consumer.consume(BATCH, 1.0)
         records = []
@@ -53,13 +54,12 @@ def main(bootstrap: str, src: str, dst: str) -> None:
                 60,
             )
             producer.commit_transaction(60)
-            if not announced:
-                print("committed", flush=True)
-                announced = True
         elif consumer.assignment() and at_end >= {tp.partition for tp in consumer.assignment()}:
-            break
+            committed = consumer.committed(consumer.assignment(), 60)
+            if sum(max(tp.offset, 0) for tp in committed) >= records_to_copy:
+                break
     consumer.close()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
