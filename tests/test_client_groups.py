@@ -92,7 +92,7 @@ class Recorder:
 
 
 def committed_map(consumer: Consumer, partitions: list[Key]) -> dict[Key, int]:
-    got = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=10)
+    got = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=60)
     return {(tp.topic, tp.partition): tp.offset for tp in got}
 
 
@@ -148,15 +148,26 @@ def test_rebalance_splits_and_reunites_without_duplicates(db_url: str, clients: 
     t2.start()
     fill(db_url, "events", 4, 50, tag="late")
     total = 4 * 150
-    deadline = time.monotonic() + 60
-    while len(seen["c1"]) + len(seen["c2"]) < total and time.monotonic() < deadline:
-        time.sleep(0.05)
-    # Wait until c2 took part too (it may have joined after the backlog was read).
-    while (rec2.last_assigned() is None or not c2_ready.is_set()) and time.monotonic() < deadline:
+
+    def split() -> bool:
+        """Everything read, and both members hold their share of the split (c2 may have
+        joined after the backlog was read; c1 takes its half back on its own poll)."""
+        a1, a2 = rec1.last_assigned(), rec2.last_assigned()
+        return (
+            len(seen["c1"]) + len(seen["c2"]) >= total
+            and a1 is not None
+            and a2 is not None
+            and sorted(a1 + a2) == all_parts
+        )
+
+    deadline = time.monotonic() + 120
+    while not split() and not failures:
+        assert time.monotonic() < deadline, f"no split: {rec1.events} {rec2.events}"
         time.sleep(0.05)
     stop.set()
-    t1.join(10)
-    t2.join(10)
+    t1.join(60)
+    t2.join(60)
+    assert not (t1.is_alive() or t2.is_alive()), "a consumer thread did not stop"
     assert not failures, failures
 
     everything = seen["c1"] + seen["c2"]
@@ -181,7 +192,7 @@ def test_commit_committed_and_restart_from_committed(db_url: str, clients: list[
     parts = [("orders", 0), ("orders", 1)]
     c = group_consumer(db_url, clients, "resume")
     c.subscribe(["orders"])
-    got = c.consume(6, timeout=20)
+    got = c.consume(6, timeout=60)
     assert len(got) == 6
     last = got[-1]
     assert c.commit(last, asynchronous=False) == [
@@ -205,7 +216,7 @@ def test_commit_committed_and_restart_from_committed(db_url: str, clients: list[
     # A new member of the group starts from the committed offsets.
     d = group_consumer(db_url, clients, "resume")
     d.subscribe(["orders"])
-    rest = d.consume(10 - positions[("orders", 0)] + 10 - 8, timeout=20)
+    rest = d.consume(10 - positions[("orders", 0)] + 10 - 8, timeout=60)
     firsts: dict[Key, int] = {}
     for m in rest:
         firsts.setdefault((m.topic() or "", m.partition() or 0), m.offset() or 0)
@@ -221,7 +232,7 @@ def test_auto_commit_and_close_commit_positions(db_url: str, clients: list[Any])
         db_url, clients, "auto", **{"enable.auto.commit": True, "auto.commit.interval.ms": 100}
     )
     c.subscribe(["ticks"])
-    assert len(c.consume(40, timeout=20)) == 40
+    assert len(c.consume(40, timeout=60)) == 40
     positions = {(tp.topic, tp.partition): tp.offset for tp in c.position(c.assignment())}
     assert positions == dict.fromkeys(parts, 20)
     viewer = group_consumer(db_url, clients, "auto")
@@ -236,7 +247,7 @@ def test_auto_commit_and_close_commit_positions(db_url: str, clients: list[Any])
         db_url, clients, "auto2", **{"enable.auto.commit": True, "auto.commit.interval.ms": 600_000}
     )
     e.subscribe(["ticks"])
-    assert len(e.consume(25, timeout=20)) == 25
+    assert len(e.consume(25, timeout=60)) == 25
     final = {(tp.topic, tp.partition): tp.offset for tp in e.position(e.assignment())}
     assert sum(final.values()) == 25
     e.close()
@@ -249,7 +260,7 @@ def test_without_auto_commit_close_commits_nothing(db_url: str, clients: list[An
     fill(db_url, "quiet", 1, 5)
     c = group_consumer(db_url, clients, "manual")
     c.subscribe(["quiet"])
-    assert len(c.consume(5, timeout=20)) == 5
+    assert len(c.consume(5, timeout=60)) == 5
     c.close()
     viewer = group_consumer(db_url, clients, "manual")
     assert committed_map(viewer, [("quiet", 0)]) == {("quiet", 0): OFFSET_INVALID}
@@ -272,7 +283,7 @@ def test_new_member_waits_for_pending_transactional_offsets(
     p.begin_transaction()
     p.produce("dst", b"out", partition=0)
     p.send_offsets_to_transaction([TopicPartition("src", 0, 12)], seed.consumer_group_metadata())
-    assert p.flush(10) == 0
+    assert p.flush(60) == 0
 
     joiner = group_consumer(db_url, clients, "eos")
     joiner.subscribe(["src"])
@@ -282,7 +293,7 @@ def test_new_member_waits_for_pending_transactional_offsets(
 
     def consume() -> None:
         try:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + 120
             while not first and time.monotonic() < deadline:
                 m = joiner.poll(0.05)
                 polls.set()
@@ -295,13 +306,13 @@ def test_new_member_waits_for_pending_transactional_offsets(
     t.start()
     # While the offsets are pending the member holds no partition and returns nothing,
     # however long it polls (it does not fall back to the old committed offset 5).
-    polls.wait(10)
+    assert polls.wait(60)
     for _ in range(10):
         assert not first
         time.sleep(0.05)
     assert not first and joiner.assignment() == []
     p.commit_transaction()
-    t.join(35)
+    t.join(125)
     assert not failures, failures
     assert len(first) == 1
     assert first[0].offset() == 12 and first[0].value() == b"v-0-12"
@@ -328,7 +339,7 @@ def test_tailing_consumer_neither_repeats_nor_skips(db_url: str, clients: list[A
                         p.produce("feed", f"t{n}-{i}-{j}".encode(), partition=rng.randrange(2))
                     if rng.random() < 0.3:
                         if rng.random() < 0.5:
-                            p.flush(10)
+                            p.flush(60)
                         p.abort_transaction()
                     else:
                         p.commit_transaction()
@@ -341,24 +352,23 @@ def test_tailing_consumer_neither_repeats_nor_skips(db_url: str, clients: list[A
                 for i in range(60):
                     p.produce("feed", f"p-{i}".encode(), partition=i % 2)
                     if i % 7 == 0:
-                        p.flush(10)
-                assert p.flush(10) == 0
+                        p.flush(60)
+                assert p.flush(60) == 0
         except BaseException as exc:
             failures.append(exc)
 
     got: dict[int, list[tuple[int, bytes | None]]] = {0: [], 1: []}
+    # Once the writers are done: how many records read_committed shows per partition.
+    ends: dict[int, int] = {}
 
     def tail() -> None:
         try:
             c = group_consumer(db_url, [], "tail")
             try:
                 c.subscribe(["feed"])
-                idle_after_stop = 0
-                while idle_after_stop < 5:
+                while not (stop.is_set() and all(len(got[q]) >= ends[q] for q in ends)):
                     m = c.poll(0.05)
                     if m is None:
-                        if stop.is_set():
-                            idle_after_stop += 1
                         continue
                     assert m.error() is None, m.error()
                     got[m.partition() or 0].append((m.offset() or 0, m.value()))
@@ -376,10 +386,8 @@ def test_tailing_consumer_neither_repeats_nor_skips(db_url: str, clients: list[A
     for w in writers:
         w.start()
     for w in writers:
-        w.join(60)
-    stop.set()
-    reader.join(60)
-    assert not failures, failures
+        w.join(120)
+        assert not w.is_alive(), "a writer did not finish"
 
     with Broker.connect(db_url).engine.connect() as conn:
         rows = conn.execute(
@@ -391,6 +399,11 @@ def test_tailing_consumer_neither_repeats_nor_skips(db_url: str, clients: list[A
     expected: dict[int, list[tuple[int, bytes | None]]] = {0: [], 1: []}
     for r in rows:
         expected[r.partition].append((r.offset, bytes(r.value) if r.value is not None else None))
+    ends.update({q: len(v) for q, v in expected.items()})
+    stop.set()  # the reader stops once it has read as many (a hang guard: its join)
+    reader.join(120)
+    assert not reader.is_alive(), f"the reader is stuck at {[len(v) for v in got.values()]}"
+    assert not failures, failures
     for q in (0, 1):
         offsets = [o for o, _ in got[q]]
         assert all(a < b for a, b in itertools.pairwise(offsets)), f"partition {q}"
@@ -475,7 +488,7 @@ def test_a_killed_member_is_removed_after_its_session_timeout(
 
         def announced(want: Callable[[str], bool]) -> str:
             while True:
-                line = lines.get(timeout=30)  # the child's assignment, each time it changes
+                line = lines.get(timeout=60)  # the child's assignment, each time it changes
                 if want(line):
                     return line
 
@@ -492,7 +505,7 @@ def test_a_killed_member_is_removed_after_its_session_timeout(
         child.wait(10)
         # No LeaveGroup: only the missed heartbeats remove the child.
         poll_until(
-            [survivor], lambda: len(survivor.assignment()) == 4, "the survivor to take over", 30
+            [survivor], lambda: len(survivor.assignment()) == 4, "the survivor to take over", 60
         )
         assert rec.last_assigned() == [("work", q) for q in range(4)]
     finally:
@@ -523,7 +536,7 @@ def test_assigned_consumer_waits_for_pending_offsets_past_the_request_timeout(
     while time.monotonic() < deadline:
         assert c.poll(0.1) is None
     p.commit_transaction()
-    m = c.poll(10)
+    m = c.poll(60)
     assert m is not None and m.error() is None
     assert m.offset() == 12
 
@@ -540,7 +553,7 @@ def test_a_member_that_stops_polling_leaves_after_max_poll_interval(
     other = group_consumer(db_url, clients, "stalls")
     other.subscribe(["stuck"])
     # ``stalled`` never polls again; its heartbeat thread keeps it alive for the session.
-    poll_until([other], lambda: len(other.assignment()) == 2, "the other member to get all", 20)
+    poll_until([other], lambda: len(other.assignment()) == 2, "the other member to get all", 60)
 
 
 def test_a_batch_never_spans_a_rebalance(db_url: str, clients: list[Any]) -> None:
@@ -565,16 +578,25 @@ def test_a_batch_never_spans_a_rebalance(db_url: str, clients: list[Any]) -> Non
         a.subscribe(["trickle"])
         poll_until([a], lambda: len(a.assignment()) == 2, "the first assignment")
         b = group_consumer(db_url, clients, "spans")
+        b_assigned = threading.Event()
 
-        def join_later() -> None:
-            time.sleep(0.5)
+        def join() -> None:
             b.subscribe(["trickle"])
-            b.consume(1, timeout=5)
+            deadline = time.monotonic() + 60
+            while not b.assignment() and time.monotonic() < deadline:
+                b.consume(1, timeout=0.1)
+            b_assigned.set()
 
-        joiner = threading.Thread(target=join_later)
+        batches = [a.consume(100_000, timeout=1)]  # a is reading when b joins
+        joiner = threading.Thread(target=join)
         joiner.start()
-        batches = [a.consume(100_000, timeout=3) for _ in range(3)]
+        # The rebalance needs a's rejoin, made inside one of these consume() calls: so
+        # one of them straddles it, at any speed.
+        while not b_assigned.is_set():
+            batches.append(a.consume(100_000, timeout=1))
+        batches.append(a.consume(100_000, timeout=1))
         joiner.join()
+        assert b.assignment(), "b never got a partition"
     finally:
         stop.set()
         writer.join()

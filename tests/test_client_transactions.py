@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from app.admin import AdminClient
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
 from app.client import (
     OFFSET_BEGINNING,
     OFFSET_INVALID,
@@ -230,14 +231,14 @@ def test_read_committed_consumer_waiting_in_poll_sees_the_commit(
     p.begin_transaction()
     for i in range(5):
         p.produce("beta", f"x{i}".encode(), partition=i % 2)
-    p.flush(10)
+    p.flush(60)
     assert c.poll(0.3) is None
     p.abort_transaction()
     p.begin_transaction()
     for i in range(5):
         p.produce("beta", f"y{i}".encode(), partition=i % 2)
     p.commit_transaction()
-    got = c.consume(5, timeout=10)
+    got = c.consume(5, timeout=60)
     assert sorted(m.value() or b"" for m in got) == [f"y{i}".encode() for i in range(5)]
     assert c.poll(0.2) is None
 
@@ -322,7 +323,7 @@ def test_negative_offsets_in_positions_are_ignored(
         consumer.consumer_group_metadata(),
     )
     p.commit_transaction()
-    got = consumer.committed([TopicPartition("alpha", q) for q in range(3)], timeout=10)
+    got = consumer.committed([TopicPartition("alpha", q) for q in range(3)], timeout=60)
     assert [tp.offset for tp in got] == [OFFSET_INVALID, 7, OFFSET_INVALID]
 
 
@@ -376,12 +377,12 @@ def test_fenced_at_flush_without_new_partitions(
     old.init_transactions()
     old.begin_transaction()
     old.produce("gamma", b"first", partition=2)
-    assert old.flush(10) == 0
+    assert old.flush(60) == 0
     new = txn_producer(db_url, clients, "fence-flush")
     new.init_transactions()
     reports: list[KafkaError | None] = []
     old.produce("gamma", b"second", partition=2, on_delivery=lambda e, m: reports.append(e))
-    assert old.flush(10) == 0
+    assert old.flush(60) == 0
     assert len(reports) == 1 and reports[0] is not None
     assert reports[0].code() in (
         KafkaError.PRODUCER_FENCED,
@@ -399,7 +400,7 @@ def test_fenced_at_send_offsets(db_url: str, topics: dict[str, int], clients: li
     old.init_transactions()
     old.begin_transaction()
     old.produce("alpha", b"zombie", partition=0)
-    assert old.flush(10) == 0
+    assert old.flush(60) == 0
     new = txn_producer(db_url, clients, "fence-offsets")
     new.init_transactions()
     err = expect_error(
@@ -409,7 +410,7 @@ def test_fenced_at_send_offsets(db_url: str, topics: dict[str, int], clients: li
     )
     assert_fatal_fenced(err)
     assert_fatal_fenced(expect_error(old.commit_transaction))
-    assert consumer.committed([TopicPartition("beta", 0)], timeout=10)[0].offset == OFFSET_INVALID
+    assert consumer.committed([TopicPartition("beta", 0)], timeout=60)[0].offset == OFFSET_INVALID
     assert read_to_end(db_url, [("alpha", 0)])[("alpha", 0)] == []
 
 
@@ -491,7 +492,7 @@ def test_stale_group_metadata_is_abortable(
     )
     p.commit_transaction()
     assert [v for _, v in read_to_end(db_url, [("beta", 0)])[("beta", 0)]] == [b"fine"]
-    got = first.committed(first.assignment(), timeout=10)
+    got = first.committed(first.assignment(), timeout=60)
     assert got and all(tp.offset == 1 for tp in got)
 
 
@@ -502,17 +503,24 @@ def test_transaction_timeout_aborts_and_fences(
     db_url: str, topics: dict[str, int], clients: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KIP98_COORDINATOR_INTERVAL_MS", "100")
+    # The coordinator loop runs from the moment the producer stalls (not inside it, where
+    # it could time the transaction out before its records are in, on a slow machine).
+    monkeypatch.setenv("KIP98_CLIENT_COORDINATOR_LOOP", "0")
     p = txn_producer(db_url, clients, "slow", **{"transaction.timeout.ms": 1000})
     p.init_transactions()
     pid, epoch, _ = epoch_of(db_url, "slow")
     p.begin_transaction()
     produced = produce_round(p, {"gamma": 4}, "late", 2)
     parts = all_partitions({"gamma": 4})
-    assert read_to_end(db_url, parts, "read_uncommitted") == produced
 
     # The producer stalls; the coordinator loop times the transaction out.
-    time.sleep(2.5)
-    wait_for(lambda: epoch_of(db_url, "slow")[2] == "COMPLETE_ABORT", "the timeout abort")
+    loop = CoordinatorLoop(Broker.connect(db_url))
+    loop.start()
+    try:
+        wait_for(lambda: epoch_of(db_url, "slow")[2] == "COMPLETE_ABORT", "the timeout abort", 60)
+    finally:
+        loop.stop()
+    assert read_to_end(db_url, parts, "read_uncommitted") == produced
     assert epoch_of(db_url, "slow")[:2] == (pid, epoch + 1)  # fenced by an epoch bump
     assert read_to_end(db_url, parts) == {tp: [] for tp in parts}
     status = partition_status(db_url)
@@ -534,11 +542,11 @@ def test_offsets_commit_only_with_the_transaction(
     with Producer({"database.url": db_url}) as feeder:
         for i in range(10):
             feeder.produce("alpha", f"in{i}".encode(), partition=i % 3)
-        assert feeder.flush(10) == 0
+        assert feeder.flush(60) == 0
 
     consumer = group_consumer(db_url, clients, "copy")
     consumer.subscribe(["alpha"])
-    got = consumer.consume(10, timeout=20)
+    got = consumer.consume(10, timeout=60)
     assert len(got) == 10
     assignment = consumer.assignment()
     positions = consumer.position(assignment)
@@ -558,7 +566,7 @@ def test_offsets_commit_only_with_the_transaction(
     assert r.error_code == 0 and r.offsets == {}
 
     p.commit_transaction()
-    committed = consumer.committed(assignment, timeout=10)
+    committed = consumer.committed(assignment, timeout=60)
     assert {(tp.topic, tp.partition): tp.offset for tp in committed} == {
         (tp.topic, tp.partition): tp.offset for tp in positions
     }
@@ -572,7 +580,7 @@ def test_offsets_commit_only_with_the_transaction(
     )
     expect_code(KafkaError._TIMED_OUT, lambda: consumer.committed(assignment, timeout=0.3))
     p.abort_transaction()
-    after = consumer.committed(assignment, timeout=10)
+    after = consumer.committed(assignment, timeout=60)
     assert [tp.offset for tp in after] == [tp.offset for tp in committed]
     out = read_to_end(db_url, [("beta", 0)])[("beta", 0)]
     assert sorted(v or b"" for _, v in out) == sorted((m.value() or b"").upper() for m in got)
@@ -618,7 +626,7 @@ def test_offsets_from_a_consumer_that_never_subscribed(
     p.begin_transaction()
     p.send_offsets_to_transaction([TopicPartition("gamma", 3, 42)], meta)
     p.commit_transaction()
-    assert consumer.committed([TopicPartition("gamma", 3)], timeout=10)[0].offset == 42
+    assert consumer.committed([TopicPartition("gamma", 3)], timeout=60)[0].offset == 42
 
 
 # ------------------------------------------------------------------ KIP-890 epochs
@@ -640,7 +648,7 @@ def test_each_transaction_bumps_the_epoch(
                 [TopicPartition("beta", 0, i)], consumer.consumer_group_metadata()
             )
         if i == 2:
-            assert p.flush(10) == 0  # on the broker, so the abort is a real EndTxn
+            assert p.flush(60) == 0  # on the broker, so the abort is a real EndTxn
             p.abort_transaction()
         else:
             p.commit_transaction()
@@ -686,20 +694,21 @@ def test_records_timing_out_unsent_make_the_transaction_abortable(
     """A record that expires before it is sent never reaches the coordinator, so without
     this the commit would end an empty transaction and succeed: the record would be lost
     with the transaction reported committed (the process paused past message.timeout.ms)."""
-    p = txn_producer(db_url, clients, "expire", **{"transaction.timeout.ms": 1000})
+    # The record expires after a second; the transactions have a minute, however slow.
+    p = txn_producer(db_url, clients, "expire", **{"message.timeout.ms": 1000})
     p.init_transactions()
     reports: list[KafkaError | None] = []
     p.begin_transaction()
     with p._accumulator.lock:  # the sender cannot form a batch: as if the process were paused
         p.produce("alpha", b"lost?", partition=0, on_delivery=lambda e, m: reports.append(e))
         time.sleep(1.2)
-    err = expect_error(lambda: p.commit_transaction(10))
+    err = expect_error(lambda: p.commit_transaction(60))
     assert err.code() == KafkaError._MSG_TIMED_OUT and err.txn_requires_abort()
     assert [e.code() if e else None for e in reports] == [KafkaError._MSG_TIMED_OUT]
-    p.abort_transaction(10)
+    p.abort_transaction(60)
     p.begin_transaction()
     p.produce("alpha", b"kept", partition=0)
-    p.commit_transaction(10)
+    p.commit_transaction(60)
     assert read_to_end(db_url, [("alpha", 0)])[("alpha", 0)] == [(0, b"kept")]
 
 
