@@ -8,6 +8,7 @@ before and after.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -523,19 +524,18 @@ def test_clients_end_to_end(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Non
 
     alice = {**base, "principal": ALICE}
     producer = Producer({**alice, "transactional.id": "alice-1"})
-    producer.init_transactions(10)
+    producer.init_transactions(60)
     producer.begin_transaction()
     producer.produce("orders", b"paid")
-    producer.commit_transaction(10)
+    producer.commit_transaction(60)
     producer.close()
 
     consumer = Consumer({**alice, "group.id": "alice-group", "auto.offset.reset": "earliest"})
     consumer.subscribe(["orders"])
     msg = None
-    for _ in range(50):
+    deadline = time.monotonic() + 60
+    while msg is None and time.monotonic() < deadline:
         msg = consumer.poll(0.2)
-        if msg is not None:
-            break
     assert msg is not None and msg.error() is None and msg.value() == b"paid"
     consumer.commit(msg, asynchronous=False)
     consumer.close()
@@ -547,7 +547,7 @@ def test_clients_end_to_end(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Non
     reports: list[KafkaError | None] = []
     plain = Producer(mallory)
     plain.produce("orders", b"forged", on_delivery=lambda err, _msg: reports.append(err))
-    plain.flush(10)
+    plain.flush(60)
     plain.close()
     assert [e.code() if e else 0 for e in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
 

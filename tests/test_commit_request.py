@@ -419,7 +419,7 @@ def test_abort_after_an_unresolved_commit_is_refused_until_the_commit_completes(
             pytest.fail(f"told aborted; committed in the log: {read_values(broker, 't', 0)}")
         assert err.code() == KafkaError._STATE and "commit" in err.str()
         assert not (err.retriable() or err.fatal() or err.txn_requires_abort())
-        producer.commit_transaction(10)
+        producer.commit_transaction(60)
         assert reports == [None]
         producer.begin_transaction()
         producer.produce("t", "next", partition=0)
@@ -445,7 +445,7 @@ def test_finite_retries_leave_the_unresolved_commit_to_the_commit(
         producer.begin_transaction()
         producer.produce("t", "v", partition=0, on_delivery=lambda e, msg: reports.append(e))
         try:
-            producer.commit_transaction(10)
+            producer.commit_transaction(60)
         except KafkaException as exc:
             pytest.fail(f"{exc}; committed in the log: {read_values(broker, 't', 0)}")
         assert calls[0] == 4

@@ -252,7 +252,7 @@ def test_consumer_calls(db_url: str, broker: Broker) -> None:
     with Producer({"database.url": db_url}) as p:
         for i in range(6):
             p.produce(TOPICS[i % 2], f"v{i}".encode(), partition=i % 2)
-        p.flush(10)
+        assert p.flush(60) == 0
     consumers = [
         Consumer({"database.url": db_url, "group.id": "fuzz", "session.timeout.ms": 6000}),
         Consumer({"database.url": db_url, "group.id": "fuzz-2", "enable.auto.commit": False}),

@@ -207,10 +207,10 @@ def test_unknown_topic_is_a_delivery_error(db_url: str, broker: Broker) -> None:
     reports, on_delivery = collector()
     with make_producer(db_url) as producer:
         producer.produce("no-such-topic", value="x", on_delivery=on_delivery)
-        assert producer.flush(10) == 0
+        assert producer.flush(30) == 0
         create_topic(broker, "later", 1)
         producer.produce("later", value="y", on_delivery=on_delivery)
-        assert producer.flush(10) == 0
+        assert producer.flush(30) == 0
     (err, msg), (err2, msg2) = reports
     assert err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
     assert msg.error() == err and msg.topic() == "no-such-topic"

@@ -237,10 +237,10 @@ def test_a_commit_that_meets_a_database_error_raises_kafka_exception(db_url: str
     producer = Producer({"database.url": db_url, "transactional.id": "tx"})
     engine = create_engine(db_url)
     try:
-        producer.init_transactions(10)
+        producer.init_transactions(60)
         producer.begin_transaction()
         producer.produce("t", b"v")
-        assert producer.flush(10) == 0
+        assert producer.flush(60) == 0
         # The schema changed under a running producer (a downgrade, a restore gone wrong).
         with engine.begin() as conn:
             conn.execute(text("ALTER TABLE transaction_log RENAME TO transaction_log_moved"))

@@ -320,7 +320,7 @@ def test_long_polls_hold_no_worker(broker: Broker, topics: None) -> None:
     )
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    asyncio.run_coroutine_threadsafe(server.start(), loop).result(10)
+    asyncio.run_coroutine_threadsafe(server.start(), loop).result(60)
     fetch = fetch_v12.FetchRequest(
         replica_id=-1, max_wait=datetime.timedelta(seconds=30), min_bytes=1, max_bytes=1 << 20,
         isolation_level=1, session_id=0, session_epoch=-1, topics=(fetch_v12.FetchTopic(
