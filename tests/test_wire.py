@@ -321,8 +321,10 @@ def test_long_polls_hold_no_worker(broker: Broker, topics: None) -> None:
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
     asyncio.run_coroutine_threadsafe(server.start(), loop).result(60)
+    # The fetches wait far longer than the producer may take: a producer that had to wait
+    # for them (workers held by long polls) would time out instead of being answered.
     fetch = fetch_v12.FetchRequest(
-        replica_id=-1, max_wait=datetime.timedelta(seconds=30), min_bytes=1, max_bytes=1 << 20,
+        replica_id=-1, max_wait=datetime.timedelta(seconds=300), min_bytes=1, max_bytes=1 << 20,
         isolation_level=1, session_id=0, session_epoch=-1, topics=(fetch_v12.FetchTopic(
             topic="t", partitions=(fetch_v12.FetchPartition(
                 partition=1, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1,
@@ -332,12 +334,15 @@ def test_long_polls_hold_no_worker(broker: Broker, topics: None) -> None:
     try:
         for s in waiting:
             s.sendall(request_frame(1, 12, fetch))
-        time.sleep(0.5)  # every fetch is in its long poll
+        deadline = time.monotonic() + 60
+        while server.requests["fetch"] < len(waiting):  # every fetch is in its long poll
+            assert time.monotonic() < deadline, "the fetches were not all answered once"
+            time.sleep(0.01)
         producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{port}",
-                                "message.timeout.ms": 10_000})  # fmt: skip
+                                "message.timeout.ms": 120_000})  # fmt: skip
         assert [err for err, _ in delivered(producer, 1, topic="t", partition=1)] == [None]
         for s in waiting:
-            s.settimeout(10)
+            s.settimeout(60)
             answer = read_response(s, 1, 12)
             assert answer.responses[0].partitions[0].high_watermark == 1
     finally:

@@ -36,7 +36,13 @@ from app.server.process import ServeProcess, free_port
 from app.server.sasl import plain_credentials
 from tests.cli_runner import run_kip98
 from tests.txn_driver import read_values
-from tests.wire_client import delivered, read_committed_values, read_response, request_frame
+from tests.wire_client import (
+    authentication_refused,
+    delivered,
+    read_committed_values,
+    read_response,
+    request_frame,
+)
 
 METADATA = MetadataRequest(
     topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
@@ -191,7 +197,7 @@ def test_librdkafka_authenticates_and_acts_as_its_user(
     )  # fmt: skip
     [(refused, _)] = delivered_or_failed(mallory, "t")
     assert refused is not None
-    assert any(f.code() == ck.KafkaError._AUTHENTICATION for f in failures), failures
+    assert authentication_refused(mallory, failures), failures
     assert read_values(admin, "t", 0) == ["v0", "v1", "v2"]
 
     counted = _scraped(metrics_port)
@@ -278,7 +284,7 @@ def test_librdkafka_authenticates_by_scram(
         refused = ck.Producer({**bad, "error_cb": failures.append, "message.timeout.ms": 3000})
         [(err, _)] = delivered_or_failed(refused, "s")
         assert err is not None
-        assert any(f.code() == ck.KafkaError._AUTHENTICATION for f in failures), (bad, failures)
+        assert authentication_refused(refused, failures), (bad, failures)
     assert read_values(admin, "s", 0) == ["v0", "v1"]
 
 

@@ -40,6 +40,18 @@ def consume_all(consumer: ck.Consumer, want: int, timeout: float = 30) -> list[A
     return got
 
 
+def authentication_refused(client: Any, failures: list[ck.KafkaError], timeout: float = 60) -> bool:
+    """Serve ``client``'s error callback (which appends to ``failures``) until it has been
+    told its authentication failed; False if it never was (``timeout`` is a hang guard:
+    the report comes whenever the client's connection attempt has been refused)."""
+    deadline = time.monotonic() + timeout
+    while not any(f.code() == ck.KafkaError._AUTHENTICATION for f in failures):
+        if time.monotonic() >= deadline:
+            return False
+        client.poll(0.2)
+    return True
+
+
 def read_committed_values(config: dict[str, Any], topic: str, want: int) -> list[bytes]:
     """The first ``want`` values of partition 0 of ``topic``, read from offset 0 by a
     librdkafka read_committed consumer of ``config`` (its connection settings and group)."""
