@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import time
 from typing import Any
 
 from sqlalchemy import text
@@ -112,9 +113,11 @@ def test_produce_consume_round_trip(db_url: str) -> None:
     assert txn.returncode == 0, txn.stderr
     assert "transaction committed" in txn.stderr
 
+    # Consumers given a count stop at it; their --timeout (idle seconds) is a hang guard.
     records = json_lines(
-        ok("consume", "--topic", "t", "--from-beginning", "--max-messages", "5", "-o", "json")
-    )
+        ok("consume", "--topic", "t", "--from-beginning", "--max-messages", "5", "-o", "json",
+           "--timeout", "60")
+    )  # fmt: skip
     assert sorted((r["key"] or "-", r["value"]) for r in records) == [
         ("-", "a"),
         ("-", "b"),
@@ -123,7 +126,9 @@ def test_produce_consume_round_trip(db_url: str) -> None:
         ("k3", "v3"),
     ]
     assert all({"partition", "offset"} <= r.keys() for r in records)
-    plain = ok("consume", "-t", "t", "--from-beginning", "--timeout", "0.5", "-p", "1")
+    on_1 = str(sum(r["partition"] == 1 for r in records))
+    plain = ok("consume", "-t", "t", "--from-beginning", "--max-messages", on_1, "-p", "1",
+               "--timeout", "60")  # fmt: skip
     assert plain.splitlines()[-2:] == ["a", "b"]
     # Without --from-beginning a consumer starts at the end: nothing to print.
     assert ok("consume", "--topic", "t", "--timeout", "0.3") == ""
@@ -147,7 +152,10 @@ def test_topics_clean_compacts_now_and_reports(db_url: str) -> None:
     header, rows = table(ok("topics", "clean", "c"))
     assert header[:3] == ["PARTITION", "LOG-START-OFFSET", "CLEANED-UP-TO"]
     assert rows[0][-2] == "0"  # nothing more to remove
-    consumed = run("consume", "-t", "c", "--from-beginning", "--max-messages", "2", "--print-key")
+    consumed = run(
+        "consume", "-t", "c", "--from-beginning", "--max-messages", "2", "--print-key",
+        "--timeout", "60",
+    )  # fmt: skip
     assert consumed.stdout.splitlines() == ["b\t1", "a\t3"]
 
 
@@ -203,11 +211,11 @@ def test_transactions_list_and_describe_after_a_producer(db_url: str) -> None:
 def test_find_hanging_then_abort_moves_the_lso(db_url: str) -> None:
     ok("topics", "create", "t", "--partitions", "2")
     broker = Broker.connect(db_url)
-    # A timeout no start-up of the CLI can outlast; the start is moved back past it below.
-    stuck = TxnDriver(broker, "stuck", timeout_ms=30_000)
+    # Timeouts no run of this test can outlast; stuck's start is moved back past its own.
+    stuck = TxnDriver(broker, "stuck", timeout_ms=600_000)
     assert stuck.init() == 0
     assert stuck.send("t", 0, "s1", "s2").error_code == 0
-    young = TxnDriver(broker, "young", timeout_ms=60_000)
+    young = TxnDriver(broker, "young", timeout_ms=900_000)
     assert young.init() == 0
     assert young.send("t", 1, "y").error_code == 0
 
@@ -219,8 +227,12 @@ def test_find_hanging_then_abort_moves_the_lso(db_url: str) -> None:
     # Past its timeout while no coordinator loop runs: it hangs and pins the LSO.
     with broker.engine.begin() as conn:
         conn.execute(
-            text("UPDATE transactions SET txn_start_ms = txn_start_ms - 40000 WHERE transactional_id = 'stuck'")
+            text("UPDATE transactions SET txn_start_ms = txn_start_ms - 700000 WHERE transactional_id = 'stuck'")
         )  # fmt: skip
+        # Its records' age is what find-hanging shows: from its first record's timestamp.
+        started_ms = conn.execute(
+            text("SELECT \"timestamp\" FROM records WHERE topic = 't' AND partition = 0 AND \"offset\" = 0")
+        ).scalar_one()  # fmt: skip
     header, _ = table(ok("transactions", "find-hanging"))
     assert header == [
         "Topic",
@@ -232,10 +244,14 @@ def test_find_hanging_then_abort_moves_the_lso(db_url: str) -> None:
         "LastTimestamp",
         "Duration(min)",
     ]
+    before_ms = time.time() * 1000
     (hanging,) = ok_json("transactions", "find-hanging", "--topic", "t", "--partition", "0")
+    after_ms = time.time() * 1000
     assert hanging["producer_id"] == stuck.producer_id
     assert hanging["start_offset"] == 0
-    assert hanging["duration_min"] == 0
+    # Whole minutes since the start, as the command saw the clock while it ran.
+    assert (before_ms - started_ms - 1) // 60_000 <= hanging["duration_min"]
+    assert hanging["duration_min"] <= (after_ms - started_ms + 1) // 60_000
     assert isinstance(hanging["last_timestamp"], int)
     open_ids = ok_json("transactions", "list", "--state", "BEGIN", "--state", "PREPARE_ABORT")
     assert [t["transactional_id"] for t in open_ids] == ["stuck", "young"]
@@ -249,8 +265,8 @@ def test_find_hanging_then_abort_moves_the_lso(db_url: str) -> None:
     # read_uncommitted readers see the open records, read_committed readers do not.
     committed = ok("consume", "-t", "t", "-p", "0", "--from-beginning", "--timeout", "0.3")
     uncommitted = ok(
-        "consume", "-t", "t", "-p", "0", "--from-beginning", "--timeout", "0.3",
-        "--isolation", "read_uncommitted",
+        "consume", "-t", "t", "-p", "0", "--from-beginning", "--max-messages", "2",
+        "--timeout", "60", "--isolation", "read_uncommitted",
     )  # fmt: skip
     assert (committed, uncommitted) == ("", "s1\ns2\n")
 
@@ -294,7 +310,8 @@ def test_groups_describe_agrees_with_committed_offsets(db_url: str) -> None:
     assert table_rows[0][:6] == ["g", "t", "0", "1", "3", "2"]
 
     # A console consumer in a group commits where it stopped.
-    ok("consume", "-t", "t", "--group", "g2", "--from-beginning", "--max-messages", "4")
+    ok("consume", "-t", "t", "--group", "g2", "--from-beginning", "--max-messages", "4",
+       "--timeout", "60")  # fmt: skip
     lag = {
         (r["partition"], r["current_offset"], r["lag"]) for r in ok_json("groups", "describe", "g2")
     }
