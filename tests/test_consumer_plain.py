@@ -263,7 +263,7 @@ def append_worker(db_url: str, writer: int, start: Any) -> None:
         "batch.num.messages": 40,
     }
     with Producer(config) as producer:
-        start.wait(60)
+        start.wait(300)  # all four processes started, however slowly
         for i in range(PER_WRITER):
             producer.produce("t", value=f"{writer}:{i}", partition=0)
             if i % 100 == 99:

@@ -396,9 +396,11 @@ def test_requests_over_shared_rows_racing_from_two_processes(
     contexts = [broker, broker, elsewhere, elsewhere]
     pids = [new_producer(context) for context in contexts]
     errors: list[BaseException] = []
+    together = threading.Barrier(len(contexts))
 
     def run(n: int) -> None:
         try:
+            together.wait(60)  # all start at once, however slow thread starts are
             seqs = {0: 0, 1: 0, 2: 0}
             for i in range(per_thread):
                 # The other process's producers write one partition every other request,
@@ -415,6 +417,7 @@ def test_requests_over_shared_rows_racing_from_two_processes(
         w.start()
     for w in workers:
         w.join(120)
+        assert not w.is_alive()
     assert not errors, errors[:1]
     # Both ways were raced: one-query writes that went through and ones refused.
     assert 3 in writes and None in writes, writes

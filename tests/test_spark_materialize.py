@@ -23,6 +23,7 @@ from app.broker import Broker
 from app.broker.produce import produce
 from app.client.consumer import Consumer
 from app.client.message import TopicPartition, decode_headers, encode_headers
+from app.errors import KafkaError
 from app.log.fetch import fetch
 from app.log.topics import create_topic, delete_topic
 from app.protocol import READ_COMMITTED, FetchRequest, ProduceRequest, RecordIn
@@ -113,15 +114,26 @@ def fetch_committed(broker: Broker, topic: str, partition: int, start: int, end:
 
 
 def consumed(db_url: str, bounds: list[PartitionBounds]) -> list[Row]:
-    """What a read_committed Consumer returns from each log start until it has nothing
-    more (the test stops traffic first, so that is the LSO)."""
+    """What a read_committed Consumer returns from each log start until it is at the end
+    of every partition (the test stops traffic first, so that is the LSO)."""
     out: list[Row] = []
-    config = {"database.url": db_url, "isolation.level": "read_committed"}
+    config = {
+        "database.url": db_url,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+    }
     with Consumer(config) as consumer:
         consumer.assign([TopicPartition(b.topic, b.partition, b.log_start) for b in bounds])
-        while batch := consumer.consume(500, timeout=0.5):
-            for m in batch:
-                assert m.error() is None, m.error()
+        at_end: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + 300
+        while at_end != {(b.topic, b.partition) for b in bounds}:  # read to each one's end
+            assert time.monotonic() < deadline, f"no end of {at_end}"
+            for m in consumer.consume(500, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    assert err.code() == KafkaError._PARTITION_EOF, err
+                    at_end.add((m.topic() or "", m.partition() or 0))
+                    continue
                 out.append(
                     (m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.headers(),
                      m.timestamp()[1])
