@@ -437,6 +437,17 @@ def longest_wait_beside_a_stop(events: list[Event]) -> dict[str, Any] | None:
     return longest
 
 
+def progress(events: list[Event]) -> dict[str, int]:
+    """What a run has done so far, as flat counts: ``f:type`` of every operation (as in
+    ``operation_stats``), and ``worker_transactions:ok`` and the like."""
+    counts: dict[str, int] = dict(operation_stats(events)["operations"])
+    txns = collect_txns(events).values()
+    for group, copier in (("worker", False), ("copier", True)):
+        outcomes = Counter(t.outcome for t in txns if t.copier == copier)
+        counts.update({f"{group}_transactions:{k}": n for k, n in outcomes.items()})
+    return counts
+
+
 def check(
     events: list[Event], dump: dict[str, Any], transform: Callable[[str], str] = str.upper
 ) -> Result:

@@ -15,7 +15,7 @@ import random
 import shutil
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,12 @@ class RunConfig:
     out: Path
     database_url: str | None = None
     quiesce_s: float = 90.0
+    # Counts the histories must show before the faults stop (``checker.progress``), and
+    # every kind of fault injected: the run goes on past duration_s until they are, up to
+    # max_duration_s (default: duration_s), so what a run covers is not a matter of the
+    # machine's speed.
+    goals: dict[str, int] = field(default_factory=dict)
+    max_duration_s: float | None = None
 
 
 def _start_private_server(out: Path) -> tuple[EmbeddedPostgres, str]:
@@ -121,14 +127,23 @@ def run(cfg: RunConfig) -> checker.Result:
     try:
         for role in fleet.roles:
             fleet.start(role)
-        end = time.monotonic() + cfg.duration_s
-        while time.monotonic() < end:
+        started = time.monotonic()
+        end = started + cfg.duration_s
+        give_up = started + max(cfg.duration_s, cfg.max_duration_s or 0.0)
+
+        def going_on() -> bool:
+            now = time.monotonic()
+            return now < end or (now < give_up and not reached(cfg.goals, nemesis, out))
+
+        while going_on():
             nemesis.sleep(rng.uniform(1.0, 3.0))
-            if time.monotonic() < end:
+            if going_on():
                 nemesis.inject(nemesis.next_kind())
+        meta["faults_s"] = round(time.monotonic() - started, 1)
         meta["faults_missing"] = list(nemesis.pending)
+        meta["goals_missing"] = missing(cfg.goals, out)
         quiesce(fleet, nemesis, engine, cfg.quiesce_s)
-        final = dump.final_read(url, engine, TOPICS, PARTITIONS, deadline_s=60)
+        final = dump.final_read(url, engine, TOPICS, PARTITIONS, deadline_s=cfg.quiesce_s)
         copy = {"group": GROUP, "input": TOPIC, "output": COPY_TOPIC, "partitions": PARTITIONS}
         log_dump = dump.dump_log(engine, TOPICS, copy)
         log_dump["final_read"] = final
@@ -141,6 +156,20 @@ def run(cfg: RunConfig) -> checker.Result:
             shutil.rmtree(server.data_dir.resolve().parent, ignore_errors=True)
     (out / "dump.json").write_text(json.dumps(log_dump))
     return judge(out, meta)
+
+
+def missing(goals: dict[str, int], out: Path) -> dict[str, int]:
+    """The goals the run's histories do not show yet, with the counts they show."""
+    if not goals:
+        return {}
+    counts = checker.progress(load_histories(out / "history"))
+    return {
+        name: counts.get(name, 0) for name, least in goals.items() if counts.get(name, 0) < least
+    }
+
+
+def reached(goals: dict[str, int], nemesis: Nemesis, out: Path) -> bool:
+    return not nemesis.pending and not missing(goals, out)
 
 
 def quiesce(fleet: Fleet, nemesis: Nemesis, engine: Any, deadline_s: float) -> None:

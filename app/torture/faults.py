@@ -8,7 +8,8 @@ stopped process's session that holds what they wait for, docs/design.md rule 34)
 pg_terminate_backend of client connections (by application_name); an immediate
 (crash) restart of PostgreSQL when the run owns the server; and slow transactions (a
 worker told by SIGUSR1 to keep its next transaction open past the timeout). The first
-faults go through every kind once in random order, so a short run still sees them all.
+faults go through every kind once in random order, so a short run still sees them all (a
+kind whose injection failed, the database being away, say, is tried again).
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ class Nemesis:
             target = actions[kind]()
         except Exception as exc:
             self.hist.record(INFO, "fault", kind=kind, error=f"{type(exc).__name__}: {exc}")
+            if kind not in self.pending:
+                self.pending.insert(0, kind)  # not done yet: again, after the others due
             return
         self.hist.record(OK, "fault", kind=kind, target=target)
 
