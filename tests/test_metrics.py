@@ -56,7 +56,7 @@ def setup_transactions(broker: Broker, db_url: str) -> None:
                 "WHERE transactional_id = 'late'"
             )
         )
-    still_open = TxnDriver(broker, "open")
+    still_open = TxnDriver(broker, "open", timeout_ms=900_000)  # open however long the test
     assert still_open.init() == 0
     still_open.send("t", 0, "o1")
 
