@@ -36,13 +36,13 @@ def test_topics_through_futures(admin: AdminClient) -> None:
 
 def test_find_and_abort_hanging_transaction(db_url: str, admin: AdminClient) -> None:
     broker = Broker.connect(db_url)
-    d = TxnDriver(broker, "stuck", timeout_ms=1_000)
+    d = TxnDriver(broker, "stuck", timeout_ms=600_000)  # not past it by itself in any run
     assert d.init() == 0
     d.send("t", 0, "stuck")
     assert [h.start_offset for h in admin.find_hanging_transactions()] == []
     # Past its timeout with no coordinator loop running, it hangs.
     with broker.engine.begin() as conn:
-        conn.execute(text("UPDATE transactions SET txn_start_ms = txn_start_ms - 10000"))
+        conn.execute(text("UPDATE transactions SET txn_start_ms = txn_start_ms - 700000"))
     hanging = admin.find_hanging_transactions()
     assert [(h.topic, h.partition, h.producer_id, h.start_offset) for h in hanging] == [
         ("t", 0, d.producer_id, 0)
