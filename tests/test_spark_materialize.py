@@ -39,6 +39,7 @@ from app.spark.materialize import (
     slices,
 )
 from app.spark.partitions import Registered, wait_for_older_snapshots, work_engine
+from tests.backends import ActiveHolder
 from tests.cli_runner import run_kip98
 from tests.txn_driver import TxnDriver
 
@@ -700,7 +701,7 @@ def test_run_killed_while_spark_writes_leaves_tables_as_before(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    holder = broker.engine.connect()
+    holder: ActiveHolder | None = None
     try:
         deadline = time.monotonic() + 180
         run_name = None
@@ -725,8 +726,9 @@ def test_run_killed_while_spark_writes_leaves_tables_as_before(
                         {"t": run_name},
                     )
                 }
-        holder.execute(text("SET idle_in_transaction_session_timeout = 0"))
-        holder.execute(text(f"LOCK TABLE {children['1']} IN SHARE MODE"))
+        # Held by an active session: neither an idle bound nor the run's watch for stalled
+        # sessions ends it, however long the tasks take to get to it.
+        holder = ActiveHolder(db_url, f"LOCK TABLE {children['1']} IN SHARE MODE")
         while True:  # orders[0]'s tasks commit; orders[1]'s wait for the lock
             assert child.poll() is None and time.monotonic() < deadline
             with broker.engine.connect() as conn:
@@ -736,8 +738,8 @@ def test_run_killed_while_spark_writes_leaves_tables_as_before(
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=60) == -signal.SIGKILL
     finally:
-        holder.rollback()
-        holder.close()
+        if holder is not None:
+            holder.close()
         if child.poll() is None:
             child.kill()
     _wait_for_sessions_to_end(broker)
