@@ -139,7 +139,7 @@ def test_every_served_version_of_the_group_apis(server: str, broker: Broker) -> 
         for version in range(0, 10):
             group = f"v{version}"
             joined = _call(s, 11, version, {
-                "group_id": group, "session_timeout": 10_000, "rebalance_timeout": 10_000,
+                "group_id": group, "session_timeout": 60_000, "rebalance_timeout": 60_000,
                 "member_id": "", "protocol_type": "consumer",
                 "protocols": [{"name": "range", "metadata": b"\0\0"}],
             })  # fmt: skip
