@@ -71,11 +71,12 @@ def test_a_slow_copy_that_goes_on_sending_is_not_ended(
     monkeypatch.setenv("KIP98_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", str(bound_ms))
     monkeypatch.setenv("KIP98_DB_LOCK_TIMEOUT_MS", "600000")
     create_topic(Broker.connect(db_url), "t", 1)
+    waiter = Producer({"database.url": db_url, "linger.ms": 0})
+    clients.append(waiter)
     with psycopg.connect(conninfo(db_url)) as holder:
         holder.execute("CREATE TEMP TABLE sink (line text)")
+        # Idle in its transaction only from here to the COPY's start, a moment.
         holder.execute("SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE")
-        waiter = Producer({"database.url": db_url, "linger.ms": 0})
-        clients.append(waiter)
         delivered = threading.Event()
         waiter.produce("t", b"after", on_delivery=lambda err, _m: err or delivered.set())
         flushing = threading.Thread(target=lambda: waiter.flush(120))
