@@ -246,7 +246,8 @@ def test_stored_batches_come_back_as_kafka_batches(
     from app.protocol import FetchRequest
     from app.server.records import encode_batches
 
-    native = Producer({"database.url": db_url, "transactional.id": "batches"})
+    # One batch however slowly the records come: they wait for the commit, not a linger.
+    native = Producer({"database.url": db_url, "transactional.id": "batches", "linger.ms": 10_000})
     try:
         native.init_transactions()
         native.begin_transaction()
@@ -363,7 +364,7 @@ def test_a_batch_cut_by_max_bytes_goes_on_where_it_stopped(
     from app.protocol import FetchRequest
     from app.server.records import encode_batches
 
-    native = Producer({"database.url": db_url, "linger.ms": 100})
+    native = Producer({"database.url": db_url, "linger.ms": 60_000})  # one batch, at the flush
     for i in range(10):
         native.produce("t", b"x" * 1000, key=str(i).encode(), partition=0)
     native.flush()
