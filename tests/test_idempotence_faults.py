@@ -112,8 +112,10 @@ def test_answer_lost_after_commit_is_deduplicated(db_url: str, broker: Broker) -
 
     reports, on_delivery = deliveries()
     with Producer(
-        {"database.url": db_url, "client.id": "lost-answer", "retry.backoff.ms": 1}
-    ) as producer:
+        # one batch, sent at the flush however slowly the records come
+        {"database.url": db_url, "client.id": "lost-answer", "retry.backoff.ms": 1,
+         "linger.ms": 10_000}
+    ) as producer:  # fmt: skip
         producer.sender.transport = batchwise(producer.sender.broker, lose_first_answer)
         for i in range(5):
             producer.produce("t", value=f"v{i}", partition=0, on_delivery=on_delivery)

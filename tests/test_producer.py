@@ -370,7 +370,8 @@ def _scripted_handler(
 def test_retriable_errors_are_retried_with_the_same_sequence(db_url: str, broker: Broker) -> None:
     reports, on_delivery = collector()
     calls: list[ProduceRequest] = []
-    with make_producer(db_url, retry_backoff_ms=1) as producer:
+    # One batch of three, sent at the flush however slowly the records come.
+    with make_producer(db_url, retry_backoff_ms=1, linger_ms=10_000) as producer:
         handler = _scripted_handler(
             [KafkaError.REQUEST_TIMED_OUT, KafkaError.NOT_COORDINATOR], calls
         )
