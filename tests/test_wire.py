@@ -121,7 +121,7 @@ def test_native_transactions_are_read_by_librdkafka_in_both_isolation_levels(
                              "isolation.level": isolation, "auto.offset.reset": "earliest"})  # fmt: skip
             try:
                 c.assign([ck.TopicPartition("t", 0, 0)])
-                got = consume_all(c, want, 15)
+                got = consume_all(c, want)
                 assert c.poll(1.0) is None
                 return [m.value() for m in got]
             finally:

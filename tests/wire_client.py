@@ -28,7 +28,7 @@ def delivered(producer: ck.Producer, n: int, **produce: Any) -> list[tuple[Any, 
     return reports
 
 
-def consume_all(consumer: ck.Consumer, want: int, timeout: float = 30) -> list[Any]:
+def consume_all(consumer: ck.Consumer, want: int, timeout: float = 60) -> list[Any]:
     got: list[Any] = []
     deadline = time.monotonic() + timeout
     while len(got) < want and time.monotonic() < deadline:
