@@ -340,12 +340,15 @@ class Consumer(Closing):
         found = self._require_group().committed_offsets(partitions, timeout)
         if found is None:
             raise fail(KafkaError._TIMED_OUT, "offsets are still pending in an open transaction")
-        return [
-            TopicPartition(
-                tp.topic, tp.partition, found.get((tp.topic, tp.partition), OFFSET_INVALID)
+        out = []
+        for tp in partitions:
+            om = found.get((tp.topic, tp.partition))
+            out.append(
+                TopicPartition(tp.topic, tp.partition, OFFSET_INVALID)
+                if om is None
+                else TopicPartition(tp.topic, tp.partition, om.offset, om.metadata)
             )
-            for tp in partitions
-        ]
+        return out
 
     def _stored_offset(self, topic: str, partition: int) -> int | None:
         assert self._group is not None
@@ -354,7 +357,8 @@ class Consumer(Closing):
         found = self._group.committed_offsets([TopicPartition(topic, partition)], 0)
         if found is None:
             raise StoredOffsetPending(f"{topic} [{partition}]: transactional offsets pending")
-        return found.get((topic, partition))
+        om = found.get((topic, partition))
+        return None if om is None else om.offset
 
     def _commit_on_revoke(self) -> None:
         if self._auto_commit:

@@ -64,7 +64,7 @@ LOG_COMMITS = text(
                                    producer_id, producer_epoch, commit_ms)
     SELECT :group_id, t, p, :kind, o, m, :producer_id, :producer_epoch, :now
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS text[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
     """
 )
 UPSERT_COMMITTED = text(
@@ -72,7 +72,7 @@ UPSERT_COMMITTED = text(
     INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms)
     SELECT :group_id, t, p, o, m, :now
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS text[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
     ORDER BY t, p
     ON CONFLICT (group_id, topic, partition) DO UPDATE SET
         committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata,
@@ -85,7 +85,7 @@ UPSERT_PENDING = text(
                                      committed_offset, metadata, commit_ms)
     SELECT :group_id, t, p, :producer_id, :producer_epoch, o, m, :now
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS text[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
     ORDER BY t, p
     ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET
         producer_epoch = EXCLUDED.producer_epoch, committed_offset = EXCLUDED.committed_offset,

@@ -72,14 +72,19 @@ def write_txn_markers() -> list[Check]:
     return [cluster_check(CLUSTER_ACTION)]
 
 
-def offset_commit(group_id: object, partitions: Iterable[tuple[object, object]]) -> list[Check]:
-    return [_group(READ, group_id), *topic_checks(READ, [t for t, _ in partitions])]
+def offset_commit(group_id: object) -> list[Check]:
+    """Read on the group; each partition's topic is checked on its own
+    (``offset_topics``), a refused one answered for its partitions only, as Kafka does."""
+    return [_group(READ, group_id)]
 
 
-def txn_offset_commit(
-    transactional_id: object, group_id: object, partitions: Iterable[tuple[object, object]]
-) -> list[Check]:
-    return [_txn(transactional_id), *offset_commit(group_id, partitions)]
+def offset_topics(partitions: Iterable[tuple[object, object]]) -> list[Check]:
+    """Read on the topics of an offset commit's (or an offset deletion's) partitions."""
+    return topic_checks(READ, [t for t, _ in partitions])
+
+
+def txn_offset_commit(transactional_id: object, group_id: object) -> list[Check]:
+    return [_txn(transactional_id), *offset_commit(group_id)]
 
 
 def offset_fetch(group_id: object) -> list[Check]:

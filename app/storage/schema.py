@@ -289,7 +289,9 @@ offset_commit_log = Table(
     # topic was deleted: its offset and pending ones are forgotten).
     Column("kind", Text, nullable=False),
     Column("committed_offset", BigInteger),
-    Column("metadata", Text),
+    # An offset's metadata as the UTF-8 of the string committed: Kafka's strings may hold
+    # NUL, which text cannot (the same in group_offsets and pending_txn_offsets).
+    Column("metadata", LargeBinary),
     Column("producer_id", BigInteger),
     Column("producer_epoch", SmallInteger),
     Column("commit_ms", BigInteger, nullable=False),
@@ -302,7 +304,7 @@ group_offsets = Table(
     Column("topic", Text, nullable=False),
     Column("partition", Integer, nullable=False),
     Column("committed_offset", BigInteger, nullable=False),
-    Column("metadata", Text),
+    Column("metadata", LargeBinary),
     Column("commit_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("group_id", "topic", "partition"),
 )
@@ -316,7 +318,7 @@ pending_txn_offsets = Table(
     Column("producer_id", BigInteger, nullable=False),
     Column("producer_epoch", SmallInteger, nullable=False),
     Column("committed_offset", BigInteger, nullable=False),
-    Column("metadata", Text),
+    Column("metadata", LargeBinary),
     Column("commit_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("group_id", "topic", "partition", "producer_id"),
 )
