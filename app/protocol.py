@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -186,6 +187,9 @@ class ProduceResponse:
     error_message: str | None = None
     # True when the batch was a retry of one already in the log (nothing was written).
     duplicate: bool = False
+    # The time its records were stamped with, for a topic of message.timestamp.type
+    # LogAppendTime; -1 otherwise (the producer's timestamps were kept).
+    log_append_time: int = -1
 
 
 @dataclass(frozen=True)
@@ -264,12 +268,23 @@ class FetchRequest(Request["FetchResponse"]):
     # ``log_records``; clients skip markers and, in read_committed, filter by
     # ``aborted_transactions`` themselves.
     batches: bool = False
+    # The leader epoch the client believes current (KIP-320; -1: not checked).
+    current_leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
 class AbortedTransaction:
     producer_id: int
     first_offset: int
+
+
+def epoch_at(epochs: Sequence[int], starts: Sequence[int], offset: int) -> int:
+    """The leader epoch a record at ``offset`` was written in: the last epoch begun at or
+    before it (``epochs`` ascending, with the offsets they began at; none: epoch 0)."""
+    if not epochs:
+        return 0
+    i = bisect_right(starts, offset)
+    return epochs[max(i - 1, 0)]
 
 
 @dataclass(frozen=True)
@@ -286,6 +301,14 @@ class FetchResponse:
     error_message: str | None = None
     # With ``FetchRequest.batches``: the records as stored, in offset order.
     log_records: list[LogRecord] = field(default_factory=list)
+    # The topic's message.timestamp.type is LogAppendTime; the codec its batches are
+    # served in (compression.type); the partition's leader epoch and, once it has had
+    # several, each epoch with the offset it began at (``leader_epoch.epoch_at``).
+    log_append_time: bool = False
+    compression_type: str = "producer"
+    leader_epoch: int = 0
+    epochs: tuple[int, ...] = ()
+    epoch_starts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -294,6 +317,8 @@ class ListOffsetsRequest(Request["ListOffsetsResponse"]):
     partition: int
     timestamp: int
     isolation_level: int = READ_UNCOMMITTED
+    # The leader epoch the client believes current (KIP-320; -1: not checked).
+    current_leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -302,6 +327,8 @@ class ListOffsetsResponse:
     offset: int = -1
     timestamp: int = -1
     error_message: str | None = None
+    # The epoch the offset's record was written in (the current one for the log end).
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -759,11 +786,17 @@ class DescribeConfigsRequest(Request["DescribeConfigsResponse"]):
 
 @dataclass(frozen=True)
 class DescribeConfigsResourceResult:
+    """One config of a resource: its value, where it comes from (the topic's override or
+    the default), the default under it, Kafka's type code and what it does here."""
+
     name: str
     value: str
     config_source: int
     read_only: bool = False
     is_sensitive: bool = False
+    default_value: str | None = None
+    config_type: int = 0
+    documentation: str | None = None
 
 
 @dataclass(frozen=True)

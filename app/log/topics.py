@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.naming import validate_num_partitions, validate_topic_name
-from app.log.topic_config import altered, validate_topic_config
+from app.log.topic_config import altered, partition_columns, validate_topic_config
 from app.protocol import (
     MetadataRequest,
     MetadataResponse,
@@ -62,8 +62,9 @@ def create_topic(
             )
             conn.execute(
                 sql.INSERT_PARTITIONS,
-                {"topic": name, "n": num_partitions},
-            )
+                {"topic": name, "first": 0, "n": num_partitions,
+                 **partition_columns(cfg).as_params()},
+            )  # fmt: skip
     except IntegrityError as exc:
         raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists") from exc
     return TopicInfo(name, num_partitions, cfg)
@@ -110,6 +111,9 @@ def alter_topic_config(
     """
     with broker.engine.begin() as conn:
         authorize_any(conn, broker, needs.alter_topic(name))
+        # The partition rows first, in order, as a deletion takes them; they keep the
+        # configs an append obeys.
+        conn.execute(sql.LOCK_TOPIC_PARTITIONS, {"t": name})
         current = conn.execute(sql.TOPIC_CONFIG_FOR_UPDATE, {"t": name}).scalar()
         if current is None:
             raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -123,6 +127,7 @@ def alter_topic_config(
         if validate_only:
             return new
         conn.execute(sql.SET_TOPIC_CONFIG, {"t": name, "config": json.dumps(new)})
+        conn.execute(sql.SET_PARTITION_CONFIGS, {"t": name, **partition_columns(new).as_params()})
     return new
 
 

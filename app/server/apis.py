@@ -51,7 +51,7 @@ from app.server.groups import (
     sync_group,
 )
 from app.server.node import NODE_ID, Node
-from app.server.records import encode_batches, produce_request
+from app.server.records import Served, encode_batches, produce_request
 from app.server.sasl import sasl_authenticate, sasl_handshake
 
 
@@ -113,7 +113,8 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
         a = answers[(topic, partition)]
         by_topic.setdefault(topic, []).append(
             {"index": partition, "error_code": a.error_code, "base_offset": a.base_offset,
-             "log_append_time": None, "log_start_offset": a.log_start_offset,
+             "log_append_time": None if a.log_append_time < 0 else a.log_append_time,
+             "log_start_offset": a.log_start_offset,
              "error_message": a.error_message}
         )  # fmt: skip
     responses = [{"name": t, "partition_responses": p} for t, p in by_topic.items()]
@@ -140,6 +141,7 @@ def _fetch_pass(
                 topic.topic, part.partition, part.fetch_offset,
                 max_bytes=max(1, min(part.partition_max_bytes, left)),
                 isolation_level=request.isolation_level, min_one_record=total == 0, batches=True,
+                current_leader_epoch=getattr(part, "current_leader_epoch", -1),
             )  # fmt: skip
             answer, records, aborted = _read(broker, first)
             total += len(records)
@@ -176,7 +178,7 @@ def _read(
         answer = read
         for a in read.aborted_transactions:
             aborted[(a.producer_id, a.first_offset)] = a
-        out += encode_batches(read.log_records)
+        out += encode_batches(read.log_records, _served(read))
         readable = read.last_stable_offset if committed else read.high_watermark
         # A whole read ends ``window`` offsets on; one that ends sooner met the end of what
         # may be read or was cut by max_bytes.
@@ -196,6 +198,13 @@ def _read(
             min_one_record=False,
         )
     return answer, bytes(out), list(aborted.values()) if committed else None
+
+
+def _served(read: FetchResponse) -> Served:
+    return Served(
+        read.log_append_time, read.compression_type, read.leader_epoch, read.epochs,
+        read.epoch_starts,
+    )  # fmt: skip
 
 
 def _fetched(
@@ -222,11 +231,14 @@ def list_offsets(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         partitions = []
         for part in topic.partitions:
             a = broker.handle(
-                ListOffsetsRequest(topic.name, part.partition_index, part.timestamp, isolation)
-            )
+                ListOffsetsRequest(
+                    topic.name, part.partition_index, part.timestamp, isolation,
+                    getattr(part, "current_leader_epoch", -1),
+                )
+            )  # fmt: skip
             partitions.append(
                 {"partition_index": part.partition_index, "error_code": a.error_code,
-                 "timestamp": a.timestamp, "offset": a.offset, "leader_epoch": 0}
+                 "timestamp": a.timestamp, "offset": a.offset, "leader_epoch": a.leader_epoch}
             )  # fmt: skip
         topics.append({"name": topic.name, "partitions": partitions})
     return {"topics": topics}

@@ -16,6 +16,7 @@ from typing import Any
 from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.protocol import (
+    CONFIG_SOURCE_DEFAULT,
     RESOURCE_TOPIC,
     AlterableConfig,
     AlterConfigsRequest,
@@ -26,6 +27,7 @@ from app.protocol import (
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeConfigsResource,
+    DescribeConfigsResourceResult,
     DescribeConfigsResult,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResource,
@@ -116,12 +118,28 @@ def _described(broker: Broker, topics: list[str]) -> list[DescribeConfigsResult]
     return [r for r in found if r.error_code == KafkaError.NO_ERROR]
 
 
-def _config_values(result: DescribeConfigsResult) -> list[dict[str, Any]]:
+def _config_values(
+    result: DescribeConfigsResult, synonyms: bool = False, documentation: bool = False
+) -> list[dict[str, Any]]:
+    """Each config with its source; with ``synonyms``, where its value could come from, in
+    Kafka's order of precedence (the topic's override, then the default)."""
     return [
         {"name": c.name, "value": c.value, "read_only": c.read_only,
-         "config_source": c.config_source, "is_sensitive": c.is_sensitive, "synonyms": []}
+         "config_source": c.config_source, "is_sensitive": c.is_sensitive,
+         "is_default": c.config_source == CONFIG_SOURCE_DEFAULT,
+         "synonyms": _synonyms(c) if synonyms else [], "config_type": c.config_type,
+         "documentation": c.documentation if documentation else None}
         for c in result.configs
     ]  # fmt: skip
+
+
+def _synonyms(c: DescribeConfigsResourceResult) -> list[dict[str, Any]]:
+    found = []
+    if c.config_source != CONFIG_SOURCE_DEFAULT:
+        found.append({"name": c.name, "value": c.value, "source": c.config_source})
+    if c.default_value is not None:
+        found.append({"name": c.name, "value": c.default_value, "source": CONFIG_SOURCE_DEFAULT})
+    return found
 
 
 def delete_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -161,11 +179,13 @@ def describe_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]
         for r in request.resources
     ]  # fmt: skip
     results = broker.handle(DescribeConfigsRequest(resources)).results
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    documentation = bool(getattr(request, "include_documentation", False))
     return {
         "results": [
             {"error_code": r.error_code, "error_message": r.error_message,
              "resource_type": r.resource_type, "resource_name": r.resource_name,
-             "configs": _config_values(r)}
+             "configs": _config_values(r, synonyms, documentation)}
             for r in results
         ]
     }  # fmt: skip
