@@ -226,9 +226,12 @@ class ProduceBatchesResponse:
 @dataclass(frozen=True)
 class MetadataRequest(Request["MetadataResponse"]):
     """Kafka's MetadataRequest, for what a client needs of it: the topics' partitions.
-    ``topics`` None asks for every topic."""
+    ``topics`` None asks for every topic. ``allow_auto_topic_creation``: a topic asked for
+    that does not exist is created (with the broker's num.partitions), if the broker
+    allows it (KIP98_AUTO_CREATE_TOPICS) and the principal may create it."""
 
     topics: list[str] | None = None
+    allow_auto_topic_creation: bool = False
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,9 @@ class TopicMetadata:
     topic: str
     num_partitions: int = 0
     topic_id: str | None = None
+    # Each partition's leader epoch, in partition order.
+    leader_epochs: tuple[int, ...] = ()
+    error_message: str | None = None
 
 
 @dataclass(frozen=True)

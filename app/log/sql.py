@@ -614,8 +614,16 @@ LIST_TOPICS = text(
     "p.next_offset, p.last_stable_offset FROM topics t "
     "JOIN partitions p ON p.topic = t.topic ORDER BY t.topic, p.partition"
 )
-ALL_TOPIC_IDS = text("SELECT topic, num_partitions, topic_id FROM topics")
-TOPIC_IDS = text("SELECT topic, num_partitions, topic_id FROM topics WHERE topic = ANY(:topics)")
+# Metadata: each topic with its id and its partitions' leader epochs, in partition order.
+_TOPIC_METADATA = """
+    SELECT t.topic, t.num_partitions, t.topic_id,
+           array_agg(p.leader_epoch ORDER BY p.partition) AS leader_epochs
+    FROM topics t JOIN partitions p ON p.topic = t.topic
+    {where}
+    GROUP BY t.topic
+"""
+ALL_TOPIC_IDS = text(_TOPIC_METADATA.format(where=""))
+TOPIC_IDS = text(_TOPIC_METADATA.format(where="WHERE t.topic = ANY(:topics)"))
 
 
 # ---------------------------------------------------------------- the fold (``app.log.projection``)

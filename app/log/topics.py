@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import KafkaError, fail
+from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
 from app.log.naming import validate_num_partitions, validate_topic_name
 from app.log.topic_config import altered, partition_columns, validate_topic_config
@@ -172,33 +172,63 @@ def describe_topic(broker: BrokerContext, name: str) -> TopicInfo:
 
 def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
     """Kafka's Metadata for the topics asked (all of them if None): each one's partition
-    count and topic id, or UNKNOWN_TOPIC_OR_PARTITION. As in Kafka, a topic the principal
-    may not describe is left out of a listing of all topics, and answered
-    TOPIC_AUTHORIZATION_FAILED when asked for by name, whether it exists or not, so its
-    existence is not told."""
-    with broker.engine.connect() as conn:
-        if req.topics is None:
-            rows = conn.execute(sql.ALL_TOPIC_IDS).all()
-            hidden = _undescribable(conn, broker, {r.topic for r in rows})
-        else:
-            rows = conn.execute(sql.TOPIC_IDS, {"topics": list(req.topics)}).all()
-            hidden = _undescribable(conn, broker, set(req.topics))
-    found = {
-        r.topic: TopicMetadata(KafkaError.NO_ERROR, r.topic, r.num_partitions, str(r.topic_id))
-        for r in rows
-        if r.topic not in hidden
-    }
+    count, topic id and partitions' leader epochs, or UNKNOWN_TOPIC_OR_PARTITION. As in
+    Kafka, a topic the principal may not describe is left out of a listing of all topics,
+    and answered TOPIC_AUTHORIZATION_FAILED when asked for by name, whether it exists or
+    not, so its existence is not told. A topic asked for by name that does not exist is
+    created if the request allows it and the broker auto-creates topics
+    (``auto_create_topics``, Kafka's auto.create.topics.enable), with ``num_partitions``
+    partitions, as a CreateTopics would: the principal needs Create on the cluster or the
+    topic (TOPIC_AUTHORIZATION_FAILED otherwise), the name must be legal."""
+    found, hidden = _described_topics(broker, req.topics)
     if req.topics is None:
         return MetadataResponse([found[name] for name in sorted(found)])
+    refused: dict[str, TopicMetadata] = {}
+    missing = [n for n in dict.fromkeys(req.topics) if n not in found and n not in hidden]
+    if missing and req.allow_auto_topic_creation and broker.settings.auto_create_topics:
+        for name in missing:
+            try:
+                create_topic(broker, name, broker.settings.num_partitions)
+            except KafkaException as exc:
+                code = exc.error.code()
+                if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue  # made meanwhile by another request: it is there
+                if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                    code = KafkaError.TOPIC_AUTHORIZATION_FAILED
+                refused[name] = TopicMetadata(code, name, error_message=exc.error.str())
+        found.update(_described_topics(broker, missing)[0])
     unknown = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
     return MetadataResponse(
         [
-            TopicMetadata(refused, name) if name in hidden else found.get(name) or
-            TopicMetadata(unknown, name)
+            TopicMetadata(denied, name) if name in hidden else found.get(name) or
+            refused.get(name) or TopicMetadata(unknown, name)
             for name in req.topics
         ]
     )  # fmt: skip
+
+
+def _described_topics(
+    broker: BrokerContext, names: list[str] | None
+) -> tuple[dict[str, TopicMetadata], set[str]]:
+    """The topics of ``names`` (all if None) the principal may describe, and those of
+    ``names`` it may not."""
+    with broker.engine.connect() as conn:
+        if names is None:
+            rows = conn.execute(sql.ALL_TOPIC_IDS).all()
+            hidden = _undescribable(conn, broker, {r.topic for r in rows})
+        else:
+            rows = conn.execute(sql.TOPIC_IDS, {"topics": list(names)}).all()
+            hidden = _undescribable(conn, broker, set(names))
+    found = {
+        r.topic: TopicMetadata(
+            KafkaError.NO_ERROR, r.topic, r.num_partitions, str(r.topic_id),
+            tuple(r.leader_epochs),
+        )
+        for r in rows
+        if r.topic not in hidden
+    }  # fmt: skip
+    return found, hidden
 
 
 def _undescribable(conn: Connection, broker: BrokerContext, topics: set[str]) -> set[str]:

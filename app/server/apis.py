@@ -64,15 +64,18 @@ def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 
 
 def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Before v4 a request cannot say whether it allows auto-creation: Kafka takes it as
+    allowed."""
     asked = request.topics
     names = None if asked is None else [t.name for t in asked]
-    found = broker.handle(MetadataRequest(names)).topics
+    allow = getattr(request, "allow_auto_topic_creation", True)
+    found = broker.handle(MetadataRequest(names, allow_auto_topic_creation=allow)).topics
     topics = []
     for t in found:
         partitions = [
-            {"error_code": 0, "partition_index": p, "leader_id": NODE_ID, "leader_epoch": 0,
+            {"error_code": 0, "partition_index": p, "leader_id": NODE_ID, "leader_epoch": epoch,
              "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID], "offline_replicas": []}
-            for p in range(t.num_partitions)
+            for p, epoch in enumerate(t.leader_epochs)
         ]  # fmt: skip
         topics.append(
             {"error_code": t.error_code, "name": t.topic, "partitions": partitions,
