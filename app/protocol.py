@@ -677,6 +677,81 @@ class DescribeGroupsResponse:
     groups: list[DescribedGroup]
 
 
+@dataclass(frozen=True)
+class DeleteGroupsRequest(Request["DeleteGroupsResponse"]):
+    """Kafka's DeleteGroups: each group, empty of members, with its committed offsets."""
+
+    group_ids: list[str]
+
+
+@dataclass(frozen=True)
+class DeletedGroup:
+    group_id: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteGroupsResponse:
+    results: list[DeletedGroup]
+
+
+@dataclass(frozen=True)
+class OffsetDeleteRequest(Request["OffsetDeleteResponse"]):
+    """Kafka's OffsetDelete (KIP-496): a group's committed offsets of these partitions,
+    forgotten unless the group's members are subscribed to their topic."""
+
+    group_id: str
+    partitions: list[TopicPartitionKey]
+
+
+@dataclass(frozen=True)
+class OffsetDeleteResponse:
+    """``error_code``: the whole request's (no such group, its ACL); else each
+    partition's in ``results``."""
+
+    error_code: int
+    results: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    error_message: str | None = None
+
+
+# ---------------------------------------------------------------- leader epochs
+
+
+@dataclass(frozen=True)
+class EpochQuery:
+    """One partition of an OffsetForLeaderEpoch: the epoch asked about, and the one the
+    client believes current (-1: not checked)."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class OffsetForLeaderEpochRequest(Request["OffsetForLeaderEpochResponse"]):
+    partitions: list[EpochQuery]
+
+
+@dataclass(frozen=True)
+class EpochEndOffset:
+    """The largest epoch at or below the one asked and where it ended (the log end for
+    the current one); -1 and -1 for an epoch the partition never had after."""
+
+    topic: str
+    partition: int
+    error_code: int
+    leader_epoch: int = -1
+    end_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetForLeaderEpochResponse:
+    results: list[EpochEndOffset]
+
+
 # ---------------------------------------------------------------- administration
 #
 # The AdminClient's RPCs: Kafka's admin APIs for topics and ACLs (KIP-4), configs (KIP-133,
@@ -750,6 +825,59 @@ class DeletableTopicResult:
 @dataclass(frozen=True)
 class DeleteTopicsResponse:
     responses: list[DeletableTopicResult]
+
+
+@dataclass(frozen=True)
+class PartitionCount:
+    """A topic to grow to ``count`` partitions (Kafka's CreatePartitions topic)."""
+
+    name: str
+    count: int
+
+
+@dataclass(frozen=True)
+class CreatePartitionsRequest(Request["CreatePartitionsResponse"]):
+    """Each topic on its own; a topic only grows. ``validate_only``: every check, nothing
+    written."""
+
+    topics: list[PartitionCount]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class CreatePartitionsResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class CreatePartitionsResponse:
+    results: list[CreatePartitionsResult]
+
+
+@dataclass(frozen=True)
+class DeleteRecordsRequest(Request["DeleteRecordsResponse"]):
+    """Kafka's DeleteRecords: (topic, partition, offset) each, the offset the new log
+    start (-1: the high watermark). Each partition on its own."""
+
+    partitions: list[tuple[str, int, int]]
+
+
+@dataclass(frozen=True)
+class DeletedRecords:
+    """One partition's answer: its log start after the deletion (Kafka's low watermark)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    low_watermark: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteRecordsResponse:
+    results: list[DeletedRecords]
 
 
 @dataclass(frozen=True)
@@ -1045,6 +1173,67 @@ class SaslScramResponse:
     error_code: int
     principal: str | None = None
     credential: ScramCredential | None = None
+
+
+# Kafka's ScramMechanism codes, as the SCRAM credential APIs name mechanisms.
+SCRAM_MECHANISM_CODES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+
+
+@dataclass(frozen=True)
+class DescribeUserScramCredentialsRequest(Request["DescribeUserScramCredentialsResponse"]):
+    """The SCRAM credentials of ``users`` (None: of every user that has one)."""
+
+    users: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class UserScramCredentials:
+    """A user's SCRAM credentials: (mechanism, iterations) each, never a key."""
+
+    user: str
+    error_code: int
+    error_message: str | None = None
+    credentials: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DescribeUserScramCredentialsResponse:
+    error_code: int
+    error_message: str | None = None
+    results: list[UserScramCredentials] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """A SCRAM credential to set: what a SCRAM server keeps is derived from the salted
+    password (RFC 5802's SaltedPassword, computed by the client from the password)."""
+
+    user: str
+    mechanism: str
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True)
+class AlterUserScramCredentialsRequest(Request["AlterUserScramCredentialsResponse"]):
+    """Kafka's AlterUserScramCredentials: each user's deletions ((user, mechanism)) and
+    upsertions done together or not at all."""
+
+    deletions: list[tuple[str, str]] = field(default_factory=list)
+    upsertions: list[ScramUpsertion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AlteredUser:
+    user: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class AlterUserScramCredentialsResponse:
+    results: list[AlteredUser]
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,18 @@ from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
-from app.protocol import epoch_at
+from app.protocol import (
+    EpochEndOffset,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    epoch_at,
+)
+from app.security import needs
+from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
 
 __all__ = ["bump_leader_epoch", "current_epoch_refusal", "end_offset_for", "epoch_at",
-           "leader_epoch_history"]  # fmt: skip
+           "leader_epoch_history", "offset_for_leader_epoch"]  # fmt: skip
 
 # Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
 NO_EPOCH = -1
@@ -79,3 +87,37 @@ def bump_leader_epoch(conn: Connection, topic: str, partition: int) -> int:
         raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
     epoch: int = row.leader_epoch
     return epoch
+
+
+def offset_for_leader_epoch(
+    broker: BrokerContext, req: OffsetForLeaderEpochRequest
+) -> OffsetForLeaderEpochResponse:
+    """Kafka's OffsetForLeaderEpoch for a consumer (KIP-320): per partition, where the
+    epoch asked about ended (``end_offset_for``), after the client's current epoch is
+    checked against the partition's. Needs Describe on the topic, as in Kafka."""
+    results = []
+    with broker.engine.connect() as conn:
+        for q in req.partitions:
+            try:
+                authorize_all(conn, broker, needs.list_offsets(q.topic))
+                part = conn.execute(
+                    sql.PARTITION_OFFSETS, {"topic": q.topic, "partition": q.partition}
+                ).first()
+                if part is None:
+                    raise fail(
+                        KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"{q.topic} [{q.partition}] does not exist",
+                    )
+                if refused := current_epoch_refusal(q.current_leader_epoch, part.leader_epoch):
+                    raise refused
+                history = leader_epoch_history(conn, q.topic, q.partition)
+                epoch, end = end_offset_for(history, q.leader_epoch, part.next_offset)
+            except KafkaException as exc:
+                results.append(
+                    EpochEndOffset(
+                        q.topic, q.partition, exc.error.code(), error_message=exc.error.str()
+                    )
+                )
+                continue
+            results.append(EpochEndOffset(q.topic, q.partition, KafkaError.NO_ERROR, epoch, end))
+    return OffsetForLeaderEpochResponse(results)

@@ -608,6 +608,10 @@ DELETE_TOPIC = tuple(
     for table in ("records", "producer_states", "producer_snapshots", "aborted_txns", "topics")
 )
 TOPIC_CONFIG_FOR_UPDATE = text("SELECT config FROM topics WHERE topic = :t FOR UPDATE")
+# A topic about to grow: its row locked (a config change or another growth waits; appends
+# and readers of its partitions do not), with its partition count and configs.
+TOPIC_FOR_GROWTH = text("SELECT num_partitions, config FROM topics WHERE topic = :t FOR UPDATE")
+SET_NUM_PARTITIONS = text("UPDATE topics SET num_partitions = :n WHERE topic = :t")
 SET_TOPIC_CONFIG = text("UPDATE topics SET config = CAST(:config AS jsonb) WHERE topic = :t")
 LIST_TOPICS = text(
     "SELECT t.topic, t.num_partitions, t.config, p.partition, p.log_start_offset, "

@@ -27,7 +27,8 @@ from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 __all__ = [
-    "PartitionInfo", "TopicInfo", "alter_topic_config", "authorize_alter", "create_topic",
+    "PartitionInfo", "TopicInfo", "alter_topic_config", "authorize_alter",
+    "create_partitions_in", "create_topic",
     "delete_topic", "describe_topic", "list_topics", "metadata",
 ]  # fmt: skip
 
@@ -68,6 +69,39 @@ def create_topic(
     except IntegrityError as exc:
         raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists") from exc
     return TopicInfo(name, num_partitions, cfg)
+
+
+def create_partitions_in(
+    conn: Connection, broker: BrokerContext, name: str, count: int, validate_only: bool = False
+) -> int:
+    """Kafka's CreatePartitions of one topic on ``conn``: it grows to ``count`` partitions
+    (never shrinks, nor stays: INVALID_PARTITIONS), the new ones with the topic's configs,
+    each leading in epoch 0. Needs Alter on the topic or the cluster. Returns the count it
+    had. Who reads the topic learns of the new partitions from Metadata; a native group
+    subscribed to it is the groups' business (``broker.admin.topics``)."""
+    validate_topic_name(name)
+    authorize_any(conn, broker, needs.alter_topic(name))
+    row = conn.execute(sql.TOPIC_FOR_GROWTH, {"t": name}).first()
+    if row is None:
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    validate_num_partitions(count)
+    if count < row.num_partitions:
+        raise fail(
+            KafkaError.INVALID_PARTITIONS,
+            f"topic {name!r} has {row.num_partitions} partitions, more than the {count} "
+            "asked: a topic never shrinks",
+        )
+    if count == row.num_partitions:
+        raise fail(KafkaError.INVALID_PARTITIONS, f"topic {name!r} already has {count} partitions")
+    if not validate_only:
+        conn.execute(sql.SET_NUM_PARTITIONS, {"t": name, "n": count})
+        conn.execute(
+            sql.INSERT_PARTITIONS,
+            {"topic": name, "first": row.num_partitions, "n": count,
+             **partition_columns(row.config).as_params()},
+        )  # fmt: skip
+    current: int = row.num_partitions
+    return current
 
 
 @retry_conflicts

@@ -97,6 +97,12 @@ def describe_group(group_id: object) -> list[Check]:
     return [_group(DESCRIBE, group_id)]
 
 
+def delete_group(group_id: object) -> list[Check]:
+    """DeleteGroups and OffsetDelete: Delete on the group (OffsetDelete also Read on each
+    partition's topic: ``offset_topics``)."""
+    return [_group(DELETE, group_id)]
+
+
 def group_membership(group_id: object) -> list[Check]:
     """JoinGroup, SyncGroup, Heartbeat, LeaveGroup."""
     return [_group(READ, group_id)]
@@ -110,6 +116,11 @@ def create_topic(topic: object) -> list[Check]:
 def delete_topic(topic: object) -> list[Check]:
     """Alternatives: Delete on the cluster, or on the topic."""
     return [cluster_check(DELETE), *topic_checks(DELETE, [topic])]
+
+
+def delete_records(topic: object) -> list[Check]:
+    """Delete on the topic, as Kafka's DeleteRecords asks."""
+    return topic_checks(DELETE, [topic])
 
 
 def alter_topic(topic: object) -> list[Check]:

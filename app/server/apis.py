@@ -26,6 +26,7 @@ from app.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
+    EpochQuery,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -35,19 +36,22 @@ from app.protocol import (
     OffsetAndMetadata,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     ProduceBatchesRequest,
     ProduceRequest,
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
-from app.server import acl_apis, topic_apis, txn_apis
+from app.server import acl_apis, topic_apis, txn_apis, user_apis
 from app.server.answer import Handler, Pending
 from app.server.groups import (
+    delete_groups,
     describe_groups,
     heartbeat,
     join_group,
     leave_group,
     list_groups,
+    offset_delete,
     sync_group,
 )
 from app.server.node import NODE_ID, Node
@@ -247,6 +251,24 @@ def list_offsets(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     return {"topics": topics}
 
 
+def offset_for_leader_epoch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """A consumer's question (KIP-320): where each epoch it read in ended. Its replica id
+    is a consumer's (-1, or -2 unset); a follower's fetching is PostgreSQL's, not this."""
+    queries = [
+        EpochQuery(t.topic, p.partition, p.leader_epoch, p.current_leader_epoch)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    answers = broker.handle(OffsetForLeaderEpochRequest(queries)).results
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for a in answers:
+        by_topic.setdefault(a.topic, []).append(
+            {"error_code": a.error_code, "partition": a.partition,
+             "leader_epoch": a.leader_epoch, "end_offset": a.end_offset}
+        )  # fmt: skip
+    return {"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]}
+
+
 def find_coordinator(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     """This node for every key; v4 asks for several keys at once."""
     key_type = getattr(request, "key_type", COORDINATOR_GROUP)
@@ -399,7 +421,9 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     18: (0, 3, api_versions),
     19: (2, 7, topic_apis.create_topics),
     20: (1, 6, topic_apis.delete_topics),
+    21: (0, 2, topic_apis.delete_records),
     22: (0, 4, init_producer_id),
+    23: (2, 4, offset_for_leader_epoch),
     24: (0, 3, add_partitions_to_txn),
     25: (0, 3, add_offsets_to_txn),
     26: (0, 3, end_txn),
@@ -410,7 +434,12 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     32: (1, 4, topic_apis.describe_configs),
     33: (0, 2, topic_apis.alter_configs),
     36: (0, 2, sasl_authenticate),
+    37: (0, 3, topic_apis.create_partitions),
+    42: (0, 2, delete_groups),
     44: (0, 1, topic_apis.incremental_alter_configs),
+    47: (0, 0, offset_delete),
+    50: (0, 0, user_apis.describe_user_scram_credentials),
+    51: (0, 0, user_apis.alter_user_scram_credentials),
     61: (0, 0, txn_apis.describe_producers),
     65: (0, 0, txn_apis.describe_transactions),
     66: (0, 1, txn_apis.list_transactions),

@@ -1,5 +1,6 @@
-"""The Kafka APIs of topic administration: CreateTopics, DeleteTopics, DescribeConfigs,
-AlterConfigs and IncrementalAlterConfigs, each onto the broker's request of that name.
+"""The Kafka APIs of topic administration: CreateTopics, DeleteTopics, CreatePartitions,
+DeleteRecords, DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, each onto the
+broker's request of that name.
 
 What the wire allows and the broker's requests do not carry is settled here, as Kafka's
 broker settles it before creating anything: a topic named twice, a partition count given
@@ -23,7 +24,9 @@ from app.protocol import (
     AlterConfigsResource,
     AlterConfigsResourceResponse,
     CreatableTopic,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeConfigsResource,
@@ -32,6 +35,7 @@ from app.protocol import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResource,
     MetadataRequest,
+    PartitionCount,
 )
 from app.server.node import Node
 
@@ -230,3 +234,45 @@ def _altered(a: AlterConfigsResourceResponse) -> dict[str, Any]:
         "error_code": a.error_code, "error_message": a.error_message,
         "resource_type": a.resource_type, "resource_name": a.resource_name,
     }  # fmt: skip
+
+
+def create_partitions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Each topic on its own. A topic named twice is a bad request (INVALID_REQUEST, as
+    Kafka's duplicate check); an assignment must name a replica list for each new
+    partition, kept as CreateTopics keeps them: ignored, PostgreSQL holds the data."""
+    names = Counter(t.name for t in request.topics)
+    refused: dict[str, KafkaException] = {}
+    asked: list[PartitionCount] = []
+    for t in request.topics:
+        if names[t.name] > 1:
+            refused[t.name] = fail(KafkaError.INVALID_REQUEST, f"topic {t.name!r} named twice")
+        elif t.assignments is not None and any(not a.broker_ids for a in t.assignments):
+            refused[t.name] = fail(
+                KafkaError.INVALID_REPLICA_ASSIGNMENT, "a new partition has no replicas"
+            )
+        else:
+            asked.append(PartitionCount(t.name, t.count))
+    answers = broker.handle(CreatePartitionsRequest(asked, request.validate_only)).results
+    by_name = {a.name: (a.error_code, a.error_message) for a in answers}
+    results = []
+    for name in dict.fromkeys(t.name for t in request.topics):
+        code, message = (
+            (refused[name].error.code(), refused[name].error.str())
+            if name in refused
+            else by_name[name]
+        )
+        results.append({"name": name, "error_code": code, "error_message": message})
+    return {"results": results}
+
+
+def delete_records(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Each partition on its own; its answer is its new log start (the low watermark)."""
+    asked = [(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
+    answers = broker.handle(DeleteRecordsRequest(asked)).results
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for a in answers:
+        by_topic.setdefault(a.topic, []).append(
+            {"partition_index": a.partition, "low_watermark": a.low_watermark,
+             "error_code": a.error_code}
+        )  # fmt: skip
+    return {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}

@@ -315,7 +315,8 @@ offset_commit_log = Table(
     Column("partition", Integer, nullable=False),
     # 'commit' (plain OffsetCommit), 'txn_pending' (TxnOffsetCommit), 'txn_commit' and
     # 'txn_abort' (the marker's effect on pending offsets of producer_id), 'delete' (the
-    # topic was deleted: its offset and pending ones are forgotten).
+    # topic was deleted: its offset and pending ones are forgotten), 'offset_delete' (an
+    # admin's OffsetDelete or DeleteGroups: the committed offset is forgotten).
     Column("kind", Text, nullable=False),
     Column("committed_offset", BigInteger),
     # An offset's metadata as the UTF-8 of the string committed: Kafka's strings may hold
