@@ -40,6 +40,7 @@ from sqlalchemy.exc import DBAPIError
 from app.cleaner import plan, sql
 from app.errors import KafkaError, fail
 from app.faults import crash_point
+from app.log.naming import could_exist
 from app.log.projection import entry_row, fold_range, insert_entries
 from app.log.topic_config import CleanupConfig
 from app.security import needs
@@ -307,7 +308,9 @@ def delete_records(broker: BrokerContext, topic: str, partition: int, offset: in
     with broker.engine.connect() as conn:
         with conn.begin():
             authorize_all(conn, broker, needs.delete_records(topic))
-            config = conn.execute(sql.TOPIC_CONFIG, {"topic": topic}).first()
+            config = None
+            if could_exist(topic):
+                config = conn.execute(sql.TOPIC_CONFIG, {"topic": topic}).first()
         if config is None:
             raise fail(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist"

@@ -268,8 +268,10 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
     """Join, or look again while the join phase runs (a wire front end's long poll sends
     the same request with the member id it was given; that also keeps it alive)."""
     try:
-        if not isinstance(req.group_id, str) or not req.group_id:
-            raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
+        if not isinstance(req.group_id, str) or not req.group_id or "\x00" in req.group_id:
+            raise fail(
+                KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string without NUL"
+            )
         if not MIN_SESSION_TIMEOUT_MS <= req.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             raise fail(
                 KafkaError.INVALID_SESSION_TIMEOUT,
@@ -482,6 +484,9 @@ def describe_groups(broker: BrokerContext, req: DescribeGroupsRequest) -> Descri
     out = []
     with broker.engine.begin() as conn:
         for group_id in req.group_ids:
+            if "\x00" in group_id:  # no group can have it: kip98 cannot store NUL
+                out.append(DescribedGroup(group_id, KafkaError.NO_ERROR, DEAD, "", ""))
+                continue
             if refused := refusal_for(conn, broker, needs.describe_group(group_id)):
                 out.append(DescribedGroup(group_id, refused.error.code(), DEAD, "", ""))
                 continue

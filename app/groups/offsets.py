@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.membership import check_generation
+from app.log.naming import could_exist
 from app.protocol import (
     OffsetAndMetadata,
     OffsetCommitRequest,
@@ -34,8 +35,10 @@ from app.storage.engine import retry_conflicts
 
 
 def check_group_id(group_id: object) -> None:
-    if not isinstance(group_id, str) or not group_id:
-        raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
+    """A group id kip98 can hold: a non-empty string without NUL (which Kafka allows and
+    PostgreSQL's text cannot store)."""
+    if not isinstance(group_id, str) or not group_id or "\x00" in group_id:
+        raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string without NUL")
 
 
 def metadata_length(metadata: str) -> int:
@@ -91,6 +94,11 @@ def refused_partitions(
     for tp in offsets:
         if tp not in refused and tp[0] in denied:
             refused[tp] = denied[tp[0]]
+    for tp in offsets:
+        if tp not in refused and not could_exist(tp[0]):
+            refused[tp] = fail(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]} [{tp[1]}] does not exist"
+            )
     left = [tp for tp in offsets if tp not in refused]
     if left:
         found = {(r.topic, r.partition) for r in conn.execute(sql.EXISTING_PARTITIONS, _keys(left))}

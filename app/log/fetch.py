@@ -27,6 +27,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
 from app.log.leader_epoch import current_epoch_refusal, epoch_at, leader_epoch_history
+from app.log.naming import could_exist
 from app.protocol import (
     BATCHES_WINDOW_FACTOR,
     EARLIEST_TIMESTAMP,
@@ -60,6 +61,8 @@ _headers_of = itemgetter(RECORD_HEADERS)
 
 
 def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
+    if not could_exist(topic):
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
     row = conn.execute(sql.PARTITION_OFFSETS, {"topic": topic, "partition": partition}).first()
     if row is None:
         raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
@@ -103,6 +106,10 @@ def fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
 def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
     if req.isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown isolation level {req.isolation_level}")
+    if not could_exist(req.topic):
+        raise fail(
+            KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} [{req.partition}] does not exist"
+        )
     if req.max_bytes <= 0:
         raise fail(
             KafkaError.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}"

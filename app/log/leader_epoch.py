@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
+from app.log.naming import could_exist
 from app.protocol import (
     EpochEndOffset,
     OffsetForLeaderEpochRequest,
@@ -100,9 +101,11 @@ def offset_for_leader_epoch(
         for q in req.partitions:
             try:
                 authorize_all(conn, broker, needs.list_offsets(q.topic))
-                part = conn.execute(
-                    sql.PARTITION_OFFSETS, {"topic": q.topic, "partition": q.partition}
-                ).first()
+                part = None
+                if could_exist(q.topic):
+                    part = conn.execute(
+                        sql.PARTITION_OFFSETS, {"topic": q.topic, "partition": q.partition}
+                    ).first()
                 if part is None:
                     raise fail(
                         KafkaError.UNKNOWN_TOPIC_OR_PARTITION,

@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
-from app.log.naming import validate_num_partitions, validate_topic_name
+from app.log.naming import could_exist, validate_num_partitions, validate_topic_name
 from app.log.topic_config import altered, partition_columns, validate_topic_config
 from app.protocol import (
     MetadataRequest,
@@ -116,6 +116,8 @@ def delete_topic_in(conn: Connection, broker: BrokerContext, name: str) -> None:
     order). The groups' offsets of it are the groups' business (``broker.admin.topics``
     deletes both in one DB transaction)."""
     authorize_any(conn, broker, needs.delete_topic(name))
+    if not could_exist(name):
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
     locked = conn.execute(sql.LOCK_TOPIC_PARTITIONS, {"t": name}).all()
     if not locked:
         raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -214,11 +216,14 @@ def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
     (``auto_create_topics``, Kafka's auto.create.topics.enable), with ``num_partitions``
     partitions, as a CreateTopics would: the principal needs Create on the cluster or the
     topic (TOPIC_AUTHORIZATION_FAILED otherwise), the name must be legal."""
-    found, hidden = _described_topics(broker, req.topics)
+    illegal = set() if req.topics is None else {n for n in req.topics if not could_exist(n)}
+    asked = None if req.topics is None else [n for n in req.topics if n not in illegal]
+    found, hidden = _described_topics(broker, asked)
     if req.topics is None:
         return MetadataResponse([found[name] for name in sorted(found)])
-    refused: dict[str, TopicMetadata] = {}
-    missing = [n for n in dict.fromkeys(req.topics) if n not in found and n not in hidden]
+    invalid = KafkaError.INVALID_TOPIC_EXCEPTION  # as Kafka answers a name it cannot have
+    refused: dict[str, TopicMetadata] = {n: TopicMetadata(invalid, n) for n in illegal}
+    missing = [n for n in dict.fromkeys(req.topics) if n not in found and n not in hidden | illegal]
     if missing and req.allow_auto_topic_creation and broker.settings.auto_create_topics:
         for name in missing:
             try:

@@ -69,12 +69,23 @@ def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 
 def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     """Before v4 a request cannot say whether it allows auto-creation: Kafka takes it as
-    allowed."""
+    allowed. From v10 a topic may be asked for by id (its name null): an id no topic has
+    is UNKNOWN_TOPIC_ID."""
     asked = request.topics
     names = None if asked is None else [t.name for t in asked]
+    unknown_ids: list[uuid.UUID] = []
+    if names is not None and None in names:
+        known = topic_apis.topics_by_id(broker)
+        names = [t.name if t.name is not None else known.get(t.topic_id) for t in asked]
+        unknown_ids = [t.topic_id for t in asked if t.name is None and t.topic_id not in known]
+        names = [n for n in names if n is not None]
     allow = getattr(request, "allow_auto_topic_creation", True)
     found = broker.handle(MetadataRequest(names, allow_auto_topic_creation=allow)).topics
-    topics = []
+    topics: list[dict[str, Any]] = [
+        {"error_code": KafkaError.UNKNOWN_TOPIC_ID, "topic_id": topic_id, "partitions": [],
+         "name": None if request.__version__ >= 12 else "", "is_internal": False}
+        for topic_id in unknown_ids
+    ]  # fmt: skip
     for t in found:
         partitions = [
             {"error_code": 0, "partition_index": p, "leader_id": NODE_ID, "leader_epoch": epoch,

@@ -157,18 +157,19 @@ def failed_response(request: Request[R], error: KafkaError) -> R:
     every = _EVERY_ITEM.get(type(request))
     if every is not None:
         return cast(R, every(request, code, message))
-    kind = _response_type(request)
+    kind = _response_type(type(request))
     return cast(R, kind(code, error_message=message) if _has_message(kind) else kind(code))
 
 
-def _response_type(request: Request[Any]) -> type[Any]:
-    for base in getattr(type(request), "__orig_bases__", ()):
+def _response_type(request: type[Request[Any]]) -> type[Any]:
+    """The response type a request type names (``Request[R]``)."""
+    for base in getattr(request, "__orig_bases__", ()):
         args = getattr(base, "__args__", ())
         if args:
             name = args[0] if isinstance(args[0], str) else args[0].__forward_arg__
             kind: type[Any] = getattr(protocol, name)
             return kind
-    raise TypeError(f"{type(request).__name__} names no response type")
+    raise TypeError(f"{request.__name__} names no response type")
 
 
 def _has_message(kind: type[Any]) -> bool:

@@ -207,10 +207,8 @@ def _ms(duration: Any) -> int:
 
 
 def delete_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
-    answer = broker.handle(DeleteGroupsRequest(list(request.groups_names)))
-    return {
-        "results": [{"group_id": r.group_id, "error_code": r.error_code} for r in answer.results]
-    }
+    answers = [broker.handle(DeleteGroupsRequest([g])).results[0] for g in request.groups_names]
+    return {"results": [{"group_id": r.group_id, "error_code": r.error_code} for r in answers]}
 
 
 def offset_delete(broker: Broker, node: Node, request: Any) -> dict[str, Any]:

@@ -58,7 +58,11 @@ def create_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             asked.append(_creatable(t))
         except KafkaException as exc:
             refused[t.name] = exc
-    answers = broker.handle(CreateTopicsRequest(asked, request.validate_only)).topics
+    # One request per topic (each is its own DB transaction anyway): a failure of one is
+    # that topic's answer (``failures.AnsweringBroker``), the others stand.
+    answers = [
+        broker.handle(CreateTopicsRequest([t], request.validate_only)).topics[0] for t in asked
+    ]
     created = [a.name for a in answers if a.error_code == KafkaError.NO_ERROR]
     ids, configs = {}, {}
     if created and not request.validate_only and request.__version__ >= 5:
@@ -153,13 +157,12 @@ def delete_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     else:
         asked = [(t.name, t.topic_id) for t in request.topics]
     if any(name is None for name, _ in asked):
-        listed = broker.handle(MetadataRequest(None)).topics
-        known = {uuid.UUID(m.topic_id): m.topic for m in listed if m.topic_id}
+        known = topics_by_id(broker)
         asked = [
             (name or (known.get(topic_id) if topic_id else None), topic_id)
             for name, topic_id in asked
         ]
-    answers = iter(broker.handle(DeleteTopicsRequest([n for n, _ in asked if n])).responses)
+    answers = iter(broker.handle(DeleteTopicsRequest([n])).responses[0] for n, _ in asked if n)
     results = []
     for name, topic_id in asked:
         if name:
@@ -172,6 +175,12 @@ def delete_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
              "error_message": message}
         )  # fmt: skip
     return {"responses": results}
+
+
+def topics_by_id(broker: Broker) -> dict[uuid.UUID, str]:
+    """Every topic's name by its id (KIP-516), for a request that names topics by id."""
+    listed = broker.handle(MetadataRequest(None)).topics
+    return {uuid.UUID(m.topic_id): m.topic for m in listed if m.topic_id}
 
 
 def describe_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -213,7 +222,9 @@ def alter_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             continue
         configs = {c.name: c.value for c in r.configs}
         asked.append(AlterConfigsResource(r.resource_type, r.resource_name, configs))
-    answers = broker.handle(AlterConfigsRequest(asked, request.validate_only)).responses
+    answers = [
+        broker.handle(AlterConfigsRequest([r], request.validate_only)).responses[0] for r in asked
+    ]
     return {"responses": [_altered(a) for a in [*answers, *refused]]}
 
 
@@ -225,8 +236,11 @@ def incremental_alter_configs(broker: Broker, node: Node, request: Any) -> dict[
         )
         for r in request.resources
     ]  # fmt: skip
-    answers = broker.handle(IncrementalAlterConfigsRequest(resources, request.validate_only))
-    return {"responses": [_altered(a) for a in answers.responses]}
+    answers = [
+        broker.handle(IncrementalAlterConfigsRequest([r], request.validate_only)).responses[0]
+        for r in resources
+    ]
+    return {"responses": [_altered(a) for a in answers]}
 
 
 def _altered(a: AlterConfigsResourceResponse) -> dict[str, Any]:
@@ -252,7 +266,9 @@ def create_partitions(broker: Broker, node: Node, request: Any) -> dict[str, Any
             )
         else:
             asked.append(PartitionCount(t.name, t.count))
-    answers = broker.handle(CreatePartitionsRequest(asked, request.validate_only)).results
+    answers = [
+        broker.handle(CreatePartitionsRequest([t], request.validate_only)).results[0] for t in asked
+    ]
     by_name = {a.name: (a.error_code, a.error_message) for a in answers}
     results = []
     for name in dict.fromkeys(t.name for t in request.topics):
@@ -266,9 +282,10 @@ def create_partitions(broker: Broker, node: Node, request: Any) -> dict[str, Any
 
 
 def delete_records(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
-    """Each partition on its own; its answer is its new log start (the low watermark)."""
+    """Each partition on its own (a request of its own: a failure of one is its answer);
+    its answer is its new log start (the low watermark)."""
     asked = [(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
-    answers = broker.handle(DeleteRecordsRequest(asked)).results
+    answers = [broker.handle(DeleteRecordsRequest([p])).results[0] for p in asked]
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for a in answers:
         by_topic.setdefault(a.topic, []).append(

@@ -43,10 +43,18 @@ def alter_user_scram_credentials(broker: Broker, node: Node, request: Any) -> di
                        bytes(u.salted_password))
         for u in request.upsertions
     ]  # fmt: skip
-    a = broker.handle(AlterUserScramCredentialsRequest(deletions, upsertions))
+    users = dict.fromkeys([n for n, _ in deletions] + [u.user for u in upsertions])
+    answers = [
+        broker.handle(
+            AlterUserScramCredentialsRequest(
+                [d for d in deletions if d[0] == user], [u for u in upsertions if u.user == user]
+            )
+        ).results[0]
+        for user in users
+    ]  # each user on its own: a failure of one is its answer
     return {
         "results": [
             {"user": r.user, "error_code": r.error_code, "error_message": r.error_message}
-            for r in a.results
+            for r in answers
         ]
     }
