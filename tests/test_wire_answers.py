@@ -136,7 +136,13 @@ def _answer(sock: socket.socket, key: int, version: int, correlation: int) -> An
 
 
 def _still_open(sock: socket.socket) -> None:
-    _send(sock, API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 99)
+    _send(
+        sock,
+        API_VERSIONS,
+        3,
+        ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+        99,
+    )
     assert _answer(sock, API_VERSIONS, 3, 99).error_code.value == 0
 
 
@@ -184,7 +190,13 @@ def test_api_versions_advertises_exactly_what_is_answered(server: str) -> None:
     host, port = server.split(":")
     with socket.create_connection((host, int(port)), 10) as sock:
         sock.settimeout(30)
-        _send(sock, API_VERSIONS, 3, ApiVersionsRequest(client_software_name="t", client_software_version="1"), 1)
+        _send(
+            sock,
+            API_VERSIONS,
+            3,
+            ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+            1,
+        )
         advertised = {
             (k.api_key, v)
             for k in _answer(sock, API_VERSIONS, 3, 1).api_keys
@@ -286,13 +298,12 @@ def test_every_request_type_has_a_failed_answer() -> None:
     """A broker failure can be answered for every request the wire handlers send: its
     response lists an answer per item (each failed) or starts with an error code."""
     from app.broker.apis import HANDLERS
-    from app.server.failures import _EVERY_ITEM, _response_type
-
     from app.protocol import (
         FindHangingTransactionsRequest,
         ListTopicsRequest,
         WriteTxnMarkersRequest,
     )
+    from app.server.failures import _EVERY_ITEM, _response_type
 
     # What only the native clients send (the wire has no such API, or its own).
     native = {FindHangingTransactionsRequest, ListTopicsRequest, WriteTxnMarkersRequest}
@@ -302,4 +313,3 @@ def test_every_request_type_has_a_failed_answer() -> None:
         kind = _response_type(request)
         first = dataclasses.fields(kind)[0]
         assert first.name == "error_code", f"{request.__name__} has no failed answer"
-
