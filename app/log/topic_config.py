@@ -213,7 +213,7 @@ def _defs() -> list[TopicConfigDef]:
                        "every acknowledged write is committed by PostgreSQL"),
         TopicConfigDef("flush.ms", "long", LONG_MAX, _long(0), n,
                        "every acknowledged write is committed by PostgreSQL"),
-        TopicConfigDef(RETENTION_BYTES, "long", -1, _long(-1), h,
+        TopicConfigDef(RETENTION_BYTES, "long", -1, _long(), h,
                        "the cleaner moves the log start past records over the size"),
         TopicConfigDef(RETENTION_MS, "long", _WEEK, _long(-1), h,
                        "the cleaner moves the log start past records older than this"),
