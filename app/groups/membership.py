@@ -318,7 +318,11 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
                 timeouts = [
                     m.rebalance_timeout_ms or m.session_timeout_ms for m in current.values()
                 ]
-                timeouts.append(max(req.rebalance_timeout_ms, req.session_timeout_ms))
+                timeouts.append(
+                    req.rebalance_timeout_ms
+                    if req.rebalance_timeout_ms >= 0
+                    else req.session_timeout_ms
+                )
                 conn.execute(
                     sql.SET_JOIN_DEADLINE,
                     {"group_id": req.group_id, "join_deadline_ms": extended_join_deadline(
