@@ -273,3 +273,50 @@ def test_0017_offset_metadata_becomes_its_utf8_bytes_and_back(empty_db: str) -> 
     for table, value in metadata_of.items():
         assert _rows(empty_db, f"SELECT metadata FROM {table}") == [(value,)]
     _alembic(empty_db, "upgrade", "head")
+
+
+def test_0018_downgrade_refuses_while_a_user_has_several_mechanisms(empty_db: str) -> None:
+    """Before 0018 a user had one credential: the downgrade refuses, naming the users with
+    more, and changes nothing; once each has one it goes back. Every partition there is
+    leads in epoch 0 from offset 0 after the upgrade."""
+    _alembic(empty_db, "upgrade", "0017")
+    insert = "INSERT INTO sasl_users VALUES (:name, :mechanism, '\\x00', 4096, '\\x00', '\\x00', 0)"
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO topics (topic, num_partitions, created_ms) VALUES ('t', 2, 0)")
+            )
+            conn.execute(
+                text("INSERT INTO partitions (topic, partition) VALUES ('t', 0), ('t', 1)")
+            )
+    finally:
+        engine.dispose()
+    _alembic(empty_db, "upgrade", "0018")
+    assert _rows(
+        empty_db, "SELECT partition, leader_epoch, start_offset FROM partition_leader_epochs"
+    ) == [(0, 0, 0), (1, 0, 0)]
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            for name, mechanism in (("carol", "SCRAM-SHA-256"), ("carol", "SCRAM-SHA-512"),
+                                    ("dave", "PLAIN")):  # fmt: skip
+                conn.execute(text(insert), {"name": name, "mechanism": mechanism})
+    finally:
+        engine.dispose()
+    refused = subprocess.run(
+        [str(ALEMBIC), "-c", str(ROOT / "alembic.ini"), "downgrade", "0017"],
+        cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": empty_db},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "users carol have credentials" in refused.stderr
+    assert len(_rows(empty_db, "SELECT name FROM sasl_users")) == 3
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM sasl_users WHERE mechanism = 'SCRAM-SHA-512'"))
+    finally:
+        engine.dispose()
+    _alembic(empty_db, "downgrade", "0017")
+    assert sorted(_rows(empty_db, "SELECT name FROM sasl_users")) == [("carol",), ("dave",)]
+    _alembic(empty_db, "upgrade", "head")
