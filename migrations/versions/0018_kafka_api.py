@@ -64,9 +64,7 @@ def downgrade() -> None:
     # A user with credentials for several mechanisms cannot be kept with one: dropping
     # some silently would lock its applications out without a word.
     several = op.get_bind().execute(
-        sa.text(
-            "SELECT name FROM sasl_users GROUP BY name HAVING count(*) > 1 ORDER BY name"
-        )
+        sa.text("SELECT name FROM sasl_users GROUP BY name HAVING count(*) > 1 ORDER BY name")
     )
     names = [r.name for r in several]
     if names:
