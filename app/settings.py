@@ -87,6 +87,10 @@ class BrokerSettings:
         return cls(**values)  # type: ignore[arg-type]
 
     @property
+    def initial_rebalance_delay_s(self) -> float:
+        return self.group_initial_rebalance_delay_ms / 1000.0
+
+    @property
     def super_user_set(self) -> frozenset[str]:
         return frozenset(p.strip() for p in self.super_users.split(",") if p.strip())
 
