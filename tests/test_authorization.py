@@ -59,7 +59,7 @@ from app.settings import BrokerSettings
 from tests.txn_driver import TxnDriver, state_of
 
 ALICE = "User:alice"
-AUTH = BrokerSettings(authorization=1)
+AUTH = BrokerSettings(authorization=1, group_initial_rebalance_delay_ms=0)  # groups form at once
 EVENT_TABLES = (
     "records", "transaction_log", "offset_commit_log", "transactions", "group_offsets",
     "pending_txn_offsets", "consumer_groups", "group_members", "topics", "producer_ids",

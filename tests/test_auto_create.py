@@ -130,7 +130,7 @@ def test_wire_clients_get_their_topics_made(db_url: str) -> None:
                               "allow.auto.create.topics": True})  # fmt: skip
         try:
             reader.assign([ck.TopicPartition("by-librdkafka", 0, 0)])
-            assert len(consume_all(reader, 1)) == 1  # the topics there are still read
+            assert len(consume_all(reader, 1, timeout=120)) == 1  # the topics there are still read
         finally:
             reader.close()
     assert "never-made" not in _topics(broker)
