@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.membership import locked_group
-from app.groups.offsets import check_group_id
+from app.groups.offsets import check_group_id, unreadable_partitions
 from app.protocol import (
     DeletedGroup,
     DeleteGroupsRequest,
@@ -29,7 +29,7 @@ from app.protocol import (
     TopicPartitionKey,
 )
 from app.security import needs
-from app.security.authorizer import authorize_all, denied_checks, refusal_of
+from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
@@ -123,23 +123,10 @@ def _refused(
     partitions: list[TopicPartitionKey],
     subscribed: set[str],
 ) -> dict[TopicPartitionKey, int]:
-    denied = {
-        c.name: refusal_of(broker, c).error.code()
-        for c in denied_checks(conn, broker, needs.offset_topics(partitions))
+    refused = {
+        tp: exc.error.code() for tp, exc in unreadable_partitions(conn, broker, partitions).items()
     }
-    existing = {
-        (r.topic, r.partition)
-        for r in conn.execute(
-            sql.EXISTING_PARTITIONS,
-            {"topics": [t for t, _ in partitions], "partitions": [p for _, p in partitions]},
-        )
-    }
-    refused: dict[TopicPartitionKey, int] = {}
     for tp in partitions:
-        if tp[0] in denied:
-            refused[tp] = denied[tp[0]]
-        elif tp not in existing:
-            refused[tp] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-        elif tp[0] in subscribed:
+        if tp not in refused and tp[0] in subscribed:
             refused[tp] = KafkaError.GROUP_SUBSCRIBED_TO_TOPIC
     return refused

@@ -88,18 +88,28 @@ def refused_partitions(
     partitions that exist are held FOR KEY SHARE to the commit's COMMIT (rule 31)."""
     max_metadata = broker.settings.offset_metadata_max_bytes
     refused = {tp: why for tp, om in offsets.items() if (why := offset_refusal(om, max_metadata))}
+    refused.update(unreadable_partitions(conn, broker, [tp for tp in offsets if tp not in refused]))
+    return refused
+
+
+def unreadable_partitions(
+    conn: Connection, broker: BrokerContext, partitions: list[TopicPartitionKey]
+) -> dict[TopicPartitionKey, KafkaException]:
+    """Those of ``partitions`` a group's offsets cannot be kept for, each with why: no Read
+    on its topic (TOPIC_AUTHORIZATION_FAILED), or no such partition. The ones that exist
+    are held FOR KEY SHARE to the DB transaction's end (rule 31)."""
     denied = {c.name: refusal_of(broker, c) for c in denied_checks(
-        conn, broker, needs.offset_topics(tp for tp in offsets if tp not in refused)
+        conn, broker, needs.offset_topics(partitions)
     )}  # fmt: skip
-    for tp in offsets:
-        if tp not in refused and tp[0] in denied:
+    refused: dict[TopicPartitionKey, KafkaException] = {}
+    for tp in partitions:
+        if tp[0] in denied:
             refused[tp] = denied[tp[0]]
-    for tp in offsets:
-        if tp not in refused and not could_exist(tp[0]):
+        elif not could_exist(tp[0]):
             refused[tp] = fail(
                 KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]} [{tp[1]}] does not exist"
             )
-    left = [tp for tp in offsets if tp not in refused]
+    left = [tp for tp in partitions if tp not in refused]
     if left:
         found = {(r.topic, r.partition) for r in conn.execute(sql.EXISTING_PARTITIONS, _keys(left))}
         for tp in left:
