@@ -223,7 +223,7 @@ def test_0017_offset_metadata_becomes_its_utf8_bytes_and_back(empty_db: str) -> 
     """Metadata stored as text before 0017 is its UTF-8 after it, in every table that
     carries it; the downgrade turns it back into the same text, and refuses (changing
     nothing) while some metadata holds NUL, which text cannot."""
-    _alembic(empty_db, "upgrade", "0016")
+    _alembic(empty_db, "upgrade", "0021")
     metadata_of = {"group_offsets": "héllo", "pending_txn_offsets": "", "offset_commit_log": "✓"}
     engine = create_engine(empty_db, poolclass=pool.NullPool)
     try:
@@ -256,7 +256,7 @@ def test_0017_offset_metadata_becomes_its_utf8_bytes_and_back(empty_db: str) -> 
     finally:
         engine.dispose()
     refused = subprocess.run(
-        [str(ALEMBIC), "-c", str(ROOT / "alembic.ini"), "downgrade", "0016"],
+        [str(ALEMBIC), "-c", str(ROOT / "alembic.ini"), "downgrade", "0021"],
         cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": empty_db},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -269,7 +269,7 @@ def test_0017_offset_metadata_becomes_its_utf8_bytes_and_back(empty_db: str) -> 
             conn.execute(text("UPDATE group_offsets SET metadata = :m"), {"m": "héllo".encode()})
     finally:
         engine.dispose()
-    _alembic(empty_db, "downgrade", "0016")
+    _alembic(empty_db, "downgrade", "0021")
     for table, value in metadata_of.items():
         assert _rows(empty_db, f"SELECT metadata FROM {table}") == [(value,)]
     _alembic(empty_db, "upgrade", "head")

@@ -1,7 +1,7 @@
 """offset metadata kept as the UTF-8 bytes of the string sent (NUL included)
 
 Revision ID: 0017
-Revises: 0016
+Revises: 0021
 Create Date: 2026-12-02 10:00:00.000000
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from app.storage.views import create_views, drop_views
 
 revision: str = "0017"
-down_revision: str | None = "0016"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
