@@ -6,6 +6,9 @@ KafkaException too, in the future where there is one (docs/design.md rule 25).""
 
 from __future__ import annotations
 
+import enum
+import hashlib
+import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -22,16 +25,21 @@ from app.protocol import (
     OP_DELETE,
     OP_SET,
     RESOURCE_TOPIC,
+    SCRAM_MECHANISM_CODES,
     AbortTransactionRequest,
     AclBinding,
     AclBindingFilter,
     AlterableConfig,
     AlterConfigsRequest,
     AlterConfigsResource,
+    AlterUserScramCredentialsRequest,
     CreatableTopic,
     CreateAclsRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteAclsRequest,
+    DeleteGroupsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
     DescribeConfigsRequest,
@@ -39,25 +47,32 @@ from app.protocol import (
     DescribeConfigsResult,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest,
     FindHangingTransactionsRequest,
     HangingTransaction,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResource,
     ListTopicsRequest,
     ListTransactionsRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
+    PartitionCount,
     ProducerDescription,
     R,
     Request,
+    ScramUpsertion,
     TopicInfo,
     TransactionDescription,
+    UserScramCredentials,
     validate_binding,
     validate_filter,
 )
 
 __all__ = [
     "AclBinding", "AclBindingFilter", "AdminClient", "ClusterMetadata", "ConfigEntry",
-    "ConfigResource", "NewTopic",
+    "ConfigResource", "DeletedRecords", "NewPartitions", "NewTopic", "ScramCredentialInfo",
+    "ScramMechanism", "UserScramCredentialDeletion", "UserScramCredentialUpsertion",
+    "UserScramCredentialsDescription",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -69,6 +84,74 @@ class NewTopic:
     num_partitions: int = 1
     replication_factor: int = -1  # accepted for compatibility; PostgreSQL does the durability
     config: dict[str, Any] | None = None
+
+
+@dataclass
+class NewPartitions:
+    """confluent-kafka's NewPartitions: the topic's new partition count. A replica
+    assignment is accepted and ignored (PostgreSQL holds the data)."""
+
+    topic: str
+    new_total_count: int
+    replica_assignment: list[list[int]] | None = None
+
+
+@dataclass(frozen=True)
+class DeletedRecords:
+    """What delete_records answers per partition: its log start now."""
+
+    low_watermark: int
+
+
+class ScramMechanism(enum.IntEnum):
+    """confluent-kafka's ScramMechanism, with Kafka's codes."""
+
+    UNKNOWN = 0
+    SCRAM_SHA_256 = 1
+    SCRAM_SHA_512 = 2
+
+    @property
+    def sasl_name(self) -> str:
+        return self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class ScramCredentialInfo:
+    mechanism: ScramMechanism
+    iterations: int
+
+
+@dataclass(frozen=True)
+class UserScramCredentialsDescription:
+    user: str
+    scram_credential_infos: list[ScramCredentialInfo]
+
+
+@dataclass(frozen=True)
+class UserScramCredentialUpsertion:
+    """A SCRAM credential to set for ``user``: the password never leaves the client, only
+    the salted password derived from it (RFC 5802's Hi), as Kafka's clients send it."""
+
+    user: str
+    scram_credential_info: ScramCredentialInfo
+    password: bytes
+    salt: bytes | None = None
+
+
+@dataclass(frozen=True)
+class UserScramCredentialDeletion:
+    user: str
+    mechanism: ScramMechanism
+
+
+# A salt of this many random bytes when an upsertion gives none (librdkafka's length).
+SCRAM_SALT_BYTES = 64
+
+
+def _salted_password(mechanism: ScramMechanism, password: bytes, salt: bytes, i: int) -> bytes:
+    """RFC 5802's SaltedPassword, Hi(password, salt, i): PBKDF2 with the mechanism's HMAC."""
+    digest = "sha256" if mechanism == ScramMechanism.SCRAM_SHA_256 else "sha512"
+    return hashlib.pbkdf2_hmac(digest, password, salt, i)
 
 
 @dataclass(eq=False)
@@ -157,6 +240,16 @@ def _config_entries(result: DescribeConfigsResult) -> dict[str, ConfigEntry]:
         )
         for c in result.configs
     }
+
+
+def _scram_description(u: UserScramCredentials) -> UserScramCredentialsDescription:
+    return UserScramCredentialsDescription(
+        u.user,
+        [
+            ScramCredentialInfo(ScramMechanism(SCRAM_MECHANISM_CODES[m]), i)
+            for m, i in u.credentials
+        ],
+    )
 
 
 def _incremental(r: ConfigResource) -> IncrementalAlterConfigsResource:
@@ -333,6 +426,41 @@ class AdminClient(Closing):
         _check(a.error_code, a.error_message)
         return a.written
 
+    def create_partitions(
+        self, new_partitions: Iterable[NewPartitions], validate_only: bool = False, **_: Any
+    ) -> dict[str, Future[None]]:
+        """Grow each topic to its new total count (never shrinks: INVALID_PARTITIONS)."""
+        asked = list(new_partitions)
+        for np in asked:
+            if not isinstance(np, NewPartitions):
+                raise fail(KafkaError._INVALID_ARG, f"expected NewPartitions, got {np!r}")
+            name_arg(np.topic, "topic")
+            int_arg(np.new_total_count, "new_total_count")
+        request = CreatePartitionsRequest(
+            [PartitionCount(np.topic, np.new_total_count) for np in asked], validate_only
+        )
+        return self._futures(
+            [np.topic for np in asked],
+            request,
+            lambda r: [_outcome(t.error_code, t.error_message, None) for t in r.results],
+        )
+
+    def delete_records(
+        self, topic_partition_offsets: Iterable[TopicPartition], **_: Any
+    ) -> dict[TopicPartition, Future[DeletedRecords]]:
+        """Delete each partition's records below its offset (OFFSET_END: all of them): its
+        log start moves there."""
+        partitions = partitions_arg(list(topic_partition_offsets), "topic_partition_offsets")
+        request = DeleteRecordsRequest([(tp.topic, tp.partition, tp.offset) for tp in partitions])
+        return self._futures(
+            partitions,
+            request,
+            lambda r: [
+                _outcome(d.error_code, d.error_message, DeletedRecords(d.low_watermark))
+                for d in r.results
+            ],
+        )
+
     # ------------------------------------------------------------ groups
     def list_consumer_group_offsets(self, group_id: str) -> list[TopicPartition]:
         name_arg(group_id, "group_id")
@@ -341,6 +469,89 @@ class AdminClient(Closing):
         return [
             TopicPartition(t, p, om.offset, om.metadata) for (t, p), om in sorted(r.offsets.items())
         ]
+
+    def delete_consumer_groups(self, group_ids: list[str], **_: Any) -> dict[str, Future[None]]:
+        """Delete each group, which must have no members, with its committed offsets."""
+        names = names_arg(group_ids, "group_ids")
+        return self._futures(
+            names,
+            DeleteGroupsRequest(names),
+            lambda r: [_outcome(g.error_code, g.error_message, None) for g in r.results],
+        )
+
+    def delete_consumer_group_offsets(
+        self, group_id: str, partitions: list[TopicPartition], **_: Any
+    ) -> dict[TopicPartition, Future[None]]:
+        """Forget the group's committed offsets of these partitions (Kafka's
+        deleteConsumerGroupOffsets); a partition of a topic its members are subscribed to
+        is refused (GROUP_SUBSCRIBED_TO_TOPIC)."""
+        name_arg(group_id, "group_id")
+        checked = partitions_arg(partitions, "partitions")
+        request = OffsetDeleteRequest(group_id, [(tp.topic, tp.partition) for tp in checked])
+        return self._futures(
+            checked,
+            request,
+            lambda r: [
+                _outcome(r.error_code or r.results[(tp.topic, tp.partition)], r.error_message, None)
+                for tp in checked
+            ],
+        )
+
+    # ------------------------------------------------------------ SCRAM users
+    def describe_user_scram_credentials(
+        self, users: list[str] | None = None, **_: Any
+    ) -> (
+        Future[dict[str, UserScramCredentialsDescription]]
+        | dict[str, Future[UserScramCredentialsDescription]]
+    ):
+        """As confluent-kafka's: for every user (``users`` None or empty), one future of
+        all their descriptions; for the users named, a future each."""
+        names = None if not users else names_arg(users, "users")
+        try:
+            r = self._send(DescribeUserScramCredentialsRequest(names))
+        except KafkaException as exc:
+            return _failed(exc) if names is None else dict.fromkeys(names, _failed(exc))
+        if names is None:
+            if r.error_code:
+                return _failed(fail(r.error_code, r.error_message))
+            return _done({u.user: _scram_description(u) for u in r.results})
+        if r.error_code:
+            return dict.fromkeys(names, _failed(fail(r.error_code, r.error_message)))
+        return {
+            u.user: _outcome(u.error_code, u.error_message, _scram_description(u))
+            for u in r.results
+        }
+
+    def alter_user_scram_credentials(
+        self,
+        alterations: list[UserScramCredentialUpsertion | UserScramCredentialDeletion],
+        **_: Any,
+    ) -> dict[str, Future[None]]:
+        """Each user's alterations together, a future per user."""
+        deletions: list[tuple[str, str]] = []
+        upsertions: list[ScramUpsertion] = []
+        for a in alterations:
+            if isinstance(a, UserScramCredentialDeletion):
+                deletions.append((name_arg(a.user, "user"), ScramMechanism(a.mechanism).sasl_name))
+            elif isinstance(a, UserScramCredentialUpsertion):
+                info = a.scram_credential_info
+                mechanism = ScramMechanism(info.mechanism)
+                salt = a.salt or os.urandom(SCRAM_SALT_BYTES)
+                salted = _salted_password(mechanism, bytes(a.password), salt, info.iterations)
+                upsertions.append(
+                    ScramUpsertion(
+                        name_arg(a.user, "user"), mechanism.sasl_name, info.iterations, salt,
+                        salted,
+                    )
+                )  # fmt: skip
+            else:
+                raise fail(KafkaError._INVALID_ARG, f"expected a SCRAM alteration, got {a!r}")
+        users = list(dict.fromkeys([n for n, _ in deletions] + [u.user for u in upsertions]))
+        return self._futures(
+            users,
+            AlterUserScramCredentialsRequest(deletions, upsertions),
+            lambda r: [_outcome(u.error_code, u.error_message, None) for u in r.results],
+        )
 
     # ------------------------------------------------------------ ACLs
     def create_acls(self, acls: Iterable[AclBinding], **_: Any) -> dict[AclBinding, Future[None]]:

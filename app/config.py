@@ -87,6 +87,13 @@ _SETTINGS: tuple[Setting, ...] = (
     Setting("stats_cb", Type.CALLABLE),
     Setting("throttle_cb", Type.CALLABLE),
     Setting("request.timeout.ms", Type.INT, 30_000, minimum=1, maximum=900_000),
+    Setting(
+        "allow.auto.create.topics",
+        Type.BOOL,
+        kinds=_P | _C,
+        doc="Ask the broker to create an unknown topic (KIP98_AUTO_CREATE_TOPICS must allow "
+        "it): true by default for a producer, false for a consumer, as in librdkafka.",
+    ),
     Setting("retry.backoff.ms", Type.INT, 100, minimum=1, maximum=300_000),
     # --- producer -----------------------------------------------------------------
     Setting("transactional.id", Type.STR, kinds=_P),
@@ -435,6 +442,8 @@ def parse_config(kind: str, config: Mapping[str, Any] | None) -> ClientConfig:
             explicit.add(name)
         else:
             explicit.discard(name)
+    if values.get("allow.auto.create.topics", False) is None:
+        values["allow.auto.create.topics"] = kind == PRODUCER
     if kind == PRODUCER:
         _check_producer(values, explicit)
     if kind == CONSUMER:

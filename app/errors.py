@@ -105,6 +105,22 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     ),
     "UNKNOWN_TOPIC_ID": (100, True, "Unknown topic id"),
     "TRANSACTIONAL_ID_NOT_FOUND": (105, False, "The transactionalId could not be found"),
+    "LEADER_NOT_AVAILABLE": (5, True, "Leader not available"),
+    "POLICY_VIOLATION": (44, False, "Policy violation"),
+    "NON_EMPTY_GROUP": (68, False, "Group is not empty"),
+    "FENCED_LEADER_EPOCH": (74, True, "Broker: Leader epoch is older than broker epoch"),
+    "UNKNOWN_LEADER_EPOCH": (75, True, "Broker: Leader epoch is newer than broker epoch"),
+    "GROUP_SUBSCRIBED_TO_TOPIC": (86, False, "Broker: Consumer group is subscribed to the topic"),
+    "DUPLICATE_RESOURCE": (
+        92,
+        False,
+        "Broker: Request illegally referred to the same resource twice",
+    ),
+    "UNACCEPTABLE_CREDENTIAL": (
+        93,
+        False,
+        "Broker: Requested credential would not meet criteria for acceptability",
+    ),
 }
 
 # librdkafka's local (client-side) errors.
@@ -197,6 +213,14 @@ class KafkaError:
     PRODUCER_FENCED: int
     UNKNOWN_TOPIC_ID: int
     TRANSACTIONAL_ID_NOT_FOUND: int
+    LEADER_NOT_AVAILABLE: int
+    POLICY_VIOLATION: int
+    NON_EMPTY_GROUP: int
+    FENCED_LEADER_EPOCH: int
+    UNKNOWN_LEADER_EPOCH: int
+    GROUP_SUBSCRIBED_TO_TOPIC: int
+    DUPLICATE_RESOURCE: int
+    UNACCEPTABLE_CREDENTIAL: int
     _BAD_MSG: int
     _FAIL: int
     _TRANSPORT: int

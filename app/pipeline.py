@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from app.client import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from app.settings import BrokerSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ class CopierStats:
     aborted: int = 0
     records: int = 0
     started: float = field(default_factory=time.monotonic)
+    # When the group first gave the copier partitions (its first rebalance may wait
+    # group.initial.rebalance.delay.ms for more members); None until then.
+    assigned: float | None = None
 
 
 @dataclass
@@ -81,18 +85,22 @@ class Copier:
         self._running = False
 
     def run(self, idle_exit_s: float | None = None) -> CopierStats:
-        """Copy until stopped, or until nothing arrived for ``idle_exit_s`` seconds."""
+        """Copy until stopped, or until nothing arrived for ``idle_exit_s`` seconds once the
+        group gave it partitions."""
         consumer_cfg, producer_cfg = self._configs()
         consumer = Consumer(consumer_cfg)
         producer = Producer(producer_cfg)
         try:
             producer.init_transactions()
             consumer.subscribe([self.input_topic])
-            idle_since = time.monotonic()
+            # Not idle while the group's first rebalance waits for more members.
+            idle_since = time.monotonic() + BrokerSettings.from_env().initial_rebalance_delay_s
             while self._running:
                 msgs = [
                     m for m in consumer.consume(self.batch_size, timeout=0.2) if m.error() is None
                 ]
+                if self.stats.assigned is None and consumer.assignment():
+                    self.stats.assigned = idle_since = time.monotonic()
                 if not msgs:
                     if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                         break

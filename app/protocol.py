@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -186,6 +187,9 @@ class ProduceResponse:
     error_message: str | None = None
     # True when the batch was a retry of one already in the log (nothing was written).
     duplicate: bool = False
+    # The time its records were stamped with, for a topic of message.timestamp.type
+    # LogAppendTime; -1 otherwise (the producer's timestamps were kept).
+    log_append_time: int = -1
 
 
 @dataclass(frozen=True)
@@ -222,9 +226,12 @@ class ProduceBatchesResponse:
 @dataclass(frozen=True)
 class MetadataRequest(Request["MetadataResponse"]):
     """Kafka's MetadataRequest, for what a client needs of it: the topics' partitions.
-    ``topics`` None asks for every topic."""
+    ``topics`` None asks for every topic. ``allow_auto_topic_creation``: a topic asked for
+    that does not exist is created (with the broker's num.partitions), if the broker
+    allows it (KIP98_AUTO_CREATE_TOPICS) and the principal may create it."""
 
     topics: list[str] | None = None
+    allow_auto_topic_creation: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,6 +240,9 @@ class TopicMetadata:
     topic: str
     num_partitions: int = 0
     topic_id: str | None = None
+    # Each partition's leader epoch, in partition order.
+    leader_epochs: tuple[int, ...] = ()
+    error_message: str | None = None
 
 
 @dataclass(frozen=True)
@@ -264,12 +274,23 @@ class FetchRequest(Request["FetchResponse"]):
     # ``log_records``; clients skip markers and, in read_committed, filter by
     # ``aborted_transactions`` themselves.
     batches: bool = False
+    # The leader epoch the client believes current (KIP-320; -1: not checked).
+    current_leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
 class AbortedTransaction:
     producer_id: int
     first_offset: int
+
+
+def epoch_at(epochs: Sequence[int], starts: Sequence[int], offset: int) -> int:
+    """The leader epoch a record at ``offset`` was written in: the last epoch begun at or
+    before it (``epochs`` ascending, with the offsets they began at; none: epoch 0)."""
+    if not epochs:
+        return 0
+    i = bisect_right(starts, offset)
+    return epochs[max(i - 1, 0)]
 
 
 @dataclass(frozen=True)
@@ -286,6 +307,14 @@ class FetchResponse:
     error_message: str | None = None
     # With ``FetchRequest.batches``: the records as stored, in offset order.
     log_records: list[LogRecord] = field(default_factory=list)
+    # The topic's message.timestamp.type is LogAppendTime; the codec its batches are
+    # served in (compression.type); the partition's leader epoch and, once it has had
+    # several, each epoch with the offset it began at (``leader_epoch.epoch_at``).
+    log_append_time: bool = False
+    compression_type: str = "producer"
+    leader_epoch: int = 0
+    epochs: tuple[int, ...] = ()
+    epoch_starts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -294,6 +323,8 @@ class ListOffsetsRequest(Request["ListOffsetsResponse"]):
     partition: int
     timestamp: int
     isolation_level: int = READ_UNCOMMITTED
+    # The leader epoch the client believes current (KIP-320; -1: not checked).
+    current_leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -302,6 +333,8 @@ class ListOffsetsResponse:
     offset: int = -1
     timestamp: int = -1
     error_message: str | None = None
+    # The epoch the offset's record was written in (the current one for the log end).
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True)
@@ -644,6 +677,81 @@ class DescribeGroupsResponse:
     groups: list[DescribedGroup]
 
 
+@dataclass(frozen=True)
+class DeleteGroupsRequest(Request["DeleteGroupsResponse"]):
+    """Kafka's DeleteGroups: each group, empty of members, with its committed offsets."""
+
+    group_ids: list[str]
+
+
+@dataclass(frozen=True)
+class DeletedGroup:
+    group_id: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteGroupsResponse:
+    results: list[DeletedGroup]
+
+
+@dataclass(frozen=True)
+class OffsetDeleteRequest(Request["OffsetDeleteResponse"]):
+    """Kafka's OffsetDelete (KIP-496): a group's committed offsets of these partitions,
+    forgotten unless the group's members are subscribed to their topic."""
+
+    group_id: str
+    partitions: list[TopicPartitionKey]
+
+
+@dataclass(frozen=True)
+class OffsetDeleteResponse:
+    """``error_code``: the whole request's (no such group, its ACL); else each
+    partition's in ``results``."""
+
+    error_code: int
+    results: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    error_message: str | None = None
+
+
+# ---------------------------------------------------------------- leader epochs
+
+
+@dataclass(frozen=True)
+class EpochQuery:
+    """One partition of an OffsetForLeaderEpoch: the epoch asked about, and the one the
+    client believes current (-1: not checked)."""
+
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class OffsetForLeaderEpochRequest(Request["OffsetForLeaderEpochResponse"]):
+    partitions: list[EpochQuery]
+
+
+@dataclass(frozen=True)
+class EpochEndOffset:
+    """The largest epoch at or below the one asked and where it ended (the log end for
+    the current one); -1 and -1 for an epoch the partition never had after."""
+
+    topic: str
+    partition: int
+    error_code: int
+    leader_epoch: int = -1
+    end_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class OffsetForLeaderEpochResponse:
+    results: list[EpochEndOffset]
+
+
 # ---------------------------------------------------------------- administration
 #
 # The AdminClient's RPCs: Kafka's admin APIs for topics and ACLs (KIP-4), configs (KIP-133,
@@ -720,6 +828,59 @@ class DeleteTopicsResponse:
 
 
 @dataclass(frozen=True)
+class PartitionCount:
+    """A topic to grow to ``count`` partitions (Kafka's CreatePartitions topic)."""
+
+    name: str
+    count: int
+
+
+@dataclass(frozen=True)
+class CreatePartitionsRequest(Request["CreatePartitionsResponse"]):
+    """Each topic on its own; a topic only grows. ``validate_only``: every check, nothing
+    written."""
+
+    topics: list[PartitionCount]
+    validate_only: bool = False
+
+
+@dataclass(frozen=True)
+class CreatePartitionsResult:
+    name: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class CreatePartitionsResponse:
+    results: list[CreatePartitionsResult]
+
+
+@dataclass(frozen=True)
+class DeleteRecordsRequest(Request["DeleteRecordsResponse"]):
+    """Kafka's DeleteRecords: (topic, partition, offset) each, the offset the new log
+    start (-1: the high watermark). Each partition on its own."""
+
+    partitions: list[tuple[str, int, int]]
+
+
+@dataclass(frozen=True)
+class DeletedRecords:
+    """One partition's answer: its log start after the deletion (Kafka's low watermark)."""
+
+    topic: str
+    partition: int
+    error_code: int
+    low_watermark: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteRecordsResponse:
+    results: list[DeletedRecords]
+
+
+@dataclass(frozen=True)
 class ListTopicsRequest(Request["ListTopicsResponse"]):
     """Kafka's Admin.listTopics, with what kafka-topics.sh --describe adds to it: each
     partition's offsets and the topic's config overrides."""
@@ -759,11 +920,17 @@ class DescribeConfigsRequest(Request["DescribeConfigsResponse"]):
 
 @dataclass(frozen=True)
 class DescribeConfigsResourceResult:
+    """One config of a resource: its value, where it comes from (the topic's override or
+    the default), the default under it, Kafka's type code and what it does here."""
+
     name: str
     value: str
     config_source: int
     read_only: bool = False
     is_sensitive: bool = False
+    default_value: str | None = None
+    config_type: int = 0
+    documentation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1006,6 +1173,67 @@ class SaslScramResponse:
     error_code: int
     principal: str | None = None
     credential: ScramCredential | None = None
+
+
+# Kafka's ScramMechanism codes, as the SCRAM credential APIs name mechanisms.
+SCRAM_MECHANISM_CODES = {"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}
+
+
+@dataclass(frozen=True)
+class DescribeUserScramCredentialsRequest(Request["DescribeUserScramCredentialsResponse"]):
+    """The SCRAM credentials of ``users`` (None: of every user that has one)."""
+
+    users: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class UserScramCredentials:
+    """A user's SCRAM credentials: (mechanism, iterations) each, never a key."""
+
+    user: str
+    error_code: int
+    error_message: str | None = None
+    credentials: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DescribeUserScramCredentialsResponse:
+    error_code: int
+    error_message: str | None = None
+    results: list[UserScramCredentials] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ScramUpsertion:
+    """A SCRAM credential to set: what a SCRAM server keeps is derived from the salted
+    password (RFC 5802's SaltedPassword, computed by the client from the password)."""
+
+    user: str
+    mechanism: str
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+@dataclass(frozen=True)
+class AlterUserScramCredentialsRequest(Request["AlterUserScramCredentialsResponse"]):
+    """Kafka's AlterUserScramCredentials: each user's deletions ((user, mechanism)) and
+    upsertions done together or not at all."""
+
+    deletions: list[tuple[str, str]] = field(default_factory=list)
+    upsertions: list[ScramUpsertion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AlteredUser:
+    user: str
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class AlterUserScramCredentialsResponse:
+    results: list[AlteredUser]
 
 
 @dataclass(frozen=True)

@@ -58,17 +58,37 @@ class BrokerSettings:
     # A peer that vanished without closing the socket (host down, network cut) is noticed
     # by TCP keepalives and an unacknowledged write after this long.
     db_tcp_user_timeout_ms: int = 30_000
+    # Whether a Metadata request that allows it creates the unknown topics it names, with
+    # ``num_partitions`` partitions (Kafka: auto.create.topics.enable, num.partitions); the
+    # native Producer asks for it, and a Consumer with allow.auto.create.topics.
+    auto_create_topics: bool = True
+    num_partitions: int = 1
+    # How long the first rebalance of an empty group waits for more members, each new one
+    # extending the wait up to the rebalance timeout (Kafka:
+    # group.initial.rebalance.delay.ms, KIP-134).
+    group_initial_rebalance_delay_ms: int = 3_000
+    # The longest metadata an offset commit may carry (Kafka: offset.metadata.max.bytes,
+    # counted as Kafka counts it, in UTF-16 code units); longer is OFFSET_METADATA_TOO_LARGE.
+    offset_metadata_max_bytes: int = 4_096
 
     @classmethod
     def from_env(cls) -> BrokerSettings:
-        values: dict[str, int | str] = {}
+        values: dict[str, int | str | bool] = {}
         for field in fields(cls):
             raw = os.environ.get(f"KIP98_{field.name.upper()}")
-            if raw is not None:
-                values[field.name] = (
-                    raw if field.type in (str, "str") else _integer(field.name, raw)
-                )
+            if raw is None:
+                continue
+            if field.type in (str, "str"):
+                values[field.name] = raw
+            elif field.type in (bool, "bool"):
+                values[field.name] = _boolean(field.name, raw)
+            else:
+                values[field.name] = _integer(field.name, raw)
         return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def initial_rebalance_delay_s(self) -> float:
+        return self.group_initial_rebalance_delay_ms / 1000.0
 
     @property
     def super_user_set(self) -> frozenset[str]:
@@ -85,5 +105,15 @@ def _integer(name: str, raw: str) -> int:
         raise fail(
             KafkaError._INVALID_ARG,
             f"KIP98_{name.upper()} must be a non-negative integer, got {raw!r}",
+        )
+    return value
+
+
+def _boolean(name: str, raw: str) -> bool:
+    """A switch: true/false (Kafka's spelling), or 1/0."""
+    value = {"true": True, "1": True, "false": False, "0": False}.get(raw.strip().lower())
+    if value is None:
+        raise fail(
+            KafkaError._INVALID_ARG, f"KIP98_{name.upper()} must be true or false, got {raw!r}"
         )
     return value

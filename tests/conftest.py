@@ -25,6 +25,10 @@ from app.storage.one_query import QueryCopies
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# Groups form at once in tests (Kafka's own test brokers set it to 0 too); the tests of
+# group.initial.rebalance.delay.ms set it themselves. Subprocesses inherit it.
+os.environ.setdefault("KIP98_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+
 
 def admin_conninfo(url: str) -> str:
     """The server's maintenance database, for creating and dropping test databases."""

@@ -117,8 +117,66 @@ def test_bad_commits_write_nothing(
     r = offset_commit(
         broker, OffsetCommitRequest(group, {tp: OffsetAndMetadata(o) for tp, o in offsets.items()})
     )
-    assert r.error_code == code
+    assert r.results == dict.fromkeys(offsets, code)  # each partition says why
     assert committed(broker, "g") == {}
+
+
+def test_a_refused_partition_leaves_the_others_committed(broker: Broker) -> None:
+    """As Kafka answers an OffsetCommit: each partition on its own."""
+    offsets = {
+        ("in", 0): OffsetAndMetadata(5, "ok"),
+        ("in", 1): OffsetAndMetadata(6, "x" * 4097),
+        ("in", 9): OffsetAndMetadata(7),
+        ("nope", 0): OffsetAndMetadata(8),
+        ("in", 2): OffsetAndMetadata(-1),
+    }
+    r = offset_commit(broker, OffsetCommitRequest("g", offsets))
+    assert r.error_code == KafkaError.NO_ERROR
+    assert r.results == {
+        ("in", 0): 0,
+        ("in", 1): KafkaError.OFFSET_METADATA_TOO_LARGE,
+        ("in", 9): KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+        ("nope", 0): KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+        ("in", 2): KafkaError.INVALID_REQUEST,
+    }
+    assert committed(broker, "g") == {("in", 0): 5}
+
+
+def test_offset_metadata_is_kept_exactly(broker: Broker) -> None:
+    """Any string Kafka's wire carries (NUL, characters beyond the BMP) up to
+    offset.metadata.max.bytes, counted in UTF-16 units as Kafka counts it."""
+    nul = "a\x00b\x00"
+    astral = "\U0001f600" * 2048  # 4096 UTF-16 units: the limit exactly
+    over = "\U0001f600" * 2048 + "x"
+    r = offset_commit(
+        broker,
+        OffsetCommitRequest(
+            "g",
+            {
+                ("in", 0): OffsetAndMetadata(1, nul),
+                ("in", 1): OffsetAndMetadata(2, astral),
+                ("in", 2): OffsetAndMetadata(3, over),
+                ("in", 3): OffsetAndMetadata(4, ""),
+            },
+        ),
+    )
+    assert r.results == {
+        ("in", 0): 0, ("in", 1): 0, ("in", 2): KafkaError.OFFSET_METADATA_TOO_LARGE,
+        ("in", 3): 0,
+    }  # fmt: skip
+    fetched = offset_fetch(broker, OffsetFetchRequest("g", [("in", 0), ("in", 1), ("in", 3)]))
+    assert fetched.offsets == {
+        ("in", 0): OffsetAndMetadata(1, nul),
+        ("in", 1): OffsetAndMetadata(2, astral),
+        ("in", 3): OffsetAndMetadata(4, ""),
+    }
+    with broker.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT partition, metadata FROM consumer_group_lag ORDER BY partition"
+        ).all()
+    assert [(p, bytes(m)) for p, m in rows] == [
+        (0, nul.encode()), (1, astral.encode()), (3, b""),
+    ]  # fmt: skip
 
 
 def test_txn_offsets_pending_until_commit_and_dropped_on_abort(broker: Broker) -> None:
@@ -372,7 +430,7 @@ def test_an_offset_commit_racing_a_topic_deletion_leaves_no_offset(
     import threading
     import time
 
-    from app.groups.offsets import record_txn_offsets
+    from app.groups.offsets import record_txn_offsets, refused_partitions
     from app.protocol import DeleteTopicsRequest, TxnOffsetCommitRequest
 
     # The commit's transaction idles while the deletion waits for it, for as long as the
@@ -381,7 +439,8 @@ def test_an_offset_commit_racing_a_topic_deletion_leaves_no_offset(
     request = TxnOffsetCommitRequest("copier", "g", 7, 0, {("in", 1): OffsetAndMetadata(3)})
     deleted: list[int] = []
     with broker.engine.connect() as commit:
-        record_txn_offsets(commit, 0, request)  # pending offset written, not committed
+        assert refused_partitions(commit, broker, request.offsets) == {}  # FOR KEY SHARE
+        record_txn_offsets(commit, 0, request, request.offsets)  # pending, not committed
         deletion = threading.Thread(
             target=lambda: deleted.extend(
                 r.error_code for r in broker.handle(DeleteTopicsRequest(["in"])).responses

@@ -217,3 +217,106 @@ def test_0015_downgrade_refuses_while_scram_users_exist(empty_db: str) -> None:
     assert _rows(empty_db, "SELECT name, mechanism FROM sasl_users") == [("alice", "PLAIN")]
     with pytest.raises(IntegrityError, match="ck_sasl_users_mechanism"):
         _rows(empty_db, insert.replace(":name", "'x'").replace(":mechanism", "'SCRAM-SHA-256'"))
+
+
+def test_0017_offset_metadata_becomes_its_utf8_bytes_and_back(empty_db: str) -> None:
+    """Metadata stored as text before 0017 is its UTF-8 after it, in every table that
+    carries it; the downgrade turns it back into the same text, and refuses (changing
+    nothing) while some metadata holds NUL, which text cannot."""
+    _alembic(empty_db, "upgrade", "0021")
+    metadata_of = {"group_offsets": "héllo", "pending_txn_offsets": "", "offset_commit_log": "✓"}
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO group_offsets VALUES ('g', 't', 0, 5, :m, 0)"),
+                         {"m": metadata_of["group_offsets"]})  # fmt: skip
+            conn.execute(
+                text("INSERT INTO pending_txn_offsets VALUES ('g', 't', 0, 7, 0, 5, :m, 0)"),
+                {"m": metadata_of["pending_txn_offsets"]},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO offset_commit_log (group_id, topic, partition, kind, "
+                    "committed_offset, metadata, commit_ms) VALUES ('g', 't', 0, 'commit', 5, :m, 0)"
+                ),
+                {"m": metadata_of["offset_commit_log"]},
+            )
+    finally:
+        engine.dispose()
+
+    _alembic(empty_db, "upgrade", "0017")
+    for table, value in metadata_of.items():
+        assert _rows(empty_db, f"SELECT metadata FROM {table}") == [(value.encode(),)]
+    assert _rows(empty_db, "SELECT metadata FROM consumer_group_lag") == []  # no partition 't'
+
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE group_offsets SET metadata = '\\x6100'::bytea"))
+    finally:
+        engine.dispose()
+    refused = subprocess.run(
+        [str(ALEMBIC), "-c", str(ROOT / "alembic.ini"), "downgrade", "0021"],
+        cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": empty_db},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "groups g holds NUL" in refused.stderr
+    assert _rows(empty_db, "SELECT metadata FROM group_offsets") == [(b"a\x00",)]
+
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE group_offsets SET metadata = :m"), {"m": "héllo".encode()})
+    finally:
+        engine.dispose()
+    _alembic(empty_db, "downgrade", "0021")
+    for table, value in metadata_of.items():
+        assert _rows(empty_db, f"SELECT metadata FROM {table}") == [(value,)]
+    _alembic(empty_db, "upgrade", "head")
+
+
+def test_0018_downgrade_refuses_while_a_user_has_several_mechanisms(empty_db: str) -> None:
+    """Before 0018 a user had one credential: the downgrade refuses, naming the users with
+    more, and changes nothing; once each has one it goes back. Every partition there is
+    leads in epoch 0 from offset 0 after the upgrade."""
+    _alembic(empty_db, "upgrade", "0017")
+    insert = "INSERT INTO sasl_users VALUES (:name, :mechanism, '\\x00', 4096, '\\x00', '\\x00', 0)"
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO topics (topic, num_partitions, created_ms) VALUES ('t', 2, 0)")
+            )
+            conn.execute(
+                text("INSERT INTO partitions (topic, partition) VALUES ('t', 0), ('t', 1)")
+            )
+    finally:
+        engine.dispose()
+    _alembic(empty_db, "upgrade", "0018")
+    assert _rows(
+        empty_db, "SELECT partition, leader_epoch, start_offset FROM partition_leader_epochs"
+    ) == [(0, 0, 0), (1, 0, 0)]
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            for name, mechanism in (("carol", "SCRAM-SHA-256"), ("carol", "SCRAM-SHA-512"),
+                                    ("dave", "PLAIN")):  # fmt: skip
+                conn.execute(text(insert), {"name": name, "mechanism": mechanism})
+    finally:
+        engine.dispose()
+    refused = subprocess.run(
+        [str(ALEMBIC), "-c", str(ROOT / "alembic.ini"), "downgrade", "0017"],
+        cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": empty_db},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "users carol have credentials" in refused.stderr
+    assert len(_rows(empty_db, "SELECT name FROM sasl_users")) == 3
+    engine = create_engine(empty_db, poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("DELETE FROM sasl_users WHERE mechanism = 'SCRAM-SHA-512'"))
+    finally:
+        engine.dispose()
+    _alembic(empty_db, "downgrade", "0017")
+    assert sorted(_rows(empty_db, "SELECT name FROM sasl_users")) == [("carol",), ("dave",)]
+    _alembic(empty_db, "upgrade", "head")

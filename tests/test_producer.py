@@ -19,7 +19,7 @@ from app.client.consumer import Consumer
 from app.client.message import Message, TopicPartition
 from app.client.partitioner import murmur2_partition
 from app.client.producer import Producer
-from app.log.topics import create_topic
+from app.log.topics import create_topic, describe_topic, list_topics
 from app.protocol import ProduceRequest, ProduceResponse
 from tests.txn_driver import batchwise
 
@@ -204,8 +204,9 @@ def test_full_queue_raises_buffer_error(db_url: str, broker: Broker) -> None:
 
 
 def test_unknown_topic_is_a_delivery_error(db_url: str, broker: Broker) -> None:
+    """Without auto-creation (the producer's allow.auto.create.topics off)."""
     reports, on_delivery = collector()
-    with make_producer(db_url) as producer:
+    with make_producer(db_url, allow_auto_create_topics=False) as producer:
         producer.produce("no-such-topic", value="x", on_delivery=on_delivery)
         assert producer.flush(30) == 0
         create_topic(broker, "later", 1)
@@ -422,3 +423,28 @@ def test_message_timeout_ends_retries(db_url: str, broker: Broker) -> None:
     ((err, msg),) = reports
     assert err is not None and err.code() == KafkaError._MSG_TIMED_OUT
     assert msg.offset() == -1 and len(calls) >= 1
+
+
+def test_an_unknown_topic_is_created_as_librdkafka_asks(
+    db_url: str, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Producer asks for an unknown topic to be created (allow.auto.create.topics, on
+    by default as in librdkafka), with the broker's num.partitions; a broker that does not
+    auto-create (KIP98_AUTO_CREATE_TOPICS=false) leaves it unknown."""
+    monkeypatch.setenv("KIP98_NUM_PARTITIONS", "3")
+    reports, on_delivery = collector()
+    with make_producer(db_url) as producer:
+        producer.produce("made", value="x", key="k", on_delivery=on_delivery)
+        assert producer.flush(10) == 0
+    [(err, msg)] = reports
+    assert err is None and msg.offset() == 0
+    assert describe_topic(broker, "made").num_partitions == 3
+
+    monkeypatch.setenv("KIP98_AUTO_CREATE_TOPICS", "false")
+    reports.clear()
+    with make_producer(db_url) as producer:
+        producer.produce("not-made", value="x", on_delivery=on_delivery)
+        assert producer.flush(10) == 0
+    [(err, _)] = reports
+    assert err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+    assert "not-made" not in {t.topic for t in list_topics(broker)}

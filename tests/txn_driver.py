@@ -14,6 +14,7 @@ from app.coordinator.handlers import add_offsets_to_txn, add_partitions_to_txn, 
 from app.coordinator.producer_id import init_producer_id
 from app.log.fetch import fetch
 from app.protocol import (
+    EARLIEST_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     RECORD_VALUE,
@@ -23,6 +24,7 @@ from app.protocol import (
     EndTxnRequest,
     FetchRequest,
     InitProducerIdRequest,
+    ListOffsetsRequest,
     ProduceBatchesRequest,
     ProduceBatchesResponse,
     ProduceRequest,
@@ -133,8 +135,9 @@ class TxnDriver:
 
 
 def read_values(broker: Broker, topic: str, partition: int, committed: bool = True) -> list[str]:
+    """Every value of the partition from its log start, as a consumer reads them."""
     out: list[str] = []
-    offset = 0
+    offset = broker.handle(ListOffsetsRequest(topic, partition, EARLIEST_TIMESTAMP)).offset
     level = READ_COMMITTED if committed else READ_UNCOMMITTED
     while True:
         r = fetch(broker, FetchRequest(topic, partition, offset, isolation_level=level))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from app.broker.admin import acls, configs, topics, transactions
+from app.broker.admin import acls, configs, scram, topics, transactions
 from app.broker.authenticate import sasl_plain, sasl_scram
 from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
@@ -25,6 +25,7 @@ from app.coordinator.handlers import (
 )
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, fail
+from app.groups.deletion import delete_groups, offset_delete
 from app.groups.membership import (
     describe_groups,
     heartbeat,
@@ -35,21 +36,27 @@ from app.groups.membership import (
 )
 from app.groups.offsets import offset_commit, offset_fetch
 from app.log.fetch import fetch, list_offsets
+from app.log.leader_epoch import offset_for_leader_epoch
 from app.log.topics import metadata
 from app.protocol import (
     AbortTransactionRequest,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AlterConfigsRequest,
+    AlterUserScramCredentialsRequest,
     CreateAclsRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteAclsRequest,
+    DeleteGroupsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
+    DescribeUserScramCredentialsRequest,
     EndTxnRequest,
     FetchRequest,
     FindCoordinatorRequest,
@@ -65,7 +72,9 @@ from app.protocol import (
     ListTransactionsRequest,
     MetadataRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     ProduceBatchesRequest,
     ProduceRequest,
     Request,
@@ -101,9 +110,14 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     LeaveGroupRequest:            leave_group,
     ListGroupsRequest:            list_groups,
     DescribeGroupsRequest:        describe_groups,
+    DeleteGroupsRequest:          delete_groups,
+    OffsetDeleteRequest:          offset_delete,
+    OffsetForLeaderEpochRequest:  offset_for_leader_epoch,
     CreateTopicsRequest:          topics.create_topics,
     DeleteTopicsRequest:          topics.delete_topics,
     ListTopicsRequest:            topics.list_topics,
+    CreatePartitionsRequest:      topics.create_partitions,
+    DeleteRecordsRequest:         topics.delete_records,
     DescribeConfigsRequest:       configs.describe_configs,
     AlterConfigsRequest:          configs.alter_configs,
     IncrementalAlterConfigsRequest: configs.incremental_alter_configs,
@@ -112,6 +126,8 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     DeleteAclsRequest:            acls.delete_acls,
     SaslPlainRequest:             sasl_plain,
     SaslScramRequest:             sasl_scram,
+    DescribeUserScramCredentialsRequest: scram.describe_user_scram_credentials,
+    AlterUserScramCredentialsRequest: scram.alter_user_scram_credentials,
     ListTransactionsRequest:      transactions.list_transactions,
     DescribeTransactionsRequest:  transactions.describe_transactions,
     DescribeProducersRequest:     transactions.describe_producers,

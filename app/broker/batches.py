@@ -27,12 +27,11 @@ def append_batches(
 ) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
     """The batches (after registering ``add``) in ``work``'s DB transaction; each batch is
     decided and answered on its own, a refused one writing nothing."""
-    context = work.context
     responses: dict[int, ProduceResponse] = {}
     columns: dict[int, Columns] = {}
     for i, batch in enumerate(requests):
         try:
-            columns[i] = check_request(batch, context.settings.message_max_bytes)
+            columns[i] = check_request(batch)
         except KafkaException as exc:
             responses[i] = refusal(exc)
     registered, registration = None, None

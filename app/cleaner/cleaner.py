@@ -38,9 +38,13 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from app.cleaner import plan, sql
+from app.errors import KafkaError, fail
 from app.faults import crash_point
+from app.log.naming import could_exist
 from app.log.projection import entry_row, fold_range, insert_entries
 from app.log.topic_config import CleanupConfig
+from app.security import needs
+from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 from app.storage.limits import lift_statement_bound
@@ -275,6 +279,70 @@ def clean_partition(
                 },
             )
     return stats
+
+
+@contextmanager
+def _waited_partition_lock(conn: Connection, topic: str, partition: int) -> Iterator[None]:
+    """The cleaner's advisory lock on a partition, waited for (a DeleteRecords waits for a
+    cleaning pass to end, within the session's lock bound)."""
+    key = {"key": f"{topic}/{partition}"}
+    with conn.begin():
+        conn.execute(sql.LOCK, key)
+    try:
+        yield
+    finally:
+        with conn.begin():
+            conn.execute(sql.UNLOCK, key)
+
+
+def delete_records(broker: BrokerContext, topic: str, partition: int, offset: int) -> int:
+    """Kafka's DeleteRecords for one partition: the log start moves to ``offset`` (the
+    high watermark for -1; ``plan.delete_records_target`` says what is refused), as
+    retention moves it: a producer snapshot first, at the first batch boundary at or after
+    it (rule 21; a snapshot never splits a batch, and the fold never starts inside one
+    whose first records are gone), then the log start under the partition lock, producer
+    state and aborted-index entries wholly below it evicted, then the records below it
+    deleted in slices. Returns the new log start (Kafka's low watermark). Needs Delete on
+    the topic."""
+    key = {"topic": topic, "partition": partition}
+    with broker.engine.connect() as conn:
+        with conn.begin():
+            authorize_all(conn, broker, needs.delete_records(topic))
+            config = None
+            if could_exist(topic):
+                config = conn.execute(sql.TOPIC_CONFIG, {"topic": topic}).first()
+        if config is None:
+            raise fail(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist"
+            )
+        with _waited_partition_lock(conn, topic, partition):
+            with conn.begin():
+                part = conn.execute(sql.PARTITION, key).first()
+                if part is None:
+                    raise fail(
+                        KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+                        f"{topic} [{partition}] does not exist",
+                    )
+                target = plan.delete_records_target(
+                    offset, part.log_start_offset, part.next_offset, part.last_stable_offset,
+                    CleanupConfig.of(config.config).delete,
+                )  # fmt: skip
+                if target == part.log_start_offset:
+                    return target
+                boundary = conn.execute(sql.BOUNDARY_FROM, {**key, "offset": target}).scalar()
+            at = part.next_offset if boundary is None else boundary
+            if at > part.snapshot_offset:
+                _take_snapshot(conn, broker, topic, partition, part.snapshot_offset, at)
+            _advance_log_start(conn, key, target)
+            stats = CleanStats(topic, partition)
+            _delete_below_log_start(conn, stats, broker.settings.log_cleaner_delete_slice)
+            with conn.begin():
+                conn.execute(
+                    sql.COUNT_REMOVED,
+                    {**key, "now": broker.clock.now_ms(), "records": stats.records_removed,
+                     "bytes": stats.bytes_removed},
+                )  # fmt: skip
+    return target
 
 
 @dataclass(frozen=True)

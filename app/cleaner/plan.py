@@ -7,6 +7,7 @@ never be compacted as if it were committed.
 
 from __future__ import annotations
 
+from app.errors import KafkaError, fail
 from app.log.topic_config import CleanupConfig
 
 
@@ -53,3 +54,36 @@ def worth_compacting(
     total = limit - log_start
     dirty = limit - max(log_start, cleaned_up_to)
     return total > 0 and dirty > 0 and dirty >= min_dirty_ratio * total
+
+
+# DeleteRecords' offset meaning "up to the high watermark" (Kafka's HIGH_WATERMARK).
+HIGH_WATERMARK = -1
+
+
+def delete_records_target(
+    offset: int, log_start: int, high_watermark: int, last_stable_offset: int, delete: bool
+) -> int:
+    """The log start a DeleteRecords asks for (Kafka's deleteRecords): ``offset``, or the
+    high watermark for -1; never below the log start (nothing moves back). Refused: a
+    topic whose cleanup.policy has no delete (POLICY_VIOLATION, as Kafka), an offset
+    outside [0, high watermark] (OFFSET_OUT_OF_RANGE), and one past the LSO: an open
+    transaction's records are not removed, as the cleaner never removes them (rule 20;
+    Kafka would, and move its first unstable offset up with them)."""
+    if not delete:
+        raise fail(
+            KafkaError.POLICY_VIOLATION,
+            "records of a topic whose cleanup.policy has no delete cannot be deleted",
+        )
+    target = high_watermark if offset == HIGH_WATERMARK else offset
+    if not 0 <= target <= high_watermark:
+        raise fail(
+            KafkaError.OFFSET_OUT_OF_RANGE,
+            f"offset {offset} is outside [0, {high_watermark}] (the high watermark)",
+        )
+    if target > last_stable_offset:
+        raise fail(
+            KafkaError.OFFSET_OUT_OF_RANGE,
+            f"offset {target} is past the last stable offset {last_stable_offset}: "
+            "an open transaction's records are not deleted",
+        )
+    return max(target, log_start)

@@ -317,3 +317,22 @@ COUNT_RANGE = text(
       AND "offset" >= :log_start AND "offset" < :limit
     """
 )
+
+# ---------------------------------------------------------------- DeleteRecords
+
+# The same lock as TRY_LOCK, waited for (within the session's lock_timeout): a DeleteRecords
+# waits for a cleaning pass over the partition to end rather than failing.
+LOCK = text("SELECT pg_advisory_lock(hashtext('kip98.cleaner'), hashtext(:key))")
+
+# The first batch boundary at or after an offset: the offset itself when a batch starts
+# there, else where the next batch starts (NULL: the batch holding it is the log's last).
+BOUNDARY_FROM = text(
+    """
+    SELECT batch_base_offset FROM records
+    WHERE topic = :topic AND partition = :partition AND "offset" >= :offset
+      AND batch_base_offset >= :offset
+    ORDER BY "offset" LIMIT 1
+    """
+)
+
+TOPIC_CONFIG = text("SELECT config FROM topics WHERE topic = :topic")

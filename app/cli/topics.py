@@ -14,11 +14,12 @@ import click
 from rich.progress import Progress
 from sqlalchemy import text
 
-from app.admin import AdminClient, ConfigResource, NewTopic
+from app.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from app.broker import Broker
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.cli.errors import CliError
 from app.cli.output import emit, output_option, stderr_console
+from app.client.message import TopicPartition
 from app.log.topics import authorize_alter, describe_topic
 
 _OPEN_BY_PARTITION = text(
@@ -122,18 +123,61 @@ def describe(name: str, output: str) -> None:
 @click.option(
     "--delete-config", "deletes", multiple=True, metavar="KEY", help="Drop an override (repeat)."
 )
+@click.option(
+    "--partitions", "-p", type=int, default=None, help="Grow to N partitions (never fewer)."
+)
 @output_option
-def alter(name: str, configs: tuple[str, ...], deletes: tuple[str, ...], output: str) -> None:
-    """Change topic NAME's configs (cleanup.policy, retention.ms, ...); others stay."""
-    if not configs and not deletes:
-        raise CliError("nothing to change: give --config KEY=VALUE or --delete-config KEY")
-    resource = ConfigResource("topic", name, parse_config_pairs(configs), list(deletes), True)
+def alter(
+    name: str,
+    configs: tuple[str, ...],
+    deletes: tuple[str, ...],
+    partitions: int | None,
+    output: str,
+) -> None:
+    """Grow topic NAME to N partitions (kafka-topics.sh --alter --partitions), or change
+    its configs (cleanup.policy, retention.ms, ...; the others stay)."""
+    if not configs and not deletes and partitions is None:
+        raise CliError(
+            "nothing to change: give --partitions N, --config KEY=VALUE or --delete-config KEY"
+        )
     with AdminClient() as admin:
+        if partitions is not None:
+            admin.create_partitions([NewPartitions(name, partitions)])[name].result()
+            if not configs and not deletes:
+                click.echo(f"Topic {name} now has {partitions} partition(s).")
+                return
+        resource = ConfigResource("topic", name, parse_config_pairs(configs), list(deletes), True)
         admin.alter_configs([resource])[resource].result()
         entries = admin.describe_configs([resource])[resource].result()
     emit(
         [{"name": e.name, "value": e.value, "source": e.source} for e in entries.values()],
         output,
+    )
+
+
+@topics_group.command("delete-records")
+@click.option("--topic", "-t", required=True)
+@click.option("--partition", "-p", type=int, required=True)
+@click.option(
+    "--offset", "-o", "offset", type=int, required=True,
+    help="The new log start: records below it go (-1: every record up to the high watermark).",
+)  # fmt: skip
+@click.option("--output", "output", type=click.Choice(("table", "json")), default="table",
+              show_default=True, help="Render as a table or as JSON.")  # fmt: skip
+def delete_records(topic: str, partition: int, offset: int, output: str) -> None:
+    """Delete the records of one partition below an offset (kafka-delete-records.sh): its
+    log start moves there, as retention moves it."""
+    tp = TopicPartition(topic, partition, offset)
+    with (
+        AdminClient() as admin,
+        Progress(console=stderr_console(), transient=True) as progress,
+    ):
+        progress.add_task(f"deleting {topic} [{partition}] below {offset}", total=None)
+        deleted = admin.delete_records([tp])[tp].result()
+    emit(
+        [{"topic": topic, "partition": partition, "low_watermark": deleted.low_watermark}],
+        output,
+        headers={"low_watermark": "LOW-WATERMARK"},
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from app.broker import Broker
 from app.client.args import partition_arg, partitions_arg
 from app.client.closing import ClientClosedError, Closing
-from app.client.connection import client_broker, retry_connection_loss
+from app.client.connection import client_broker, kafka_errors, retry_connection_loss
 from app.client.fetcher import Fetcher, FetchSettings, StoredOffsetPending
 from app.client.group import GroupMember, RebalanceCallback
 from app.client.message import (
@@ -35,6 +35,7 @@ from app.protocol import (
     LATEST_TIMESTAMP,
     READ_UNCOMMITTED,
     ListOffsetsRequest,
+    MetadataRequest,
 )
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,23 @@ class Consumer(Closing):
                     KafkaError._INVALID_ARG, f"invalid partition {tp.partition} for {tp.topic!r}"
                 )
             entries.append((tp.topic, tp.partition, tp.offset))
+        self._auto_create(sorted({topic for topic, _, _ in entries}))
         with self._lock:
             self._fetcher.assign(entries)
+
+    def _auto_create(self, topics: list[str]) -> None:
+        """With ``allow.auto.create.topics`` (false by default, as librdkafka's consumer),
+        ask the broker to create the topics that do not exist; one it will not create (the
+        broker does not auto-create, the principal may not) is left as it is: there is
+        nothing to read, as with librdkafka."""
+        if not topics or not self._config.get_bool("allow.auto.create.topics"):
+            return
+        request = MetadataRequest(topics, allow_auto_topic_creation=True)
+        try:
+            with kafka_errors():
+                self._broker.handle(request)
+        except KafkaException as exc:
+            log.info("auto-creating %s failed: %s", topics, exc)
 
     def _assign_internal(self, partitions: list[TopicPartition]) -> None:
         """The group's assignment (revoke: empty), bypassing the argument checks."""
@@ -272,6 +288,7 @@ class Consumer(Closing):
             or not all(isinstance(t, str) and t and "\x00" not in t for t in topics)
         ):
             raise fail(KafkaError._INVALID_ARG, "subscribe() takes a non-empty list of topic names")
+        self._auto_create(sorted({t for t in topics if not t.startswith("^")}))
         with self._lock:
             group.subscribe(list(topics), on_assign, on_revoke or on_lost)
 
@@ -340,12 +357,15 @@ class Consumer(Closing):
         found = self._require_group().committed_offsets(partitions, timeout)
         if found is None:
             raise fail(KafkaError._TIMED_OUT, "offsets are still pending in an open transaction")
-        return [
-            TopicPartition(
-                tp.topic, tp.partition, found.get((tp.topic, tp.partition), OFFSET_INVALID)
+        out = []
+        for tp in partitions:
+            om = found.get((tp.topic, tp.partition))
+            out.append(
+                TopicPartition(tp.topic, tp.partition, OFFSET_INVALID)
+                if om is None
+                else TopicPartition(tp.topic, tp.partition, om.offset, om.metadata)
             )
-            for tp in partitions
-        ]
+        return out
 
     def _stored_offset(self, topic: str, partition: int) -> int | None:
         assert self._group is not None
@@ -354,7 +374,8 @@ class Consumer(Closing):
         found = self._group.committed_offsets([TopicPartition(topic, partition)], 0)
         if found is None:
             raise StoredOffsetPending(f"{topic} [{partition}]: transactional offsets pending")
-        return found.get((topic, partition))
+        om = found.get((topic, partition))
+        return None if om is None else om.offset
 
     def _commit_on_revoke(self) -> None:
         if self._auto_commit:

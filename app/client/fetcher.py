@@ -28,6 +28,8 @@ from app.client.message import (
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
     FetchedMessage,
     Message,
 )
@@ -81,6 +83,9 @@ class PartitionCursor:
     event: Message | None = None
     stalled: bool = False
     reported_error: int | None = None
+    # How its records' timestamps were given: by the producer, or by the append (the
+    # topic's message.timestamp.type, as the last fetch found it).
+    timestamp_type: int = TIMESTAMP_CREATE_TIME
 
     @property
     def resolved(self) -> bool:
@@ -104,8 +109,8 @@ class PartitionCursor:
         self.taken = start + len(chunk)
         if self.taken == len(self.buffer):
             self.buffer, self.taken = [], 0
-        topic, partition = self.topic, self.partition
-        return [FetchedMessage(topic, partition, record) for record in chunk]
+        topic, partition, kind = self.topic, self.partition, self.timestamp_type
+        return [FetchedMessage(topic, partition, record, kind) for record in chunk]
 
     def reset(self, offset: int) -> None:
         self.fetch_offset = offset
@@ -308,6 +313,9 @@ class Fetcher:
         cursor.low_watermark = response.log_start_offset
         cursor.high_watermark = response.high_watermark
         cursor.last_stable_offset = response.last_stable_offset
+        cursor.timestamp_type = (
+            TIMESTAMP_LOG_APPEND_TIME if response.log_append_time else TIMESTAMP_CREATE_TIME
+        )
         cursor.end_offset = (
             response.last_stable_offset
             if self.settings.isolation_level == READ_COMMITTED

@@ -197,7 +197,9 @@ class GroupMember:
                     TopicPartition(
                         tp.topic,
                         tp.partition,
-                        committed.get((tp.topic, tp.partition), OFFSET_INVALID),
+                        committed[(tp.topic, tp.partition)].offset
+                        if (tp.topic, tp.partition) in committed
+                        else OFFSET_INVALID,
                     )
                     for tp in partitions
                 ],
@@ -224,8 +226,9 @@ class GroupMember:
     # ------------------------------------------------------------ offsets
     def committed_offsets(
         self, partitions: list[TopicPartition], timeout: float | None
-    ) -> dict[tuple[str, int], int] | None:
-        """Committed offsets with require_stable; None if still unstable when time is up."""
+    ) -> dict[tuple[str, int], OffsetAndMetadata] | None:
+        """Committed offsets (with their metadata) with require_stable; None if still
+        unstable when time is up."""
         deadline = time.monotonic() + (self.request_timeout_s if timeout is None else timeout)
         keys = [(tp.topic, tp.partition) for tp in partitions]
         while True:
@@ -235,7 +238,7 @@ class GroupMember:
                 )
             )
             if r.error_code == KafkaError.NO_ERROR:
-                return {tp: om.offset for tp, om in r.offsets.items() if om.offset >= 0}
+                return {tp: om for tp, om in r.offsets.items() if om.offset >= 0}
             if r.error_code != KafkaError.UNSTABLE_OFFSET_COMMIT:
                 raise KafkaException(KafkaError(r.error_code, r.error_message))
             if time.monotonic() + self.retry_backoff_s >= deadline:
@@ -260,9 +263,18 @@ class GroupMember:
             self.needs_rejoin.set()
         if r.error_code:
             raise KafkaException(KafkaError(r.error_code, r.error_message))
-        return [
-            TopicPartition(t, p, om.offset, om.metadata) for (t, p), om in sorted(values.items())
-        ]
+        codes = {tp: r.results.get(tp, KafkaError.NO_ERROR) for tp in values}
+        if all(codes.values()):  # nothing committed: the first partition's refusal
+            first = min(codes)
+            raise KafkaException(KafkaError(codes[first], r.error_message))
+        # As librdkafka answers a commit: each partition with its own error, if it has one.
+        committed = []
+        for (t, p), om in sorted(values.items()):
+            tp = TopicPartition(t, p, om.offset, om.metadata)
+            if codes[(t, p)]:
+                tp.error = KafkaError(codes[(t, p)])
+            committed.append(tp)
+        return committed
 
     # ------------------------------------------------------------ leaving
     def leave(self, consumer: Any, commit_on_revoke: Callable[[], None] | None) -> None:

@@ -224,12 +224,18 @@ class FetchedMessage(Message):
 
     __slots__ = ()
 
-    def __init__(self, topic: str, partition: int, row: tuple[Any, ...]) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        row: tuple[Any, ...],
+        timestamp_type: int = TIMESTAMP_CREATE_TIME,
+    ) -> None:
         self._topic = topic
         self._partition = partition
         self._offset, self._timestamp, self._key, self._value, self._stored_headers, _ = row
         self._headers = None
-        self._timestamp_type = TIMESTAMP_CREATE_TIME
+        self._timestamp_type = timestamp_type
         self._error = None
         self._leader_epoch = None
         self._latency = None

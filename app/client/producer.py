@@ -57,8 +57,10 @@ class Producer(Closing):
     Partition choice follows confluent-kafka: an explicit ``partition`` must exist
     (``KafkaException(_UNKNOWN_PARTITION)`` from ``produce()`` otherwise); keyed records
     go to Kafka's murmur2 partition of the key; keyless records stick to one partition
-    until its batch fills or is sent (KIP-480). Producing to a topic that does not exist is not
-    an exception: the record is accepted and its delivery report carries
+    until its batch fills or is sent (KIP-480). A topic that does not exist is created, as
+    librdkafka asks the broker to (``allow.auto.create.topics``, true by default, and the
+    broker's KIP98_AUTO_CREATE_TOPICS); where it is not, producing to it is not an
+    exception: the record is accepted and its delivery report carries
     ``UNKNOWN_TOPIC_OR_PARTITION``, as a librdkafka application sees when the broker does
     not auto-create topics, so code that handles delivery errors in one place keeps working.
 
@@ -85,6 +87,8 @@ class Producer(Closing):
         self._idempotent = cfg.get_bool("enable.idempotence")
         self._default_callback: DeliveryCallback | None = cfg.get_callable("on_delivery")
         self._partitioner_name = str(cfg["partitioner"])
+        # librdkafka's producer asks the broker to create an unknown topic by default.
+        self._auto_create = cfg.get_bool("allow.auto.create.topics")
         self._max_message_bytes = cfg.get_int("message.max.bytes")
         self._queue_max_messages = cfg.get_int("queue.buffering.max.messages")
         self._queue_max_bytes = cfg.get_int("queue.buffering.max.kbytes") * 1024
@@ -170,7 +174,7 @@ class Producer(Closing):
         known = self._partitions.get(topic)  # a dict read needs no lock; misses take it below
         if known is not None:
             return known
-        request = MetadataRequest([topic])
+        request = MetadataRequest([topic], allow_auto_topic_creation=self._auto_create)
         [found] = self._call_with_retries(lambda: self._broker.handle(request)).topics
         if found.error_code == KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
             return KafkaError(found.error_code, f"topic {topic!r} does not exist")

@@ -80,7 +80,11 @@ def _members(conn: Connection, group_id: str) -> list[Any]:
     return list(conn.execute(sql.MEMBERS, {"group_id": group_id}).all())
 
 
-def _start_rebalance(conn: Connection, group_id: str, generation: int, now: int) -> int:
+def _start_rebalance(
+    conn: Connection, group_id: str, generation: int, now: int, join_deadline: int | None = None
+) -> int:
+    """A new generation, its join phase begun; ``join_deadline``: the join phase of an
+    empty group's first rebalance may end no sooner (``initial_join_deadline``)."""
     conn.execute(
         sql.SET_GROUP,
         {
@@ -88,6 +92,7 @@ def _start_rebalance(conn: Connection, group_id: str, generation: int, now: int)
             "generation_id": generation + 1,
             "state": PREPARING_REBALANCE,
             "now": now,
+            "join_deadline_ms": join_deadline,
         },
     )
     return generation + 1
@@ -96,19 +101,39 @@ def _start_rebalance(conn: Connection, group_id: str, generation: int, now: int)
 def _set_state(conn: Connection, group_id: str, generation: int, state: str, now: int) -> None:
     conn.execute(
         sql.SET_GROUP,
-        {"group_id": group_id, "generation_id": generation, "state": state, "now": now},
-    )
+        {"group_id": group_id, "generation_id": generation, "state": state, "now": now,
+         "join_deadline_ms": None},
+    )  # fmt: skip
+
+
+def initial_join_deadline(now: int, delay_ms: int) -> int | None:
+    """When the first rebalance of an empty group may end its join phase, at the earliest
+    (Kafka's group.initial.rebalance.delay.ms, KIP-134: members starting together share
+    the first generation instead of each forcing the next); None: at once."""
+    return now + delay_ms if delay_ms > 0 else None
+
+
+def extended_join_deadline(
+    deadline: int, started: int, now: int, delay_ms: int, rebalance_timeout_ms: int
+) -> int:
+    """The held join phase after another new member came: ``delay_ms`` more from now, but
+    never past the rebalance timeout from its start (nor sooner than it was)."""
+    latest = started + max(delay_ms, rebalance_timeout_ms)
+    return max(deadline, min(now + delay_ms, latest))
 
 
 def _maybe_complete(conn: Connection, group: Any, generation: int, now: int) -> str:
-    """Once every live member has joined this generation (or none are left), the join
-    phase ends: a native group is assigned at once and Stable; a classic group chooses its
-    protocol and leader and waits, CompletingRebalance, for the leader's plan."""
+    """Once every live member has joined this generation (or none are left), and the
+    first rebalance of a group that was empty has waited its delay, the join phase ends:
+    a native group is assigned at once and Stable; a classic group chooses its protocol
+    and leader and waits, CompletingRebalance, for the leader's plan."""
     members = _members(conn, group.group_id)
     if not members:
         _set_state(conn, group.group_id, generation, EMPTY, now)
         return EMPTY
     if any(mem.generation_id != generation for mem in members):
+        return PREPARING_REBALANCE
+    if group.join_deadline_ms is not None and now < group.join_deadline_ms:
         return PREPARING_REBALANCE
     if group.protocol_type is None:
         _assign_range(conn, group.group_id, members)
@@ -147,15 +172,43 @@ def _assign_range(conn: Connection, group_id: str, members: list[Any]) -> None:
 
 def _expire(conn: Connection, group: Any, now: int) -> Any:
     """Drop members past their session timeout, or past their rebalance timeout without
-    rejoining; a loss outside a rebalance starts one. The group row as it is after."""
+    rejoining; a loss outside a rebalance starts one. A held first rebalance whose delay
+    is over ends its join phase now. The group row as it is after."""
     gone = conn.execute(sql.EXPIRE_MEMBERS, {"group_id": group.group_id, "now": now}).all()
     if not gone:
-        return group
+        if group.join_deadline_ms is None or now < group.join_deadline_ms:
+            return group
+        _maybe_complete(conn, group, group.generation_id, now)
+        return _group(conn, group.group_id)
     generation = group.generation_id
     if group.state != PREPARING_REBALANCE:
         generation = _start_rebalance(conn, group.group_id, generation, now)
     _maybe_complete(conn, group, generation, now)
     return _group(conn, group.group_id)
+
+
+def locked_group(conn: Connection, group_id: str, now: int) -> tuple[Any | None, list[Any]]:
+    """A group's row locked (None: it has none) and its live members, those past their
+    timeouts dropped first: what deciding whether it is empty needs."""
+    group = conn.execute(sql.LOCK_EXISTING_GROUP, {"group_id": group_id}).first()
+    if group is None:
+        return None, []
+    group = _expire(conn, group, now)
+    return group, _members(conn, group_id)
+
+
+def topic_grew(conn: Connection, topic: str, now: int) -> list[str]:
+    """A topic got more partitions: every native group with a member subscribed to it
+    starts a rebalance, whose range assignment then covers the new partitions (a classic
+    group's leader notices in its metadata and rejoins, as in Kafka). Returns those
+    groups. Runs in the DB transaction that adds the partitions."""
+    grown = []
+    for group_id in conn.execute(sql.NATIVE_GROUPS_OF_TOPIC, {"topic": topic}).scalars():
+        group = _lock_group(conn, group_id)
+        if group.protocol_type is None and group.state != PREPARING_REBALANCE:
+            _start_rebalance(conn, group_id, group.generation_id, now)
+            grown.append(group_id)
+    return grown
 
 
 def _check_protocols(group: Any, others: list[Any], req: JoinGroupRequest) -> None:
@@ -215,8 +268,10 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
     """Join, or look again while the join phase runs (a wire front end's long poll sends
     the same request with the member id it was given; that also keeps it alive)."""
     try:
-        if not isinstance(req.group_id, str) or not req.group_id:
-            raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
+        if not isinstance(req.group_id, str) or not req.group_id or "\x00" in req.group_id:
+            raise fail(
+                KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string without NUL"
+            )
         if not MIN_SESSION_TIMEOUT_MS <= req.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             raise fail(
                 KafkaError.INVALID_SESSION_TIMEOUT,
@@ -255,8 +310,26 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
             if not changed and state in _SETTLED:
                 # A rejoin without change (e.g. after a lost response): same generation.
                 return _joined(conn, req.group_id, member_id)
+            delay = broker.settings.group_initial_rebalance_delay_ms
             if changed and state != PREPARING_REBALANCE:
-                generation = _start_rebalance(conn, req.group_id, generation, now)
+                held = initial_join_deadline(now, delay) if state == EMPTY else None
+                generation = _start_rebalance(conn, req.group_id, generation, now, held)
+            elif known is None and group.join_deadline_ms is not None:
+                timeouts = [
+                    m.rebalance_timeout_ms or m.session_timeout_ms for m in current.values()
+                ]
+                timeouts.append(
+                    req.rebalance_timeout_ms
+                    if req.rebalance_timeout_ms >= 0
+                    else req.session_timeout_ms
+                )
+                conn.execute(
+                    sql.SET_JOIN_DEADLINE,
+                    {"group_id": req.group_id, "join_deadline_ms": extended_join_deadline(
+                        group.join_deadline_ms, group.rebalance_started_ms, now, delay,
+                        max(timeouts),
+                    )},
+                )  # fmt: skip
             conn.execute(
                 sql.UPSERT_MEMBER,
                 {
@@ -415,6 +488,9 @@ def describe_groups(broker: BrokerContext, req: DescribeGroupsRequest) -> Descri
     out = []
     with broker.engine.begin() as conn:
         for group_id in req.group_ids:
+            if "\x00" in group_id:  # no group can have it: kip98 cannot store NUL
+                out.append(DescribedGroup(group_id, KafkaError.NO_ERROR, DEAD, "", ""))
+                continue
             if refused := refusal_for(conn, broker, needs.describe_group(group_id)):
                 out.append(DescribedGroup(group_id, refused.error.code(), DEAD, "", ""))
                 continue

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.membership import check_generation
+from app.log.naming import could_exist
 from app.protocol import (
     OffsetAndMetadata,
     OffsetCommitRequest,
@@ -27,27 +28,100 @@ from app.protocol import (
     TxnOffsetCommitRequest,
 )
 from app.security import needs
-from app.security.authorizer import authorize_all
+from app.security.authorizer import authorize_all, denied_checks, refusal_of
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_sql, execute_or_queue
 from app.storage.engine import retry_conflicts
 
 
-def validate_offsets(group_id: object, offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> None:
-    """Pure request checks: a group id, and offsets that are positions (>= 0)."""
-    if not isinstance(group_id, str) or not group_id:
-        raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
-    for (topic, partition), om in offsets.items():
-        if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
-            raise fail(
-                KafkaError.INVALID_REQUEST,
-                f"offset {om.offset!r} for {topic} [{partition}] must be >= 0",
+def check_group_id(group_id: object) -> None:
+    """A group id kip98 can hold: a non-empty string without NUL (which Kafka allows and
+    PostgreSQL's text cannot store)."""
+    if not isinstance(group_id, str) or not group_id or "\x00" in group_id:
+        raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string without NUL")
+
+
+def metadata_length(metadata: str) -> int:
+    """A metadata string's length as Kafka's offset.metadata.max.bytes counts it: Java's
+    String.length(), UTF-16 code units (a character beyond the BMP counts two)."""
+    return len(metadata) + sum(1 for c in metadata if ord(c) > 0xFFFF)
+
+
+def offset_refusal(om: OffsetAndMetadata, max_metadata: int) -> KafkaException | None:
+    """Pure checks of one partition's offset: a position (>= 0), and metadata that is a
+    string Kafka's wire can carry (any, NUL included) within offset.metadata.max.bytes."""
+    if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
+        return fail(KafkaError.INVALID_REQUEST, f"offset {om.offset!r} must be >= 0")
+    metadata = om.metadata
+    if metadata is None:
+        return None
+    if not isinstance(metadata, str):
+        return fail(KafkaError.INVALID_REQUEST, f"metadata must be a string, got {metadata!r}")
+    if metadata_length(metadata) > max_metadata:
+        return fail(
+            KafkaError.OFFSET_METADATA_TOO_LARGE,
+            f"metadata of {metadata_length(metadata)} characters exceeds "
+            f"offset.metadata.max.bytes={max_metadata}",
+        )
+    try:
+        metadata.encode()
+    except UnicodeEncodeError:
+        return fail(KafkaError.INVALID_REQUEST, "metadata holds a lone surrogate, not UTF-8")
+    return None
+
+
+def stored_metadata(metadata: str | None) -> bytes | None:
+    """Metadata as the offset tables keep it: the UTF-8 of the string, exactly (``bytea``:
+    a Kafka string may hold NUL, which PostgreSQL's text cannot)."""
+    return None if metadata is None else metadata.encode()
+
+
+def metadata_of_stored(stored: bytes | memoryview | None) -> str | None:
+    return None if stored is None else bytes(stored).decode()
+
+
+def refused_partitions(
+    conn: Connection, broker: BrokerContext, offsets: dict[TopicPartitionKey, OffsetAndMetadata]
+) -> dict[TopicPartitionKey, KafkaException]:
+    """What each partition of an offset commit is refused with, as Kafka answers each on
+    its own: a bad offset or metadata, no Read on its topic, or no such partition. The
+    partitions that exist are held FOR KEY SHARE to the commit's COMMIT (rule 31)."""
+    max_metadata = broker.settings.offset_metadata_max_bytes
+    refused = {tp: why for tp, om in offsets.items() if (why := offset_refusal(om, max_metadata))}
+    refused.update(unreadable_partitions(conn, broker, [tp for tp in offsets if tp not in refused]))
+    return refused
+
+
+def unreadable_partitions(
+    conn: Connection, broker: BrokerContext, partitions: list[TopicPartitionKey]
+) -> dict[TopicPartitionKey, KafkaException]:
+    """Those of ``partitions`` a group's offsets cannot be kept for, each with why: no Read
+    on its topic (TOPIC_AUTHORIZATION_FAILED), or no such partition. The ones that exist
+    are held FOR KEY SHARE to the DB transaction's end (rule 31)."""
+    denied = {c.name: refusal_of(broker, c) for c in denied_checks(
+        conn, broker, needs.offset_topics(partitions)
+    )}  # fmt: skip
+    refused: dict[TopicPartitionKey, KafkaException] = {}
+    for tp in partitions:
+        if tp[0] in denied:
+            refused[tp] = denied[tp[0]]
+        elif not could_exist(tp[0]):
+            refused[tp] = fail(
+                KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]} [{tp[1]}] does not exist"
             )
-        if om.metadata is not None and len(om.metadata) > 4096:
-            raise fail(
-                KafkaError.OFFSET_METADATA_TOO_LARGE,
-                f"metadata for {topic} [{partition}] exceeds 4096 characters",
-            )
+    left = [tp for tp in partitions if tp not in refused]
+    if left:
+        found = {(r.topic, r.partition) for r in conn.execute(sql.EXISTING_PARTITIONS, _keys(left))}
+        for tp in left:
+            if tp not in found:
+                refused[tp] = fail(
+                    KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{tp[0]} [{tp[1]}] does not exist"
+                )
+    return refused
+
+
+def _keys(partitions: list[TopicPartitionKey]) -> dict[str, list[Any]]:
+    return {"topics": [t for t, _ in partitions], "partitions": [p for _, p in partitions]}
 
 
 def _columns(offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> dict[str, list[Any]]:
@@ -56,57 +130,71 @@ def _columns(offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> dict[str, l
         "topics": [t for t, _ in keys],
         "partitions": [p for _, p in keys],
         "offsets": [offsets[k].offset for k in keys],
-        "metadata": [offsets[k].metadata for k in keys],
+        "metadata": [stored_metadata(offsets[k].metadata) for k in keys],
     }
 
 
-def _check_partitions_exist(conn: Connection, cols: dict[str, list[Any]]) -> None:
-    found = {(r.topic, r.partition) for r in conn.execute(sql.EXISTING_PARTITIONS, cols)}
-    missing = [tp for tp in zip(cols["topics"], cols["partitions"], strict=True) if tp not in found]
-    if missing:
-        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partitions: {missing}")
+def partition_codes(
+    offsets: dict[TopicPartitionKey, OffsetAndMetadata],
+    refused: dict[TopicPartitionKey, KafkaException],
+) -> dict[TopicPartitionKey, int]:
+    return {
+        tp: refused[tp].error.code() if tp in refused else KafkaError.NO_ERROR for tp in offsets
+    }
+
+
+def first_refusal(refused: dict[TopicPartitionKey, KafkaException]) -> str | None:
+    return None if not refused else refused[min(refused)].error.str()
 
 
 @retry_conflicts
 def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetCommitResponse:
+    """Each partition answered on its own: the ones refused (``refused_partitions``) say
+    why, the others are committed. A refusal of the whole request (the group's id, its
+    ACL, the member's generation) is the response's ``error_code`` and every partition's."""
     try:
-        validate_offsets(req.group_id, req.offsets)
+        check_group_id(req.group_id)
         if not req.offsets:
             return OffsetCommitResponse(KafkaError.NO_ERROR)
-        cols = _columns(req.offsets)
+        now = broker.clock.now_ms()
         with broker.engine.begin() as conn:
-            authorize_all(conn, broker, needs.offset_commit(req.group_id, req.offsets))
-            _check_partitions_exist(conn, cols)
-            check_generation(
-                conn, req.group_id, req.member_id, req.generation_id, broker.clock.now_ms()
-            )
-            params = {**cols, "group_id": req.group_id, "now": broker.clock.now_ms()}
-            # The projection first: its rows (locked, or inserted, which a concurrent insert
-            # waits on) order concurrent commits of one offset, so the later event is the
-            # one the projection keeps.
-            conn.execute(sql.UPSERT_COMMITTED, params)
-            conn.execute(
-                sql.LOG_COMMITS,
-                {**params, "kind": "commit", "producer_id": None, "producer_epoch": None},
-            )
-        return OffsetCommitResponse(KafkaError.NO_ERROR, dict.fromkeys(req.offsets, 0))
+            authorize_all(conn, broker, needs.offset_commit(req.group_id))
+            refused = refused_partitions(conn, broker, req.offsets)
+            check_generation(conn, req.group_id, req.member_id, req.generation_id, now)
+            accepted = {tp: om for tp, om in req.offsets.items() if tp not in refused}
+            if accepted:
+                params = {**_columns(accepted), "group_id": req.group_id, "now": now}
+                # The projection first: its rows (locked, or inserted, which a concurrent
+                # insert waits on) order concurrent commits of one offset, so the later
+                # event is the one the projection keeps.
+                conn.execute(sql.UPSERT_COMMITTED, params)
+                conn.execute(
+                    sql.LOG_COMMITS,
+                    {**params, "kind": "commit", "producer_id": None, "producer_epoch": None},
+                )
+        return OffsetCommitResponse(
+            KafkaError.NO_ERROR, partition_codes(req.offsets, refused), first_refusal(refused)
+        )
     except KafkaException as exc:
         code = exc.error.code()
         return OffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
 
 
 def record_txn_offsets(
-    conn: Connection, now_ms: int, req: TxnOffsetCommitRequest, writes: WriteBehind | None = None
+    conn: Connection,
+    now_ms: int,
+    req: TxnOffsetCommitRequest,
+    accepted: dict[TopicPartitionKey, OffsetAndMetadata],
+    writes: WriteBehind | None = None,
 ) -> None:
-    """The group's side of a TxnOffsetCommit: the offsets pending for their producer until
-    its transaction ends (the transaction's own check is the coordinator's, in the same DB
-    transaction: ``app.broker.offsets``). The checks run at once; the writes, whose
-    results nothing reads, are queued on ``writes`` if given."""
-    cols = _columns(req.offsets)
-    _check_partitions_exist(conn, cols)
+    """The group's side of a TxnOffsetCommit: the ``accepted`` offsets (those
+    ``refused_partitions`` let through) pending for their producer until its transaction
+    ends (the transaction's own check is the coordinator's, in the same DB transaction:
+    ``app.broker.offsets``). The generation is checked at once; the writes, whose results
+    nothing reads, are queued on ``writes`` if given."""
     check_generation(conn, req.group_id, req.member_id, req.generation_id, now_ms)
     params = {
-        **cols, "group_id": req.group_id, "now": now_ms,
+        **_columns(accepted), "group_id": req.group_id, "now": now_ms,
         "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,
     }  # fmt: skip
     # The projection first, as in offset_commit.
@@ -116,8 +204,7 @@ def record_txn_offsets(
 
 def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
     try:
-        if not isinstance(req.group_id, str) or not req.group_id:
-            raise fail(KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string")
+        check_group_id(req.group_id)
         wanted = None if req.partitions is None else set(req.partitions)
         with broker.engine.connect() as conn:
             authorize_all(conn, broker, needs.offset_fetch(req.group_id))
@@ -134,7 +221,9 @@ def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchR
                     )
             rows = conn.execute(sql.FETCH_COMMITTED, {"group_id": req.group_id}).all()
         found = {
-            (r.topic, r.partition): OffsetAndMetadata(r.committed_offset, r.metadata)
+            (r.topic, r.partition): OffsetAndMetadata(
+                r.committed_offset, metadata_of_stored(r.metadata)
+            )
             for r in rows
             if wanted is None or (r.topic, r.partition) in wanted
         }

@@ -2,7 +2,8 @@
 
 The fold: a plain commit sets the offset; a transactional commit is pending for its
 producer until that producer's txn_commit (set) or txn_abort (drop) event; a delete (its
-topic was deleted) drops the offset and every producer's pending one.
+topic was deleted) drops the offset and every producer's pending one; an offset_delete
+(an admin's OffsetDelete or DeleteGroups) drops the committed offset only.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def compute_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
             pending.pop((*key, e.producer_id), None)
         elif e.kind == "txn_abort":
             pending.pop((*key, e.producer_id), None)
+        elif e.kind == "offset_delete":  # an admin's OffsetDelete or DeleteGroups
+            committed.pop(key, None)
         elif e.kind == "delete":
             committed.pop(key, None)
             for stale in [k for k in pending if k[:3] == key]:

@@ -46,6 +46,42 @@ DELETE_TOPIC_OFFSETS = (
     text("DELETE FROM pending_txn_offsets WHERE topic = :t"),
 )
 
+# ---------------------------------------------------------------- deletion (``app.groups.deletion``)
+
+# A group's row locked, if it has one (a group known only by its offsets has none).
+LOCK_EXISTING_GROUP = text(
+    "SELECT group_id, generation_id, state, protocol, protocol_type, leader_id, "
+    "rebalance_started_ms, join_deadline_ms FROM consumer_groups "
+    "WHERE group_id = :group_id FOR UPDATE"
+)
+GROUP_OFFSETS_HELD = text(
+    """
+    SELECT EXISTS (SELECT 1 FROM group_offsets WHERE group_id = :group_id) AS committed,
+           EXISTS (SELECT 1 FROM pending_txn_offsets WHERE group_id = :group_id) AS pending
+    """
+)
+# Committed offsets forgotten by an admin (OffsetDelete, DeleteGroups): one
+# 'offset_delete' event each, then the rows. Pending transactional ones are not touched.
+LOG_OFFSETS_DELETED = text(
+    """
+    INSERT INTO offset_commit_log (group_id, topic, partition, kind, commit_ms)
+    SELECT group_id, topic, partition, 'offset_delete', :now FROM group_offsets
+    WHERE group_id = :group_id
+      AND (CAST(:topics AS text[]) IS NULL OR (topic, partition) IN
+           (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]))))
+    ORDER BY topic, partition
+    """
+)
+DELETE_OFFSETS = text(
+    """
+    DELETE FROM group_offsets
+    WHERE group_id = :group_id
+      AND (CAST(:topics AS text[]) IS NULL OR (topic, partition) IN
+           (SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]))))
+    """
+)
+DELETE_GROUP = text("DELETE FROM consumer_groups WHERE group_id = :group_id")
+
 # ---------------------------------------------------------------- offsets
 
 # The partitions an offset commit names that exist, held FOR KEY SHARE until it commits:
@@ -64,7 +100,7 @@ LOG_COMMITS = text(
                                    producer_id, producer_epoch, commit_ms)
     SELECT :group_id, t, p, :kind, o, m, :producer_id, :producer_epoch, :now
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS text[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
     """
 )
 UPSERT_COMMITTED = text(
@@ -72,7 +108,7 @@ UPSERT_COMMITTED = text(
     INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms)
     SELECT :group_id, t, p, o, m, :now
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS text[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
     ORDER BY t, p
     ON CONFLICT (group_id, topic, partition) DO UPDATE SET
         committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata,
@@ -85,7 +121,7 @@ UPSERT_PENDING = text(
                                      committed_offset, metadata, commit_ms)
     SELECT :group_id, t, p, :producer_id, :producer_epoch, o, m, :now
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS text[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
     ORDER BY t, p
     ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET
         producer_epoch = EXCLUDED.producer_epoch, committed_offset = EXCLUDED.committed_offset,
@@ -105,7 +141,8 @@ ENSURE_GROUP = text(
     "INSERT INTO consumer_groups (group_id) VALUES (:group_id) ON CONFLICT DO NOTHING"
 )
 _GROUP_COLUMNS = (
-    "group_id, generation_id, state, protocol, protocol_type, leader_id, rebalance_started_ms"
+    "group_id, generation_id, state, protocol, protocol_type, leader_id, rebalance_started_ms, "
+    "join_deadline_ms"
 )
 LOCK_GROUP = text(
     f"SELECT {_GROUP_COLUMNS} FROM consumer_groups WHERE group_id = :group_id FOR UPDATE"
@@ -166,7 +203,22 @@ DELETE_MEMBER = text(
 )
 SET_GROUP = text(
     "UPDATE consumer_groups SET generation_id = :generation_id, state = :state, "
-    "rebalance_started_ms = :now WHERE group_id = :group_id"
+    "rebalance_started_ms = :now, join_deadline_ms = :join_deadline_ms WHERE group_id = :group_id"
+)
+# The first rebalance of an empty group held longer for a member that just came
+# (group.initial.rebalance.delay.ms).
+SET_JOIN_DEADLINE = text(
+    "UPDATE consumer_groups SET join_deadline_ms = :join_deadline_ms WHERE group_id = :group_id"
+)
+# The native (coordinator-assigned) groups with a member subscribed to a topic: a topic
+# that grows rebalances them.
+NATIVE_GROUPS_OF_TOPIC = text(
+    """
+    SELECT DISTINCT g.group_id FROM consumer_groups g
+    JOIN group_members m ON m.group_id = g.group_id
+    WHERE g.protocol_type IS NULL AND m.topics @> jsonb_build_array(CAST(:topic AS text))
+    ORDER BY g.group_id
+    """
 )
 # Who the group is for (its protocol type, fixed while it has members) and, per
 # generation, the protocol chosen and the leader that assigns.

@@ -54,9 +54,10 @@ from app.storage.driver import WriteBehind, driver_connection, in_transaction
 from app.storage.one_query import QueryCopies
 
 
-def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
+def check_request(req: ProduceRequest) -> Columns:
     """Shape rules a batch must meet before it touches the database; returns the batch's
-    columns for the COPY."""
+    columns for the COPY. (Its size is checked against its topic's max.message.bytes,
+    which its partition row holds: ``plan_append``.)"""
     if not req.records:
         raise fail(KafkaError.INVALID_RECORD, "a produce batch needs at least one record")
     if req.partition < 0:
@@ -71,14 +72,19 @@ def check_request(req: ProduceRequest, max_bytes: int) -> Columns:
             KafkaError.INVALID_TXN_STATE,
             "a transactional batch needs a producer id and a transactional id",
         )
-    columns = Columns(req.records)
+    return Columns(req.records)
+
+
+def check_size(req: ProduceRequest, columns: Columns, max_bytes: int) -> None:
+    """A batch within its topic's max.message.bytes (MESSAGE_TOO_LARGE otherwise), counted
+    as the client sent it where it did (a wire batch, compressed if it was), as Kafka's
+    brokers count it."""
     size = columns.size_bytes() if req.size_bytes is None else req.size_bytes
     if size > max_bytes:
         raise fail(
             KafkaError.MSG_SIZE_TOO_LARGE,
-            f"batch of {size} bytes exceeds message.max.bytes={max_bytes}",
+            f"batch of {size} bytes exceeds max.message.bytes={max_bytes} of {req.topic!r}",
         )
-    return columns
 
 
 def copy_rows(conn: Connection, payloads: list[bytes]) -> None:
@@ -362,11 +368,19 @@ def plan_append(
         raise fail(
             KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} [{req.partition}] does not exist"
         )
+    limit = row.max_message_bytes
+    check_size(req, columns, broker.settings.message_max_bytes if limit is None else limit)
     base_offset = row.next_offset
     count = len(columns)
     next_offset = base_offset + count
-    timestamps = columns.stamped(broker.clock.now_ms())
-    accepted = ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset)
+    now = broker.clock.now_ms()
+    if row.log_append_time:  # message.timestamp.type=LogAppendTime: the broker's time
+        timestamps = (now,) * count
+        accepted = ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset,
+                                   log_append_time=now)  # fmt: skip
+    else:
+        timestamps = columns.stamped(now)
+        accepted = ProduceResponse(KafkaError.NO_ERROR, base_offset, row.log_start_offset)
 
     if req.producer_id == NO_PRODUCER_ID:
         lso = lso_after_append(row.last_stable_offset, base_offset, next_offset, opens_txn=False)

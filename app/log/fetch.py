@@ -26,6 +26,8 @@ from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
+from app.log.leader_epoch import current_epoch_refusal, epoch_at, leader_epoch_history
+from app.log.naming import could_exist
 from app.protocol import (
     BATCHES_WINDOW_FACTOR,
     EARLIEST_TIMESTAMP,
@@ -59,6 +61,8 @@ _headers_of = itemgetter(RECORD_HEADERS)
 
 
 def _partition_offsets(conn: Connection, topic: str, partition: int) -> Any:
+    if not could_exist(topic):
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
     row = conn.execute(sql.PARTITION_OFFSETS, {"topic": topic, "partition": partition}).first()
     if row is None:
         raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
@@ -102,6 +106,10 @@ def fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
 def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
     if req.isolation_level not in (READ_COMMITTED, READ_UNCOMMITTED):
         raise fail(KafkaError.INVALID_REQUEST, f"unknown isolation level {req.isolation_level}")
+    if not could_exist(req.topic):
+        raise fail(
+            KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{req.topic} [{req.partition}] does not exist"
+        )
     if req.max_bytes <= 0:
         raise fail(
             KafkaError.INVALID_FETCH_SIZE, f"max_bytes must be positive, got {req.max_bytes}"
@@ -130,14 +138,23 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
                 f"{req.topic} [{req.partition}] does not exist",
             )
         hw, log_start, lso = part.next_offset, part.log_start_offset, part.last_stable_offset
+        if refused := current_epoch_refusal(req.current_leader_epoch, part.leader_epoch):
+            raise refused
         if req.fetch_offset < log_start or req.fetch_offset > hw:
             raise fail(
                 KafkaError.OFFSET_OUT_OF_RANGE,
                 f"offset {req.fetch_offset} is outside [{log_start}, {hw}] of {req.topic} [{req.partition}]",
             )
         upper = lso if read_committed else hw
+        served = {
+            "log_append_time": part.log_append_time, "compression_type": part.compression_type,
+            "leader_epoch": part.leader_epoch, "epochs": tuple(part.epochs or ()),
+            "epoch_starts": tuple(part.epoch_starts or ()),
+        }  # fmt: skip
         if req.fetch_offset >= upper:
-            return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, [], req.fetch_offset, [])
+            return FetchResponse(
+                KafkaError.NO_ERROR, hw, lso, log_start, [], req.fetch_offset, [], **served
+            )
         # A window of ``limit`` offsets holds at most ``limit`` records, so the read is
         # bounded by offsets, not by how many records filtering happens to drop.
         window_end = min(upper, req.fetch_offset + limit)
@@ -162,7 +179,7 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
             aborted = [AbortedTransaction(pid, f) for pid, f, _ in ranges if f < window_end]
             return FetchResponse(
                 KafkaError.NO_ERROR, hw, lso, log_start, [], window_end, aborted,
-                log_records=log_records,
+                log_records=log_records, **served,
             )  # fmt: skip
         whole = part.window_bytes is None or part.window_bytes <= req.max_bytes
         statement = sql.FETCH_UNCOMMITTED_WHOLE if whole else sql.FETCH_UNCOMMITTED
@@ -178,7 +195,9 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
     if records and records[-1][RECORD_TIMESTAMP] is None:
         next_offset = records.pop()[RECORD_OFFSET]
     aborted = [AbortedTransaction(pid, first) for pid, first, _ in ranges if first < next_offset]
-    return FetchResponse(KafkaError.NO_ERROR, hw, lso, log_start, records, next_offset, aborted)
+    return FetchResponse(
+        KafkaError.NO_ERROR, hw, lso, log_start, records, next_offset, aborted, **served
+    )
 
 
 def list_offsets(broker: BrokerContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
@@ -188,15 +207,27 @@ def list_offsets(broker: BrokerContext, req: ListOffsetsRequest) -> ListOffsetsR
         with broker.engine.connect() as conn:
             authorize_all(conn, broker, needs.list_offsets(req.topic))
             part = _partition_offsets(conn, req.topic, req.partition)
+            if refused := current_epoch_refusal(req.current_leader_epoch, part.leader_epoch):
+                raise refused
             upper = (
                 part.last_stable_offset
                 if req.isolation_level == READ_COMMITTED
                 else part.next_offset
             )
+            history: list[tuple[int, int]] = []
+            if part.leader_epoch > 0:
+                history = leader_epoch_history(conn, req.topic, req.partition)
+
+            def epoch_of(offset: int) -> int:
+                return epoch_at([e for e, _ in history], [s for _, s in history], offset)
+
             if req.timestamp == EARLIEST_TIMESTAMP:
-                return ListOffsetsResponse(KafkaError.NO_ERROR, part.log_start_offset)
+                start = part.log_start_offset
+                return ListOffsetsResponse(KafkaError.NO_ERROR, start, leader_epoch=epoch_of(start))
             if req.timestamp == LATEST_TIMESTAMP:
-                return ListOffsetsResponse(KafkaError.NO_ERROR, upper)
+                return ListOffsetsResponse(
+                    KafkaError.NO_ERROR, upper, leader_epoch=part.leader_epoch
+                )
             if req.timestamp < 0:
                 raise fail(KafkaError.INVALID_REQUEST, f"invalid timestamp {req.timestamp}")
             row = conn.execute(
@@ -211,6 +242,8 @@ def list_offsets(broker: BrokerContext, req: ListOffsetsRequest) -> ListOffsetsR
             ).first()
             if row is None:
                 return ListOffsetsResponse(KafkaError.NO_ERROR, -1, -1)
-            return ListOffsetsResponse(KafkaError.NO_ERROR, row.offset, row.timestamp)
+            return ListOffsetsResponse(
+                KafkaError.NO_ERROR, row.offset, row.timestamp, leader_epoch=epoch_of(row.offset)
+            )
     except KafkaException as exc:
         return ListOffsetsResponse(exc.error.code(), error_message=exc.error.str())

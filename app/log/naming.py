@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from app.errors import KafkaError, fail
+from app.errors import KafkaError, KafkaException, fail
 
 MAX_TOPIC_LENGTH = 249
 MAX_PARTITIONS = 10_000
@@ -42,3 +42,13 @@ def validate_num_partitions(n: object) -> int:
             f"num_partitions must be an integer from 1 to {MAX_PARTITIONS}, got {n!r}",
         )
     return n
+
+
+def could_exist(name: object) -> bool:
+    """Whether a topic of this name could exist (a legal name, internal ones included): a
+    lookup of any other needs no database to answer that it does not."""
+    try:
+        validate_topic_name(name, allow_internal=True)
+    except KafkaException:
+        return False
+    return True

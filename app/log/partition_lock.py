@@ -49,11 +49,15 @@ from app.storage.one_query import (
 
 
 class PartitionRow(NamedTuple):
-    """The locked partition row and the state of one producer on it (None fields: no state)."""
+    """The locked partition row and the state of one producer on it (None fields: no state).
+    ``max_message_bytes`` (None: the broker's) and ``log_append_time`` are the topic's
+    configs an append obeys, kept on the row (``topic_config.PartitionColumns``)."""
 
     next_offset: int
     log_start_offset: int
     last_stable_offset: int
+    max_message_bytes: int | None
+    log_append_time: bool
     s_producer_id: int | None
     s_producer_epoch: int | None
     s_last_sequence: int | None
@@ -66,7 +70,7 @@ class PartitionRow(NamedTuple):
     def producer_entry(self) -> ProducerEntry | None:
         if self.s_producer_id is None:
             return None
-        return ProducerEntry.from_row(self[3:])
+        return ProducerEntry.from_row(self[_STATE:])
 
     def advanced(
         self, next_offset: int, last_stable_offset: int, entry: ProducerEntry | None
@@ -79,6 +83,8 @@ class PartitionRow(NamedTuple):
             next_offset,
             self.log_start_offset,
             last_stable_offset,
+            self.max_message_bytes,
+            self.log_append_time,
             entry.producer_id,
             entry.producer_epoch,
             entry.last_sequence,
@@ -90,7 +96,9 @@ class PartitionRow(NamedTuple):
         )
 
 
-# The state columns of a PartitionRow for a producer without state on the partition.
+# Where a PartitionRow's producer state begins, and its columns for a producer without
+# state on the partition.
+_STATE = 5
 NO_STATE = (None,) * 8
 
 
@@ -185,7 +193,7 @@ def partition_rows(
         return {(row[0], row[1]): PartitionRow._make(row[2:-1]) for row in rows}
     with driver_connection(conn).cursor() as cur:
         states = cur.execute(sql.PRODUCER_STATES, lock_params(wanted)).fetchall()
-    locked = {(row[0], row[1]): row[2:5] for row in rows}
+    locked = {(row[0], row[1]): row[2 : 2 + _STATE] for row in rows}
     found = {(s[0], s[1], s[2]): s[2:] for s in states}
     return {
         (t, p): PartitionRow._make((*locked[(t, p)], *found.get((t, p, pid), NO_STATE)))

@@ -95,6 +95,7 @@ RECORDED_BATCH = """
 # server; this check ~1%.)
 LOCK_PARTITIONS = f"""
     SELECT p.topic, p.partition, p.next_offset, p.log_start_offset, p.last_stable_offset,
+           p.max_message_bytes, p.log_append_time,
            {_PRODUCER_STATE_COLUMNS},
            p.ctid = (SELECT v.ctid FROM partitions v
                      WHERE v.topic = p.topic AND v.partition = p.partition) AS unmoved
@@ -266,7 +267,7 @@ TOPIC_EXISTS = text("SELECT 1 FROM topics WHERE topic = :topic")
 
 PARTITION_OFFSETS = text(
     """
-    SELECT next_offset, log_start_offset, last_stable_offset FROM partitions
+    SELECT next_offset, log_start_offset, last_stable_offset, leader_epoch FROM partitions
     WHERE topic = :topic AND partition = :partition
     """
 )
@@ -403,7 +404,9 @@ _SIZE = _RECORD_SIZE.replace("%(record_overhead)s", ":record_overhead")
 # the window (cleaning) before the read, never grow, so what fits here fits then.
 _PARTITION_LOOK = """
     SELECT p.next_offset, p.log_start_offset, p.last_stable_offset,
-           a.producer_ids, a.first_offsets, a.last_offsets, w.window_bytes{cut_column}
+           a.producer_ids, a.first_offsets, a.last_offsets, w.window_bytes,
+           p.log_append_time, p.compression_type, p.leader_epoch,
+           e.epochs, e.epoch_starts{cut_column}
     FROM partitions p
     LEFT JOIN LATERAL (
         SELECT array_agg(producer_id ORDER BY first_offset) AS producer_ids,
@@ -419,7 +422,13 @@ _PARTITION_LOOK = """
         FROM records r
         WHERE r.topic = p.topic AND r.partition = p.partition
           AND r."offset" >= :from_offset AND r."offset" < {window_end}
-    ) w ON true{cut_join}
+    ) w ON true
+    LEFT JOIN LATERAL (
+        SELECT array_agg(leader_epoch ORDER BY leader_epoch) AS epochs,
+               array_agg(start_offset ORDER BY leader_epoch) AS epoch_starts
+        FROM partition_leader_epochs
+        WHERE p.leader_epoch > 0 AND topic = p.topic AND partition = p.partition
+    ) e ON true{cut_join}
     WHERE p.topic = :topic AND p.partition = :partition
 """
 PARTITION_FOR_FETCH = text(
@@ -562,8 +571,32 @@ INSERT_TOPIC = text(
     "INSERT INTO topics (topic, num_partitions, config, created_ms) "
     "VALUES (:topic, :n, CAST(:config AS jsonb), :now)"
 )
+# Partitions ``first`` to ``n - 1`` of a topic (all of a new one, or those added to it),
+# with the topic's configs they obey, each leading in epoch 0 from offset 0.
 INSERT_PARTITIONS = text(
-    "INSERT INTO partitions (topic, partition) SELECT :topic, g FROM generate_series(0, :n - 1) g"
+    """
+    WITH made AS (
+        INSERT INTO partitions (topic, partition, max_message_bytes, log_append_time,
+                                compression_type)
+        SELECT :topic, g, :max_message_bytes, :log_append_time, :compression_type
+        FROM generate_series(:first, :n - 1) g
+        RETURNING topic, partition
+    )
+    INSERT INTO partition_leader_epochs (topic, partition, leader_epoch, start_offset)
+    SELECT topic, partition, 0, 0 FROM made
+    """
+)
+# The topic's configs its partitions obey, set on each row where they change (a row's new
+# version makes an append decided on the old one go the lock's way: rule 32).
+SET_PARTITION_CONFIGS = text(
+    """
+    UPDATE partitions SET max_message_bytes = :max_message_bytes,
+                          log_append_time = :log_append_time,
+                          compression_type = :compression_type
+    WHERE topic = :t
+      AND (max_message_bytes IS DISTINCT FROM :max_message_bytes
+           OR log_append_time <> :log_append_time OR compression_type <> :compression_type)
+    """
 )
 # A deletion takes the topic's partition locks first, in order, as appends do.
 LOCK_TOPIC_PARTITIONS = text(
@@ -575,14 +608,26 @@ DELETE_TOPIC = tuple(
     for table in ("records", "producer_states", "producer_snapshots", "aborted_txns", "topics")
 )
 TOPIC_CONFIG_FOR_UPDATE = text("SELECT config FROM topics WHERE topic = :t FOR UPDATE")
+# A topic about to grow: its row locked (a config change or another growth waits; appends
+# and readers of its partitions do not), with its partition count and configs.
+TOPIC_FOR_GROWTH = text("SELECT num_partitions, config FROM topics WHERE topic = :t FOR UPDATE")
+SET_NUM_PARTITIONS = text("UPDATE topics SET num_partitions = :n WHERE topic = :t")
 SET_TOPIC_CONFIG = text("UPDATE topics SET config = CAST(:config AS jsonb) WHERE topic = :t")
 LIST_TOPICS = text(
     "SELECT t.topic, t.num_partitions, t.config, p.partition, p.log_start_offset, "
     "p.next_offset, p.last_stable_offset FROM topics t "
     "JOIN partitions p ON p.topic = t.topic ORDER BY t.topic, p.partition"
 )
-ALL_TOPIC_IDS = text("SELECT topic, num_partitions, topic_id FROM topics")
-TOPIC_IDS = text("SELECT topic, num_partitions, topic_id FROM topics WHERE topic = ANY(:topics)")
+# Metadata: each topic with its id and its partitions' leader epochs, in partition order.
+_TOPIC_METADATA = """
+    SELECT t.topic, t.num_partitions, t.topic_id,
+           array_agg(p.leader_epoch ORDER BY p.partition) AS leader_epochs
+    FROM topics t JOIN partitions p ON p.topic = t.topic
+    {where}
+    GROUP BY t.topic
+"""
+ALL_TOPIC_IDS = text(_TOPIC_METADATA.format(where=""))
+TOPIC_IDS = text(_TOPIC_METADATA.format(where="WHERE t.topic = ANY(:topics)"))
 
 
 # ---------------------------------------------------------------- the fold (``app.log.projection``)
@@ -658,3 +703,28 @@ INSERT_ENTRIES = {
     )
     for table in ("producer_states", "producer_snapshots")
 }
+
+
+# ---------------------------------------------------------------- leader epochs (``app.log.leader_epoch``)
+
+LEADER_EPOCHS = text(
+    """
+    SELECT leader_epoch, start_offset FROM partition_leader_epochs
+    WHERE topic = :topic AND partition = :partition ORDER BY leader_epoch
+    """
+)
+# A new leadership: the epoch one higher, begun at the log end, noted in the history. The
+# UPDATE takes the partition lock, so no append is half-way through.
+BUMP_LEADER_EPOCH = text(
+    """
+    WITH bumped AS (
+        UPDATE partitions SET leader_epoch = leader_epoch + 1
+        WHERE topic = :topic AND partition = :partition
+        RETURNING topic, partition, leader_epoch, next_offset
+    ), noted AS (
+        INSERT INTO partition_leader_epochs (topic, partition, leader_epoch, start_offset)
+        SELECT topic, partition, leader_epoch, next_offset FROM bumped
+    )
+    SELECT leader_epoch FROM bumped
+    """
+)

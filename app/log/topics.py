@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import KafkaError, fail
+from app.errors import KafkaError, KafkaException, fail
 from app.log import sql
-from app.log.naming import validate_num_partitions, validate_topic_name
-from app.log.topic_config import altered, validate_topic_config
+from app.log.naming import could_exist, validate_num_partitions, validate_topic_name
+from app.log.topic_config import altered, partition_columns, validate_topic_config
 from app.protocol import (
     MetadataRequest,
     MetadataResponse,
@@ -27,7 +27,8 @@ from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
 __all__ = [
-    "PartitionInfo", "TopicInfo", "alter_topic_config", "authorize_alter", "create_topic",
+    "PartitionInfo", "TopicInfo", "alter_topic_config", "authorize_alter",
+    "create_partitions_in", "create_topic",
     "delete_topic", "describe_topic", "list_topics", "metadata",
 ]  # fmt: skip
 
@@ -62,11 +63,45 @@ def create_topic(
             )
             conn.execute(
                 sql.INSERT_PARTITIONS,
-                {"topic": name, "n": num_partitions},
-            )
+                {"topic": name, "first": 0, "n": num_partitions,
+                 **partition_columns(cfg).as_params()},
+            )  # fmt: skip
     except IntegrityError as exc:
         raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists") from exc
     return TopicInfo(name, num_partitions, cfg)
+
+
+def create_partitions_in(
+    conn: Connection, broker: BrokerContext, name: str, count: int, validate_only: bool = False
+) -> int:
+    """Kafka's CreatePartitions of one topic on ``conn``: it grows to ``count`` partitions
+    (never shrinks, nor stays: INVALID_PARTITIONS), the new ones with the topic's configs,
+    each leading in epoch 0. Needs Alter on the topic or the cluster. Returns the count it
+    had. Who reads the topic learns of the new partitions from Metadata; a native group
+    subscribed to it is the groups' business (``broker.admin.topics``)."""
+    validate_topic_name(name)
+    authorize_any(conn, broker, needs.alter_topic(name))
+    row = conn.execute(sql.TOPIC_FOR_GROWTH, {"t": name}).first()
+    if row is None:
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+    validate_num_partitions(count)
+    if count < row.num_partitions:
+        raise fail(
+            KafkaError.INVALID_PARTITIONS,
+            f"topic {name!r} has {row.num_partitions} partitions, more than the {count} "
+            "asked: a topic never shrinks",
+        )
+    if count == row.num_partitions:
+        raise fail(KafkaError.INVALID_PARTITIONS, f"topic {name!r} already has {count} partitions")
+    if not validate_only:
+        conn.execute(sql.SET_NUM_PARTITIONS, {"t": name, "n": count})
+        conn.execute(
+            sql.INSERT_PARTITIONS,
+            {"topic": name, "first": row.num_partitions, "n": count,
+             **partition_columns(row.config).as_params()},
+        )  # fmt: skip
+    current: int = row.num_partitions
+    return current
 
 
 @retry_conflicts
@@ -81,6 +116,8 @@ def delete_topic_in(conn: Connection, broker: BrokerContext, name: str) -> None:
     order). The groups' offsets of it are the groups' business (``broker.admin.topics``
     deletes both in one DB transaction)."""
     authorize_any(conn, broker, needs.delete_topic(name))
+    if not could_exist(name):
+        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
     locked = conn.execute(sql.LOCK_TOPIC_PARTITIONS, {"t": name}).all()
     if not locked:
         raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -110,6 +147,9 @@ def alter_topic_config(
     """
     with broker.engine.begin() as conn:
         authorize_any(conn, broker, needs.alter_topic(name))
+        # The partition rows first, in order, as a deletion takes them; they keep the
+        # configs an append obeys.
+        conn.execute(sql.LOCK_TOPIC_PARTITIONS, {"t": name})
         current = conn.execute(sql.TOPIC_CONFIG_FOR_UPDATE, {"t": name}).scalar()
         if current is None:
             raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
@@ -123,6 +163,7 @@ def alter_topic_config(
         if validate_only:
             return new
         conn.execute(sql.SET_TOPIC_CONFIG, {"t": name, "config": json.dumps(new)})
+        conn.execute(sql.SET_PARTITION_CONFIGS, {"t": name, **partition_columns(new).as_params()})
     return new
 
 
@@ -167,33 +208,66 @@ def describe_topic(broker: BrokerContext, name: str) -> TopicInfo:
 
 def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
     """Kafka's Metadata for the topics asked (all of them if None): each one's partition
-    count and topic id, or UNKNOWN_TOPIC_OR_PARTITION. As in Kafka, a topic the principal
-    may not describe is left out of a listing of all topics, and answered
-    TOPIC_AUTHORIZATION_FAILED when asked for by name, whether it exists or not, so its
-    existence is not told."""
-    with broker.engine.connect() as conn:
-        if req.topics is None:
-            rows = conn.execute(sql.ALL_TOPIC_IDS).all()
-            hidden = _undescribable(conn, broker, {r.topic for r in rows})
-        else:
-            rows = conn.execute(sql.TOPIC_IDS, {"topics": list(req.topics)}).all()
-            hidden = _undescribable(conn, broker, set(req.topics))
-    found = {
-        r.topic: TopicMetadata(KafkaError.NO_ERROR, r.topic, r.num_partitions, str(r.topic_id))
-        for r in rows
-        if r.topic not in hidden
-    }
+    count, topic id and partitions' leader epochs, or UNKNOWN_TOPIC_OR_PARTITION. As in
+    Kafka, a topic the principal may not describe is left out of a listing of all topics,
+    and answered TOPIC_AUTHORIZATION_FAILED when asked for by name, whether it exists or
+    not, so its existence is not told. A topic asked for by name that does not exist is
+    created if the request allows it and the broker auto-creates topics
+    (``auto_create_topics``, Kafka's auto.create.topics.enable), with ``num_partitions``
+    partitions, as a CreateTopics would: the principal needs Create on the cluster or the
+    topic (TOPIC_AUTHORIZATION_FAILED otherwise), the name must be legal."""
+    illegal = set() if req.topics is None else {n for n in req.topics if not could_exist(n)}
+    asked = None if req.topics is None else [n for n in req.topics if n not in illegal]
+    found, hidden = _described_topics(broker, asked)
     if req.topics is None:
         return MetadataResponse([found[name] for name in sorted(found)])
+    invalid = KafkaError.INVALID_TOPIC_EXCEPTION  # as Kafka answers a name it cannot have
+    refused: dict[str, TopicMetadata] = {n: TopicMetadata(invalid, n) for n in illegal}
+    missing = [n for n in dict.fromkeys(req.topics) if n not in found and n not in hidden | illegal]
+    if missing and req.allow_auto_topic_creation and broker.settings.auto_create_topics:
+        for name in missing:
+            try:
+                create_topic(broker, name, broker.settings.num_partitions)
+            except KafkaException as exc:
+                code = exc.error.code()
+                if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue  # made meanwhile by another request: it is there
+                if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+                    code = KafkaError.TOPIC_AUTHORIZATION_FAILED
+                refused[name] = TopicMetadata(code, name, error_message=exc.error.str())
+        found.update(_described_topics(broker, missing)[0])
     unknown = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-    refused = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    denied = KafkaError.TOPIC_AUTHORIZATION_FAILED
     return MetadataResponse(
         [
-            TopicMetadata(refused, name) if name in hidden else found.get(name) or
-            TopicMetadata(unknown, name)
+            TopicMetadata(denied, name) if name in hidden else found.get(name) or
+            refused.get(name) or TopicMetadata(unknown, name)
             for name in req.topics
         ]
     )  # fmt: skip
+
+
+def _described_topics(
+    broker: BrokerContext, names: list[str] | None
+) -> tuple[dict[str, TopicMetadata], set[str]]:
+    """The topics of ``names`` (all if None) the principal may describe, and those of
+    ``names`` it may not."""
+    with broker.engine.connect() as conn:
+        if names is None:
+            rows = conn.execute(sql.ALL_TOPIC_IDS).all()
+            hidden = _undescribable(conn, broker, {r.topic for r in rows})
+        else:
+            rows = conn.execute(sql.TOPIC_IDS, {"topics": list(names)}).all()
+            hidden = _undescribable(conn, broker, set(names))
+    found = {
+        r.topic: TopicMetadata(
+            KafkaError.NO_ERROR, r.topic, r.num_partitions, str(r.topic_id),
+            tuple(r.leader_epochs),
+        )
+        for r in rows
+        if r.topic not in hidden
+    }  # fmt: skip
+    return found, hidden
 
 
 def _undescribable(conn: Connection, broker: BrokerContext, topics: set[str]) -> set[str]:

@@ -72,14 +72,19 @@ def write_txn_markers() -> list[Check]:
     return [cluster_check(CLUSTER_ACTION)]
 
 
-def offset_commit(group_id: object, partitions: Iterable[tuple[object, object]]) -> list[Check]:
-    return [_group(READ, group_id), *topic_checks(READ, [t for t, _ in partitions])]
+def offset_commit(group_id: object) -> list[Check]:
+    """Read on the group; each partition's topic is checked on its own
+    (``offset_topics``), a refused one answered for its partitions only, as Kafka does."""
+    return [_group(READ, group_id)]
 
 
-def txn_offset_commit(
-    transactional_id: object, group_id: object, partitions: Iterable[tuple[object, object]]
-) -> list[Check]:
-    return [_txn(transactional_id), *offset_commit(group_id, partitions)]
+def offset_topics(partitions: Iterable[tuple[object, object]]) -> list[Check]:
+    """Read on the topics of an offset commit's (or an offset deletion's) partitions."""
+    return topic_checks(READ, [t for t, _ in partitions])
+
+
+def txn_offset_commit(transactional_id: object, group_id: object) -> list[Check]:
+    return [_txn(transactional_id), *offset_commit(group_id)]
 
 
 def offset_fetch(group_id: object) -> list[Check]:
@@ -90,6 +95,12 @@ def offset_fetch(group_id: object) -> list[Check]:
 def describe_group(group_id: object) -> list[Check]:
     """DescribeGroups, and which groups ListGroups shows."""
     return [_group(DESCRIBE, group_id)]
+
+
+def delete_group(group_id: object) -> list[Check]:
+    """DeleteGroups and OffsetDelete: Delete on the group (OffsetDelete also Read on each
+    partition's topic: ``offset_topics``)."""
+    return [_group(DELETE, group_id)]
 
 
 def group_membership(group_id: object) -> list[Check]:
@@ -105,6 +116,11 @@ def create_topic(topic: object) -> list[Check]:
 def delete_topic(topic: object) -> list[Check]:
     """Alternatives: Delete on the cluster, or on the topic."""
     return [cluster_check(DELETE), *topic_checks(DELETE, [topic])]
+
+
+def delete_records(topic: object) -> list[Check]:
+    """Delete on the topic, as Kafka's DeleteRecords asks."""
+    return topic_checks(DELETE, [topic])
 
 
 def alter_topic(topic: object) -> list[Check]:

@@ -42,12 +42,28 @@ DELETE_ACLS = text(f"DELETE FROM acls WHERE {_FILTER} RETURNING {_COLUMNS}")
 UPSERT_SASL_USER = text(
     "INSERT INTO sasl_users (name, mechanism, salt, iterations, stored_key, server_key, "
     "created_ms) VALUES (:name, :mechanism, :salt, :iterations, :stored_key, :server_key, :now) "
-    "ON CONFLICT (name) DO UPDATE SET mechanism = EXCLUDED.mechanism, salt = EXCLUDED.salt, "
+    "ON CONFLICT (name, mechanism) DO UPDATE SET salt = EXCLUDED.salt, "
     "iterations = EXCLUDED.iterations, stored_key = EXCLUDED.stored_key, "
     "server_key = EXCLUDED.server_key, created_ms = EXCLUDED.created_ms"
 )
 DELETE_SASL_USER = text("DELETE FROM sasl_users WHERE name = :name RETURNING name")
-SASL_USERS = text("SELECT name, mechanism, created_ms FROM sasl_users ORDER BY name")
+DELETE_SASL_CREDENTIAL = text(
+    "DELETE FROM sasl_users WHERE name = :name AND mechanism = :mechanism RETURNING name"
+)
+SASL_USERS = text("SELECT name, mechanism, created_ms FROM sasl_users ORDER BY name, mechanism")
 SASL_USER = text(
-    "SELECT mechanism, salt, iterations, stored_key, server_key FROM sasl_users WHERE name = :name"
+    "SELECT salt, iterations, stored_key, server_key FROM sasl_users "
+    "WHERE name = :name AND mechanism = :mechanism"
+)
+# Users' SCRAM credentials (mechanism and iterations, never a key), of the names given or
+# (NULL) of everyone; a user's rows locked while its alterations are applied.
+SCRAM_CREDENTIALS = text(
+    """
+    SELECT name, mechanism, iterations FROM sasl_users
+    WHERE mechanism LIKE 'SCRAM-%' AND (CAST(:names AS text[]) IS NULL OR name = ANY(:names))
+    ORDER BY name, mechanism
+    """
+)
+LOCK_SASL_USER = text(
+    "SELECT mechanism FROM sasl_users WHERE name = :name ORDER BY mechanism FOR UPDATE"
 )

@@ -123,7 +123,7 @@ def delete_acls(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     """Each filter on its own; one on a single host deletes nothing."""
     filters = [f for f in request.filters if _any_host(f.host_filter)]
     answers = iter(
-        broker.handle(DeleteAclsRequest([_acl_filter(f) for f in filters])).filter_results
+        broker.handle(DeleteAclsRequest([_acl_filter(f)])).filter_results[0] for f in filters
     )
     results = []
     for f in request.filters:

@@ -26,6 +26,7 @@ from app.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     EndTxnRequest,
+    EpochQuery,
     FetchRequest,
     FetchResponse,
     FindCoordinatorRequest,
@@ -35,23 +36,26 @@ from app.protocol import (
     OffsetAndMetadata,
     OffsetCommitRequest,
     OffsetFetchRequest,
+    OffsetForLeaderEpochRequest,
     ProduceBatchesRequest,
     ProduceRequest,
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
-from app.server import acl_apis, topic_apis, txn_apis
+from app.server import acl_apis, topic_apis, txn_apis, user_apis
 from app.server.answer import Handler, Pending
 from app.server.groups import (
+    delete_groups,
     describe_groups,
     heartbeat,
     join_group,
     leave_group,
     list_groups,
+    offset_delete,
     sync_group,
 )
 from app.server.node import NODE_ID, Node
-from app.server.records import encode_batches, produce_request
+from app.server.records import Served, encode_batches, produce_request
 from app.server.sasl import sasl_authenticate, sasl_handshake
 
 
@@ -64,15 +68,29 @@ def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 
 
 def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Before v4 a request cannot say whether it allows auto-creation: Kafka takes it as
+    allowed. From v10 a topic may be asked for by id (its name null): an id no topic has
+    is UNKNOWN_TOPIC_ID."""
     asked = request.topics
     names = None if asked is None else [t.name for t in asked]
-    found = broker.handle(MetadataRequest(names)).topics
-    topics = []
+    unknown_ids: list[uuid.UUID] = []
+    if names is not None and None in names:
+        known = topic_apis.topics_by_id(broker)
+        names = [t.name if t.name is not None else known.get(t.topic_id) for t in asked]
+        unknown_ids = [t.topic_id for t in asked if t.name is None and t.topic_id not in known]
+        names = [n for n in names if n is not None]
+    allow = getattr(request, "allow_auto_topic_creation", True)
+    found = broker.handle(MetadataRequest(names, allow_auto_topic_creation=allow)).topics
+    topics: list[dict[str, Any]] = [
+        {"error_code": KafkaError.UNKNOWN_TOPIC_ID, "topic_id": topic_id, "partitions": [],
+         "name": None if request.__version__ >= 12 else "", "is_internal": False}
+        for topic_id in unknown_ids
+    ]  # fmt: skip
     for t in found:
         partitions = [
-            {"error_code": 0, "partition_index": p, "leader_id": NODE_ID, "leader_epoch": 0,
+            {"error_code": 0, "partition_index": p, "leader_id": NODE_ID, "leader_epoch": epoch,
              "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID], "offline_replicas": []}
-            for p in range(t.num_partitions)
+            for p, epoch in enumerate(t.leader_epochs)
         ]  # fmt: skip
         topics.append(
             {"error_code": t.error_code, "name": t.topic, "partitions": partitions,
@@ -113,7 +131,8 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
         a = answers[(topic, partition)]
         by_topic.setdefault(topic, []).append(
             {"index": partition, "error_code": a.error_code, "base_offset": a.base_offset,
-             "log_append_time": None, "log_start_offset": a.log_start_offset,
+             "log_append_time": None if a.log_append_time < 0 else a.log_append_time,
+             "log_start_offset": a.log_start_offset,
              "error_message": a.error_message}
         )  # fmt: skip
     responses = [{"name": t, "partition_responses": p} for t, p in by_topic.items()]
@@ -140,6 +159,7 @@ def _fetch_pass(
                 topic.topic, part.partition, part.fetch_offset,
                 max_bytes=max(1, min(part.partition_max_bytes, left)),
                 isolation_level=request.isolation_level, min_one_record=total == 0, batches=True,
+                current_leader_epoch=getattr(part, "current_leader_epoch", -1),
             )  # fmt: skip
             answer, records, aborted = _read(broker, first)
             total += len(records)
@@ -176,7 +196,7 @@ def _read(
         answer = read
         for a in read.aborted_transactions:
             aborted[(a.producer_id, a.first_offset)] = a
-        out += encode_batches(read.log_records)
+        out += encode_batches(read.log_records, _served(read))
         readable = read.last_stable_offset if committed else read.high_watermark
         # A whole read ends ``window`` offsets on; one that ends sooner met the end of what
         # may be read or was cut by max_bytes.
@@ -196,6 +216,13 @@ def _read(
             min_one_record=False,
         )
     return answer, bytes(out), list(aborted.values()) if committed else None
+
+
+def _served(read: FetchResponse) -> Served:
+    return Served(
+        read.log_append_time, read.compression_type, read.leader_epoch, read.epochs,
+        read.epoch_starts,
+    )  # fmt: skip
 
 
 def _fetched(
@@ -222,14 +249,35 @@ def list_offsets(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         partitions = []
         for part in topic.partitions:
             a = broker.handle(
-                ListOffsetsRequest(topic.name, part.partition_index, part.timestamp, isolation)
-            )
+                ListOffsetsRequest(
+                    topic.name, part.partition_index, part.timestamp, isolation,
+                    getattr(part, "current_leader_epoch", -1),
+                )
+            )  # fmt: skip
             partitions.append(
                 {"partition_index": part.partition_index, "error_code": a.error_code,
-                 "timestamp": a.timestamp, "offset": a.offset, "leader_epoch": 0}
+                 "timestamp": a.timestamp, "offset": a.offset, "leader_epoch": a.leader_epoch}
             )  # fmt: skip
         topics.append({"name": topic.name, "partitions": partitions})
     return {"topics": topics}
+
+
+def offset_for_leader_epoch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """A consumer's question (KIP-320): where each epoch it read in ended. Its replica id
+    is a consumer's (-1, or -2 unset); a follower's fetching is PostgreSQL's, not this."""
+    queries = [
+        EpochQuery(t.topic, p.partition, p.leader_epoch, p.current_leader_epoch)
+        for t in request.topics
+        for p in t.partitions
+    ]
+    answers = broker.handle(OffsetForLeaderEpochRequest(queries)).results
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for a in answers:
+        by_topic.setdefault(a.topic, []).append(
+            {"error_code": a.error_code, "partition": a.partition,
+             "leader_epoch": a.leader_epoch, "end_offset": a.end_offset}
+        )  # fmt: skip
+    return {"topics": [{"topic": t, "partitions": p} for t, p in by_topic.items()]}
 
 
 def find_coordinator(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -384,7 +432,9 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     18: (0, 3, api_versions),
     19: (2, 7, topic_apis.create_topics),
     20: (1, 6, topic_apis.delete_topics),
+    21: (0, 2, topic_apis.delete_records),
     22: (0, 4, init_producer_id),
+    23: (2, 4, offset_for_leader_epoch),
     24: (0, 3, add_partitions_to_txn),
     25: (0, 3, add_offsets_to_txn),
     26: (0, 3, end_txn),
@@ -395,7 +445,12 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     32: (1, 4, topic_apis.describe_configs),
     33: (0, 2, topic_apis.alter_configs),
     36: (0, 2, sasl_authenticate),
+    37: (0, 3, topic_apis.create_partitions),
+    42: (0, 2, delete_groups),
     44: (0, 1, topic_apis.incremental_alter_configs),
+    47: (0, 0, offset_delete),
+    50: (0, 0, user_apis.describe_user_scram_credentials),
+    51: (0, 0, user_apis.alter_user_scram_credentials),
     61: (0, 0, txn_apis.describe_producers),
     65: (0, 0, txn_apis.describe_transactions),
     66: (0, 1, txn_apis.list_transactions),

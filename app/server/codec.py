@@ -96,6 +96,12 @@ def encode_response(
     return bytes(frame)
 
 
+def error_response(api_key: int, api_version: int, correlation_id: int, code: int) -> bytes:
+    """The frame of a response that says only ``code``: its top-level error code where the
+    version has one, every list empty."""
+    return encode_response(api_key, api_version, correlation_id, {"error_code": code})
+
+
 def build(entity: type[Any], values: dict[str, Any]) -> Any:
     """``entity`` from plain ``values`` (see the module docstring)."""
     hints = _hints(entity)

@@ -1,5 +1,6 @@
 """The classic group protocol on the wire: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-ListGroups and DescribeGroups over the broker's group requests.
+ListGroups and DescribeGroups over the broker's group requests; and a group's
+administration, DeleteGroups and OffsetDelete.
 
 Kafka holds a JoinGroup response until every member has rejoined, and a follower's
 SyncGroup response until the leader has sent the assignment. Here both are long polls
@@ -21,6 +22,7 @@ from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSu
 from app.broker import Broker
 from app.errors import KafkaError
 from app.protocol import (
+    DeleteGroupsRequest,
     DescribeGroupsRequest,
     GroupProtocol,
     HeartbeatRequest,
@@ -29,6 +31,7 @@ from app.protocol import (
     LeaveGroupRequest,
     ListGroupsRequest,
     MemberAssignment,
+    OffsetDeleteRequest,
     SyncGroupRequest,
     SyncGroupResponse,
     TopicPartitionKey,
@@ -201,3 +204,24 @@ def _assigned(protocol_type: str, assignment: bytes) -> tuple[TopicPartitionKey,
 
 def _ms(duration: Any) -> int:
     return int(duration.total_seconds() * 1000)
+
+
+def delete_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    answers = [broker.handle(DeleteGroupsRequest([g])).results[0] for g in request.groups_names]
+    return {"results": [{"group_id": r.group_id, "error_code": r.error_code} for r in answers]}
+
+
+def offset_delete(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """A refusal of the whole request is the response's error code, with no partitions
+    (as Kafka answers it); else each partition's."""
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    answer = broker.handle(OffsetDeleteRequest(request.group_id, asked))
+    if answer.error_code != KafkaError.NO_ERROR:
+        return {"error_code": answer.error_code, "topics": []}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), code in answer.results.items():
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
+    return {
+        "error_code": KafkaError.NO_ERROR,
+        "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
+    }

@@ -9,7 +9,11 @@ by TCP, and no connection can take more than one worker.
 Bad input is the connection's own problem: a frame over ``socket.request.max.bytes``, one
 kio cannot read, or an API key or version not advertised closes that connection (an
 ApiVersions request of an unknown version is answered, as Kafka answers it, with version
-0 and the versions there are) and is counted in ``refused``; nothing of it is written.
+0 and the versions there are) and is counted in ``refused``; nothing of it is written. A
+request that can be read is always answered: a failure of the broker is each item's
+error code (``failures.AnsweringBroker``), and a handler that fails all the same answers
+its error code where its response has one (counted in ``failed``), logged with the cause;
+the connection stays open.
 A long poll (a fetch short of ``min_bytes``, a JoinGroup waiting for the other members,
 a follower's SyncGroup waiting for its leader) holds no worker while it waits: the
 connection's task sleeps between looks, and looks again at once after a request through
@@ -30,10 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from app.broker import Broker
+from app.errors import KafkaError
 from app.server import codec
 from app.server.address import Listener
 from app.server.answer import Answer, Pending
 from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
+from app.server.failures import AnsweringBroker
 from app.server.node import Node, Session
 from app.server.sasl import BEFORE_AUTHENTICATION
 
@@ -76,12 +82,18 @@ class Server:
     ) -> None:
         """``tls``: the context of the endpoints whose protocol is SSL or SASL_SSL."""
         check_tls(endpoints, tls)
-        self.broker, self.endpoints, self.tls = broker, endpoints, tls
+        self.endpoints, self.tls = endpoints, tls
+        self.broker: Broker = AnsweringBroker(
+            engine=broker.engine, clock=broker.clock, settings=broker.settings,
+            principal=broker.principal,
+        )  # fmt: skip
         self.max_request_bytes = max_request_bytes
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="kip98-serve")
-        # What was answered, by API name, and what was refused, by reason.
+        # What was answered, by API name; what was refused, by reason; the handlers that
+        # failed and answered an error code instead, by API name.
         self.requests: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
+        self.failed: Counter[str] = Counter()
         self._servers: list[asyncio.Server] = []
         self._idle: dict[asyncio.StreamWriter, bool] = {}
         self._stopping = False
@@ -155,7 +167,7 @@ class Server:
                         self._changed = asyncio.Event()
                     while isinstance(response, Waiting) and not self._stopping:
                         await self._pause(response.wait_s)
-                        response = await loop.run_in_executor(self.pool, response.again)
+                        response = await loop.run_in_executor(self.pool, self._again, response)
                 finally:
                     self._idle[writer] = True
                 if isinstance(response, Waiting):
@@ -182,6 +194,13 @@ class Server:
         finally:
             del self._idle[writer]
             writer.close()
+
+    def _again(self, waiting: Waiting) -> bytes | Waiting | None:
+        """A long poll's next look; one that fails is answered as a failed handler."""
+        try:
+            return waiting.again()
+        except Exception:
+            return self._failed(type(waiting.pending).__name__, waiting.frame)
 
     async def _pause(self, wait_s: float) -> None:
         """Until the next look of a long poll: ``wait_s``, or less if a request through this
@@ -224,7 +243,18 @@ class Server:
         broker = self.broker
         if session.principal is not None:
             broker = replace(broker, principal=session.principal)
-        return _encoded(api_key, version, correlation_id, handler(broker, node, body))
+        frame_of = (api_key, version, correlation_id)
+        try:
+            return _encoded(*frame_of, handler(broker, node, body))
+        except Exception:
+            return self._failed(handler.__name__, frame_of)
+
+    def _failed(self, name: str, frame: tuple[int, int, int]) -> bytes:
+        """A handler that failed: its response with the error code where it has one (and
+        its lists empty), so the client is answered and its connection stays open."""
+        log.exception("kip98 serve: %s failed; answered UNKNOWN_SERVER_ERROR", name)
+        self.failed[name] += 1
+        return codec.error_response(*frame, KafkaError.UNKNOWN_SERVER_ERROR)
 
 
 class Unauthenticated(Exception):

@@ -2,7 +2,8 @@
 
 The log's own figures are read from the database by ``kip98 metrics``, the same for
 every process; these are this process's alone: the requests it answered, by API, the
-connections it closed on bad input, by reason, and the connections open now.
+connections it closed on bad input, by reason, the requests a handler failed on (answered
+with an error code), by API, and the connections open now.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class ServerCollector:
                 labels=["reason"],
             ),
             dict(sorted(self.server.refused.items())),
+        )
+        yield labelled(
+            CounterMetricFamily(
+                "kip98_server_failed",
+                "Requests a handler failed on, answered with an error code, by API.",
+                labels=["api"],
+            ),
+            dict(sorted(self.server.failed.items())),
         )
         yield GaugeMetricFamily(
             "kip98_server_connections", "Connections open.", value=self.server.connections

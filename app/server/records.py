@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from bisect import bisect_right
 from collections import deque
+from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter, sub
 from typing import Any
@@ -33,6 +34,7 @@ from app.protocol import (
     LogRecord,
     ProduceRequest,
     RecordIn,
+    epoch_at,
     headers_of_stored,
     stored_headers,
 )
@@ -104,7 +106,36 @@ def _rows(batch: Any) -> list[RecordIn]:
     ]
 
 
-def encode_batches(records: list[LogRecord]) -> bytes:
+@dataclass(frozen=True)
+class Served:
+    """How a partition's batches are served: with the LogAppendTime timestamp type (the
+    topic's message.timestamp.type; its records were stamped with their append time),
+    compressed with the topic's compression.type where that names a codec, each stamped
+    with the leader epoch it was written in (``epochs`` with their ``starts``; none: the
+    partition has only ever had ``leader_epoch``)."""
+
+    log_append_time: bool = False
+    compression_type: str = "producer"
+    leader_epoch: int = 0
+    epochs: tuple[int, ...] = ()
+    starts: tuple[int, ...] = ()
+
+    @property
+    def codec(self) -> int:
+        return _CODECS.get(self.compression_type, 0)
+
+
+# compression.type's codecs, as the batch attributes name them.
+_CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+_LEADER_EPOCH = struct.Struct(">i")
+# Where a batch's partition leader epoch lies (after its base offset and length): outside
+# the CRC, as Kafka's broker stamps it on every batch it appends.
+_LEADER_EPOCH_OFFSET = 12
+TIMESTAMP_TYPE_MASK = 0x08
+PLAIN = Served()
+
+
+def encode_batches(records: list[LogRecord], served: Served = PLAIN) -> bytes:
     """Stored records, in offset order, as record batches: one per run of records sharing
     a ``batch_base_offset`` (bases never decrease along the log, so a run ends where a
     bisection says, with no look at the records between), written with the fields its
@@ -113,19 +144,20 @@ def encode_batches(records: list[LogRecord]) -> bytes:
     start, end = 0, len(records)
     while start < end:
         stop = bisect_right(records, records[start][LOG_BATCH_BASE_OFFSET], start, end, key=_base)
-        out += _batch(records[start:stop])
+        out += _batch(records[start:stop], served)
         start = stop
     return bytes(out)
 
 
-def _batch(run: list[LogRecord]) -> bytearray:
+def _batch(run: list[LogRecord], served: Served) -> bytearray:
     first_offset, batch = run[0][0], run[0][LOG_BATCH]
     assert batch is not None, "a fetch gives the first record of a run its batch's fields"
     (producer_id, producer_epoch, sequence, is_transactional, is_control, control_type,
      coordinator_epoch) = batch  # fmt: skip
     builder = DefaultRecordBatchBuilder(
-        MAGIC, 0, is_transactional, producer_id, producer_epoch, sequence, _UNBOUNDED
-    )
+        MAGIC, 0 if is_control else served.codec, is_transactional, producer_id,
+        producer_epoch, sequence, _UNBOUNDED,
+    )  # fmt: skip
     append = builder.append
     if is_control:  # a marker, a batch of its own
         key = _CONTROL_KEY.pack(0, control_type)
@@ -141,8 +173,13 @@ def _batch(run: list[LogRecord]) -> bytearray:
         deque(map(append, deltas, timestamps, keys, values, stored), 0)
     built = builder.build()
     _BASE_OFFSET.pack_into(built, 0, first_offset)
-    if is_control:
+    epoch = epoch_at(served.epochs, served.starts, first_offset) if served.epochs else None
+    _LEADER_EPOCH.pack_into(
+        built, _LEADER_EPOCH_OFFSET, served.leader_epoch if epoch is None else epoch
+    )
+    flags = CONTROL_MASK if is_control else TIMESTAMP_TYPE_MASK if served.log_append_time else 0
+    if flags:
         (attributes,) = _ATTRIBUTES.unpack_from(built, ATTRIBUTES_OFFSET)
-        _ATTRIBUTES.pack_into(built, ATTRIBUTES_OFFSET, attributes | CONTROL_MASK)
+        _ATTRIBUTES.pack_into(built, ATTRIBUTES_OFFSET, attributes | flags)
         _CRC.pack_into(built, CRC_OFFSET, calc_crc32c(bytes(built[ATTRIBUTES_OFFSET:])))
     return built

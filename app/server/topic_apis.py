@@ -1,5 +1,6 @@
-"""The Kafka APIs of topic administration: CreateTopics, DeleteTopics, DescribeConfigs,
-AlterConfigs and IncrementalAlterConfigs, each onto the broker's request of that name.
+"""The Kafka APIs of topic administration: CreateTopics, DeleteTopics, CreatePartitions,
+DeleteRecords, DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, each onto the
+broker's request of that name.
 
 What the wire allows and the broker's requests do not carry is settled here, as Kafka's
 broker settles it before creating anything: a topic named twice, a partition count given
@@ -16,20 +17,25 @@ from typing import Any
 from app.broker import Broker
 from app.errors import KafkaError, KafkaException, fail
 from app.protocol import (
+    CONFIG_SOURCE_DEFAULT,
     RESOURCE_TOPIC,
     AlterableConfig,
     AlterConfigsRequest,
     AlterConfigsResource,
     AlterConfigsResourceResponse,
     CreatableTopic,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeConfigsResource,
+    DescribeConfigsResourceResult,
     DescribeConfigsResult,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResource,
     MetadataRequest,
+    PartitionCount,
 )
 from app.server.node import Node
 
@@ -52,7 +58,11 @@ def create_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             asked.append(_creatable(t))
         except KafkaException as exc:
             refused[t.name] = exc
-    answers = broker.handle(CreateTopicsRequest(asked, request.validate_only)).topics
+    # One request per topic (each is its own DB transaction anyway): a failure of one is
+    # that topic's answer (``failures.AnsweringBroker``), the others stand.
+    answers = [
+        broker.handle(CreateTopicsRequest([t], request.validate_only)).topics[0] for t in asked
+    ]
     created = [a.name for a in answers if a.error_code == KafkaError.NO_ERROR]
     ids, configs = {}, {}
     if created and not request.validate_only and request.__version__ >= 5:
@@ -116,12 +126,28 @@ def _described(broker: Broker, topics: list[str]) -> list[DescribeConfigsResult]
     return [r for r in found if r.error_code == KafkaError.NO_ERROR]
 
 
-def _config_values(result: DescribeConfigsResult) -> list[dict[str, Any]]:
+def _config_values(
+    result: DescribeConfigsResult, synonyms: bool = False, documentation: bool = False
+) -> list[dict[str, Any]]:
+    """Each config with its source; with ``synonyms``, where its value could come from, in
+    Kafka's order of precedence (the topic's override, then the default)."""
     return [
         {"name": c.name, "value": c.value, "read_only": c.read_only,
-         "config_source": c.config_source, "is_sensitive": c.is_sensitive, "synonyms": []}
+         "config_source": c.config_source, "is_sensitive": c.is_sensitive,
+         "is_default": c.config_source == CONFIG_SOURCE_DEFAULT,
+         "synonyms": _synonyms(c) if synonyms else [], "config_type": c.config_type,
+         "documentation": c.documentation if documentation else None}
         for c in result.configs
     ]  # fmt: skip
+
+
+def _synonyms(c: DescribeConfigsResourceResult) -> list[dict[str, Any]]:
+    found = []
+    if c.config_source != CONFIG_SOURCE_DEFAULT:
+        found.append({"name": c.name, "value": c.value, "source": c.config_source})
+    if c.default_value is not None:
+        found.append({"name": c.name, "value": c.default_value, "source": CONFIG_SOURCE_DEFAULT})
+    return found
 
 
 def delete_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -131,13 +157,12 @@ def delete_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     else:
         asked = [(t.name, t.topic_id) for t in request.topics]
     if any(name is None for name, _ in asked):
-        listed = broker.handle(MetadataRequest(None)).topics
-        known = {uuid.UUID(m.topic_id): m.topic for m in listed if m.topic_id}
+        known = topics_by_id(broker)
         asked = [
             (name or (known.get(topic_id) if topic_id else None), topic_id)
             for name, topic_id in asked
         ]
-    answers = iter(broker.handle(DeleteTopicsRequest([n for n, _ in asked if n])).responses)
+    answers = iter(broker.handle(DeleteTopicsRequest([n])).responses[0] for n, _ in asked if n)
     results = []
     for name, topic_id in asked:
         if name:
@@ -152,6 +177,12 @@ def delete_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     return {"responses": results}
 
 
+def topics_by_id(broker: Broker) -> dict[uuid.UUID, str]:
+    """Every topic's name by its id (KIP-516), for a request that names topics by id."""
+    listed = broker.handle(MetadataRequest(None)).topics
+    return {uuid.UUID(m.topic_id): m.topic for m in listed if m.topic_id}
+
+
 def describe_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     resources = [
         DescribeConfigsResource(
@@ -161,11 +192,13 @@ def describe_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]
         for r in request.resources
     ]  # fmt: skip
     results = broker.handle(DescribeConfigsRequest(resources)).results
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    documentation = bool(getattr(request, "include_documentation", False))
     return {
         "results": [
             {"error_code": r.error_code, "error_message": r.error_message,
              "resource_type": r.resource_type, "resource_name": r.resource_name,
-             "configs": _config_values(r)}
+             "configs": _config_values(r, synonyms, documentation)}
             for r in results
         ]
     }  # fmt: skip
@@ -189,7 +222,9 @@ def alter_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             continue
         configs = {c.name: c.value for c in r.configs}
         asked.append(AlterConfigsResource(r.resource_type, r.resource_name, configs))
-    answers = broker.handle(AlterConfigsRequest(asked, request.validate_only)).responses
+    answers = [
+        broker.handle(AlterConfigsRequest([r], request.validate_only)).responses[0] for r in asked
+    ]
     return {"responses": [_altered(a) for a in [*answers, *refused]]}
 
 
@@ -201,8 +236,11 @@ def incremental_alter_configs(broker: Broker, node: Node, request: Any) -> dict[
         )
         for r in request.resources
     ]  # fmt: skip
-    answers = broker.handle(IncrementalAlterConfigsRequest(resources, request.validate_only))
-    return {"responses": [_altered(a) for a in answers.responses]}
+    answers = [
+        broker.handle(IncrementalAlterConfigsRequest([r], request.validate_only)).responses[0]
+        for r in resources
+    ]
+    return {"responses": [_altered(a) for a in answers]}
 
 
 def _altered(a: AlterConfigsResourceResponse) -> dict[str, Any]:
@@ -210,3 +248,48 @@ def _altered(a: AlterConfigsResourceResponse) -> dict[str, Any]:
         "error_code": a.error_code, "error_message": a.error_message,
         "resource_type": a.resource_type, "resource_name": a.resource_name,
     }  # fmt: skip
+
+
+def create_partitions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Each topic on its own. A topic named twice is a bad request (INVALID_REQUEST, as
+    Kafka's duplicate check); an assignment must name a replica list for each new
+    partition, kept as CreateTopics keeps them: ignored, PostgreSQL holds the data."""
+    names = Counter(t.name for t in request.topics)
+    refused: dict[str, KafkaException] = {}
+    asked: list[PartitionCount] = []
+    for t in request.topics:
+        if names[t.name] > 1:
+            refused[t.name] = fail(KafkaError.INVALID_REQUEST, f"topic {t.name!r} named twice")
+        elif t.assignments is not None and any(not a.broker_ids for a in t.assignments):
+            refused[t.name] = fail(
+                KafkaError.INVALID_REPLICA_ASSIGNMENT, "a new partition has no replicas"
+            )
+        else:
+            asked.append(PartitionCount(t.name, t.count))
+    answers = [
+        broker.handle(CreatePartitionsRequest([t], request.validate_only)).results[0] for t in asked
+    ]
+    by_name = {a.name: (a.error_code, a.error_message) for a in answers}
+    results = []
+    for name in dict.fromkeys(t.name for t in request.topics):
+        code, message = (
+            (refused[name].error.code(), refused[name].error.str())
+            if name in refused
+            else by_name[name]
+        )
+        results.append({"name": name, "error_code": code, "error_message": message})
+    return {"results": results}
+
+
+def delete_records(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Each partition on its own (a request of its own: a failure of one is its answer);
+    its answer is its new log start (the low watermark)."""
+    asked = [(t.name, p.partition_index, p.offset) for t in request.topics for p in t.partitions]
+    answers = [broker.handle(DeleteRecordsRequest([p])).results[0] for p in asked]
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for a in answers:
+        by_topic.setdefault(a.topic, []).append(
+            {"partition_index": a.partition, "low_watermark": a.low_watermark,
+             "error_code": a.error_code}
+        )  # fmt: skip
+    return {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}

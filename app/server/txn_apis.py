@@ -81,9 +81,9 @@ def describe_transactions(broker: Broker, node: Node, request: Any) -> dict[str,
 
 def describe_producers(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     asked = [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    a = broker.handle(DescribeProducersRequest(asked))
+    answers = [broker.handle(DescribeProducersRequest([tp])).partitions[0] for tp in asked]
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for p in a.partitions:
+    for p in answers:
         producers = [
             {"producer_id": s.producer_id, "producer_epoch": s.producer_epoch,
              "last_sequence": s.last_sequence, "last_timestamp": s.last_timestamp,

@@ -50,6 +50,11 @@ _UNMIGRATED = Meaning(
 _NO_DATABASE = Meaning(KafkaError._NOT_CONFIGURED, False, True, "no such database")
 _CREDENTIALS = Meaning(KafkaError._AUTHENTICATION, False, True, "credentials refused")
 _UNKNOWN = Meaning(KafkaError.UNKNOWN_SERVER_ERROR, False, False, "database error")
+# A value the driver would not send: text holding NUL, which PostgreSQL's text cannot
+# store (Kafka's strings may hold it); the request, not the server, is at fault.
+_NUL = Meaning(
+    KafkaError.INVALID_REQUEST, False, False, "a name holds NUL, which kip98 cannot store"
+)
 
 # SQLSTATE, or the class it starts with -> meaning; the first match wins.
 _MEANINGS: tuple[tuple[str, Meaning], ...] = (
@@ -102,6 +107,8 @@ def kafka_error(exc: BaseException) -> KafkaError | None:
         return None
     state, lost, orig = found
     m = meaning(state, lost)
+    if state is None and isinstance(orig, psycopg.DataError) and "NUL" in str(orig):
+        m = _NUL
     # The driver's first line says what failed; the rest quotes the statement.
     detail = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     return KafkaError(m.code, f"{m.what}: {detail}", fatal=m.fatal, retriable=m.retriable)

@@ -66,8 +66,37 @@ partitions = Table(
     Column("next_offset", BigInteger, nullable=False, server_default=text("0")),
     Column("log_start_offset", BigInteger, nullable=False, server_default=text("0")),
     Column("last_stable_offset", BigInteger, nullable=False, server_default=text("0")),
+    # The topic's configs an append or a fetch of this partition obeys, kept on the row
+    # they lock or read (written with the topic's config, in its DB transaction): an
+    # append decided on a remembered row (rule 32) then also sees a config changed since,
+    # as a change of the row's version. max.message.bytes (NULL: the broker's
+    # message.max.bytes), message.timestamp.type=LogAppendTime, compression.type.
+    Column("max_message_bytes", Integer),
+    Column("log_append_time", Boolean, nullable=False, server_default=text("false")),
+    Column("compression_type", Text, nullable=False, server_default=text("'producer'")),
+    # The partition's current leader epoch (Kafka's): the last row of
+    # partition_leader_epochs, read here by every request that answers with it.
+    Column("leader_epoch", Integer, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("topic", "partition"),
     ForeignKeyConstraint(["topic"], ["topics.topic"], ondelete="CASCADE"),
+)
+
+# Kafka's leader-epoch cache: each epoch of a partition and the offset its leader's first
+# record took (the log end when it began), for OffsetForLeaderEpoch and the epoch each
+# fetched batch carries. Epoch 0 begins at 0 when the partition is made.
+partition_leader_epochs = Table(
+    "partition_leader_epochs",
+    metadata,
+    Column("topic", Text, nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("leader_epoch", Integer, nullable=False),
+    Column("start_offset", BigInteger, nullable=False),
+    PrimaryKeyConstraint("topic", "partition", "leader_epoch"),
+    ForeignKeyConstraint(
+        ["topic", "partition"],
+        ["partitions.topic", "partitions.partition"],
+        ondelete="CASCADE",
+    ),
 )
 
 # One row per record, control records (transaction markers) included. Producer fields are
@@ -286,10 +315,13 @@ offset_commit_log = Table(
     Column("partition", Integer, nullable=False),
     # 'commit' (plain OffsetCommit), 'txn_pending' (TxnOffsetCommit), 'txn_commit' and
     # 'txn_abort' (the marker's effect on pending offsets of producer_id), 'delete' (the
-    # topic was deleted: its offset and pending ones are forgotten).
+    # topic was deleted: its offset and pending ones are forgotten), 'offset_delete' (an
+    # admin's OffsetDelete or DeleteGroups: the committed offset is forgotten).
     Column("kind", Text, nullable=False),
     Column("committed_offset", BigInteger),
-    Column("metadata", Text),
+    # An offset's metadata as the UTF-8 of the string committed: Kafka's strings may hold
+    # NUL, which text cannot (the same in group_offsets and pending_txn_offsets).
+    Column("metadata", LargeBinary),
     Column("producer_id", BigInteger),
     Column("producer_epoch", SmallInteger),
     Column("commit_ms", BigInteger, nullable=False),
@@ -302,7 +334,7 @@ group_offsets = Table(
     Column("topic", Text, nullable=False),
     Column("partition", Integer, nullable=False),
     Column("committed_offset", BigInteger, nullable=False),
-    Column("metadata", Text),
+    Column("metadata", LargeBinary),
     Column("commit_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("group_id", "topic", "partition"),
 )
@@ -316,7 +348,7 @@ pending_txn_offsets = Table(
     Column("producer_id", BigInteger, nullable=False),
     Column("producer_epoch", SmallInteger, nullable=False),
     Column("committed_offset", BigInteger, nullable=False),
-    Column("metadata", Text),
+    Column("metadata", LargeBinary),
     Column("commit_ms", BigInteger, nullable=False),
     PrimaryKeyConstraint("group_id", "topic", "partition", "producer_id"),
 )
@@ -339,6 +371,10 @@ consumer_groups = Table(
     Column("protocol_type", Text),
     Column("leader_id", Text),
     Column("rebalance_started_ms", BigInteger, nullable=False, server_default=text("0")),
+    # While the first rebalance of an empty group waits for more members
+    # (group.initial.rebalance.delay.ms, KIP-134): when its join phase may end at the
+    # earliest; NULL otherwise.
+    Column("join_deadline_ms", BigInteger),
 )
 
 group_members = Table(
@@ -479,8 +515,10 @@ acls = Table(
 sasl_users = Table(
     "sasl_users",
     metadata,
+    # A user has a credential per mechanism, as Kafka's SCRAM users do (both SCRAM ones
+    # at once, say); it logs in by any of them.
     Column("name", Text, primary_key=True),
-    Column("mechanism", Text, nullable=False),
+    Column("mechanism", Text, primary_key=True),
     Column("salt", LargeBinary, nullable=False),
     Column("iterations", Integer, nullable=False),
     Column("stored_key", LargeBinary, nullable=False),

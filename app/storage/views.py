@@ -64,7 +64,7 @@ VIEWS: dict[str, str] = {
     "consumer_group_lag": """
         SELECT g.group_id, g.topic, g.partition, g.committed_offset,
                p.next_offset AS high_watermark, p.last_stable_offset,
-               greatest(p.next_offset - g.committed_offset, 0) AS lag
+               greatest(p.next_offset - g.committed_offset, 0) AS lag, g.metadata
         FROM group_offsets g
         JOIN partitions p ON p.topic = g.topic AND p.partition = g.partition
     """,

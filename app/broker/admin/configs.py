@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import KafkaError, KafkaException, fail
-from app.log.topic_config import effective
+from app.log.topic_config import MAX_MESSAGE_BYTES, TOPIC_CONFIGS, TopicConfigDef, value_text
 from app.log.topics import alter_topic_config, list_topics
 from app.protocol import (
     CONFIG_SOURCE_DEFAULT,
@@ -65,12 +65,8 @@ def describe_configs(broker: BrokerContext, req: DescribeConfigsRequest) -> Desc
         keys = r.configuration_keys
         overrides = info.config
         configs = [
-            DescribeConfigsResourceResult(
-                name,
-                str(value),
-                CONFIG_SOURCE_DYNAMIC_TOPIC if name in overrides else CONFIG_SOURCE_DEFAULT,
-            )
-            for name, value in effective(overrides).items()
+            _described(broker, d, overrides)
+            for name, d in TOPIC_CONFIGS.items()
             if keys is None or name in keys
         ]
         results.append(
@@ -79,6 +75,25 @@ def describe_configs(broker: BrokerContext, req: DescribeConfigsRequest) -> Desc
             )
         )
     return DescribeConfigsResponse(results)
+
+
+def _described(
+    broker: BrokerContext, d: TopicConfigDef, overrides: dict[str, Any]
+) -> DescribeConfigsResourceResult:
+    """One config: the topic's override, or its default (a topic's max.message.bytes
+    defaults to the broker's message.max.bytes, as in Kafka)."""
+    default = d.default
+    if d.name == MAX_MESSAGE_BYTES:
+        default = broker.settings.message_max_bytes
+    overridden = d.name in overrides
+    return DescribeConfigsResourceResult(
+        d.name,
+        value_text(overrides[d.name] if overridden else default),
+        CONFIG_SOURCE_DYNAMIC_TOPIC if overridden else CONFIG_SOURCE_DEFAULT,
+        default_value=value_text(default),
+        config_type=d.config_type,
+        documentation=f"{d.effect}: {d.doc}",
+    )
 
 
 def _answer(
