@@ -16,11 +16,13 @@ from app.broker import Broker, principal_from_env
 from app.settings import BrokerSettings
 from app.storage.engine import resolve_url
 from app.storage.errors import is_retriable, kafka_error, kafka_errors, raise_as_kafka
-from app.storage.limits import bound_requests, connect_args, request_deadline
+from app.storage.limits import answer_by, bound_requests, connect_args, request_deadline
 from app.storage.liveness import check_on_checkout
 from app.storage.stalls import watch_stalls
+from app.storage.replication import watch_commits
 
 __all__ = [
+    "answer_by",
     "client_broker",
     "client_engine",
     "is_connection_error",
@@ -58,7 +60,10 @@ def client_engine(
     # A backend may be gone (terminated, server restarted) while pooled: such a connection
     # costs a reconnect at checkout rather than a failed request.
     # A session stalled by its stopped client, holding a lock this one waits for, is ended.
-    return watch_stalls(bound_requests(check_on_checkout(engine), settings), settings)
+    # Each commit's wait for the synchronous standbys is bounded and checked.
+    return watch_commits(
+        watch_stalls(bound_requests(check_on_checkout(engine), settings), settings), settings
+    )
 
 
 def client_broker(

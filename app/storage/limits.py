@@ -32,6 +32,7 @@ _KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5}
 _KEEPALIVE_COUNT = 3
 
 _deadline: ContextVar[float | None] = ContextVar("kip98_request_deadline", default=None)
+_answer_by: ContextVar[float | None] = ContextVar("kip98_answer_by", default=None)
 
 
 def session_options(settings: BrokerSettings) -> dict[str, int]:
@@ -98,6 +99,29 @@ def request_deadline(at: float | None) -> Iterator[None]:
         yield
     finally:
         _deadline.reset(token)
+
+
+@contextmanager
+def answer_by(at: float | None) -> Iterator[None]:
+    """Within the block, a commit's wait for the synchronous standbys ends by ``at``
+    (``time.monotonic()`` seconds; a Kafka request's own timeout), without narrowing the
+    session's other bounds: no statement is sent for it (``storage.replication``)."""
+    token = _answer_by.set(at)
+    try:
+        yield
+    finally:
+        _answer_by.reset(token)
+
+
+def commit_deadline(bound_ms: int) -> float | None:
+    """When a commit begun now must be answered: the session's statement bound from now
+    (``bound_ms``, 0 for none), or sooner if the request's deadline (``request_deadline``)
+    or its answer's (``answer_by``) comes first. PostgreSQL's statement bound does not
+    reach the commit's wait for standbys (docs/design.md rule 41): this one does."""
+    bounds = [at for at in (_deadline.get(), _answer_by.get()) if at is not None]
+    if bound_ms:
+        bounds.append(time.monotonic() + bound_ms / 1000)
+    return min(bounds, default=None)
 
 
 def lift_statement_bound(conn: Connection) -> None:

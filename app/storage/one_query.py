@@ -37,6 +37,7 @@ from psycopg import errors, generators, pq
 from sqlalchemy import Connection
 
 from app.storage.driver import driver_connection, in_transaction
+from app.storage.replication import bounded_commit
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
@@ -229,7 +230,12 @@ class QueryCopies:
         if not self._open:
             return
         if kind is None:
-            _raise_failed(self._raw, self._end(None))
+            if self.committed:  # the last COPY's end is the commit
+                with bounded_commit(self._raw):
+                    results = self._end(None)
+            else:
+                results = self._end(None)
+            _raise_failed(self._raw, results)
             return
         try:
             self._end(b"the writer failed")
