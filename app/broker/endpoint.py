@@ -67,14 +67,21 @@ def client_engine(
 
 
 def client_broker(
-    url: str | None, client_id: str | None, principal: str | None = None, pool_size: int = 2
+    url: str | None,
+    client_id: str | None,
+    principal: str | None = None,
+    pool_size: int = 2,
+    replica_url: str | None = None,
 ) -> Broker:
-    """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL."""
+    """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL.
+    ``replica_url``: a standby its fetches read from (``broker.follower``)."""
     settings = BrokerSettings.from_env()
+    replica = None if replica_url is None else client_engine(replica_url, client_id, settings)
     return Broker(
         engine=client_engine(url, client_id, settings, pool_size),
         settings=settings,
         principal=principal or principal_from_env(),
+        replica_engine=replica,
     )
 
 

@@ -213,6 +213,8 @@ def _fetched(
     listed = None
     if aborted is not None:
         listed = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
+    if answer.error_code:  # as Kafka answers a partition's error: no bounds
+        answer = replace(answer, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
     return {
         "partition_index": partition, "error_code": answer.error_code,
         "high_watermark": answer.high_watermark, "last_stable_offset": answer.last_stable_offset,

@@ -25,6 +25,7 @@ from app.admin import AdminClient, NewTopic
 from app.errors import KafkaError, KafkaException
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.migrate import upgrade_to_head
+from app.storage.urls import sqlalchemy_url
 from app.torture import checker, dump
 from app.torture.copier import GROUP, transform
 from app.torture.faults import Nemesis
@@ -110,7 +111,7 @@ def run(cfg: RunConfig) -> checker.Result:
                 "its database, so --database-url must name an empty one (or leave it out for "
                 "a private server)"
             ) from exc
-    engine = create_engine(url, pool_pre_ping=True)
+    engine = create_engine(sqlalchemy_url(url), pool_pre_ping=True)
     rng = random.Random(cfg.seed)
     fleet = Fleet(url, out, cfg.seed)
     fleet.add("coordinator", COORDINATORS)
