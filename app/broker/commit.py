@@ -49,7 +49,6 @@ from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
 from app.storage.engine import retry_conflicts
-from app.storage.replication import confirm_earlier_commits
 
 
 @retry_conflicts
@@ -67,8 +66,6 @@ def produce_and_end_txn(
     with context.engine.begin() as conn:
         work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind())
         response, remembering = _commit(work, req)
-        if any(b.duplicate for b in response.batches):
-            confirm_earlier_commits(conn)  # answered on an earlier commit: rule 42
         work.send()
         version = None if remembering is None else txn_version(conn, req.end.transactional_id)
         crash_point("commit_request.before_commit")  # every write done, none committed

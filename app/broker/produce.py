@@ -14,8 +14,10 @@ producers only) relax the durability of the request's commit, as Kafka's relax
 replication. With ``acks=all`` on a replicated database (docs/design.md rules 41, 42),
 the request is refused, nothing written, while too few synchronous standbys stream
 (NOT_ENOUGH_REPLICAS); a commit the standbys did not confirm within its bound answers its
-batches NOT_ENOUGH_REPLICAS_AFTER_APPEND; and an answer that acknowledges what an earlier
-commit wrote (a duplicate batch) waits for the standbys to confirm that commit. A commit
+batches NOT_ENOUGH_REPLICAS_AFTER_APPEND; and a duplicate batch, which acknowledges what an
+earlier commit wrote, is decided under its partition's row lock, which PostgreSQL writes
+to the WAL, so its commit too waits for the standbys, which then hold the earlier one. A
+commit
 request (``end``) raises either failure instead, as a lost connection: the Producer then
 sends the same request again, as for a commit whose outcome is unknown (rule 16).
 """
@@ -38,12 +40,7 @@ from app.protocol import (
 )
 from app.storage.context import BrokerContext
 from app.storage.engine import lazy_transaction, retry_conflicts
-from app.storage.replication import (
-    confirm_earlier_commits,
-    not_enough,
-    replicas_short,
-    unconfirmed,
-)
+from app.storage.replication import not_enough, replicas_short, unconfirmed
 
 
 def produce(context: BrokerContext, req: ProduceRequest) -> ProduceResponse:
@@ -95,8 +92,6 @@ def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatch
                 conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
             work = Work(context, conn, commits=req.add is None)
             registered, batches = append_batches(work, req.batches, req.add)
-            if any(b.duplicate for b in batches):
-                confirm_earlier_commits(conn)  # rule 42: the first attempt's commit too
             answered = ProduceBatchesResponse(batches, registered)
     except Exception as exc:
         if not unconfirmed(exc):

@@ -67,7 +67,6 @@ from app.security.authorizer import authorize_all, denied_checks, refusal_of
 from app.security.rules import TOPIC
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
-from app.storage.replication import confirm_earlier_commits
 
 
 def coordinator_epoch(conn: Connection, txn_partition: int) -> int:
@@ -151,7 +150,6 @@ def _init(broker: BrokerContext, req: InitProducerIdRequest) -> InitProducerIdRe
                 meta.last_producer_epoch,
             )
             if retry and meta.state == m.EMPTY:
-                confirm_earlier_commits(conn)  # the bump being retried: rule 42
                 return InitProducerIdResponse(
                     KafkaError.NO_ERROR, meta.producer_id, meta.producer_epoch
                 )
@@ -396,7 +394,6 @@ def prepare_in(
     if meta is not None and end_retry_outcome(
         meta, req.producer_id, req.producer_epoch, req.committed
     ):
-        confirm_earlier_commits(conn)  # the ending being retried: rule 42
         return meta
     meta = check_producer(meta, req.producer_id, req.producer_epoch)
     if meta.state in m.PREPARE:

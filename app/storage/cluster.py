@@ -304,15 +304,16 @@ class EmbeddedCluster:
         grown.nodes = [*layout.nodes, *added]
         grown.standbys, grown.min_insync = wanted, k
         primary_port = layout.ports[layout.primary]
+        making = added[0]
         try:
-            for name in added:
-                say(f"copying the primary to {name}")
-                self._base_backup(name, grown)
-                say(f"starting standby {name}")
-                self._start_node(name, grown)
+            for making in added:
+                say(f"copying the primary to {making}")
+                self._base_backup(making, grown)
+                say(f"starting standby {making}")
+                self._start_node(making, grown)
             say("waiting for the standbys to stream")
             self._wait_streaming(primary_port, grown.standby_names)
-        except Exception:
+        except Exception as exc:
             for name in added:
                 node = self.node(name, grown)
                 with contextlib.suppress(Exception):
@@ -321,7 +322,11 @@ class EmbeddedCluster:
                 grown.ports.pop(name, None)
             layout.ports = {n: p for n, p in layout.ports.items() if n in layout.nodes}
             self._save(layout)
-            raise
+            if isinstance(exc, ClusterError):
+                raise
+            raise ClusterError(
+                f"standby {making} could not be started ({exc}); the primary is as it was"
+            ) from exc
         self._save(grown)
         # Only now does the primary ask its standbys to confirm commits.
         for name in grown.nodes:
@@ -376,7 +381,9 @@ class EmbeddedCluster:
             node.stop_immediately()
             self._ensure_slot(primary_port, name)
             say(f"{name} rejoins as a standby of {layout.primary}")
-            if not (node.has_data() and node.rewind(primary_port)):
+            if node.has_data() and node.rewind(primary_port):
+                say(f"{name} rewound to {layout.primary}'s history")
+            else:
                 say(f"copying the primary to {name}")
                 node.base_backup(primary_port, name)
             layout.rejoin.remove(name)
@@ -403,10 +410,12 @@ class EmbeddedCluster:
             if layout.standbys == 0:
                 raise ClusterError("no standbys to fail over to (kip98 db start --standbys N)")
             old = layout.primary
+            if not self._received(layout):
+                raise ClusterError("no live standby to promote")
             say(f"fencing the primary ({old})")
             self.node(old, layout).stop_immediately()
             say("finding the most advanced standby")
-            received = self._received(layout)
+            received = self._received(layout)  # again: they went on receiving until now
             if not received:
                 raise ClusterError("no live standby to promote")
             chosen = max(received, key=lambda n: received[n])

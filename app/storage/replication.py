@@ -16,13 +16,13 @@ others. Three facts shape what follows, each checked on PostgreSQL 15:
   answered with that warning raises ``ReplicationUnconfirmed``: the request's writes are
   on the primary, not confirmed by the standbys. Kafka's NOT_ENOUGH_REPLICAS_AFTER_APPEND,
   retriable: the client sends the request again.
-- A transaction that writes nothing does not wait at all. The retry of a request whose
-  first attempt committed locally is recognised (a duplicate batch, a commit already
-  made) and writes nothing, so its answer would acknowledge what no standby may hold. A
-  recognised retry therefore writes one WAL record of its own (``confirm_earlier_commits``,
-  a transactional logical message, no table touched): its commit then waits for the
-  standbys to confirm WAL up to there, which covers the earlier commit, since the WAL is
-  one sequence.
+- A transaction that writes nothing to the WAL does not wait at all; one that only locks
+  a row does (a row lock is a WAL record). The retry of a request whose first attempt
+  committed on the primary is recognised (a duplicate batch, a commit already made) and
+  adds nothing, and its answer acknowledges the first attempt; every such retry is
+  decided under the row lock that protects what it reads (docs/design.md rules 4, 13,
+  32), so its commit waits for the standbys to confirm the WAL up to its lock, which
+  covers the first attempt's commit, the WAL being one sequence.
 - Writing into a replication that cannot confirm only to find out at the bound wastes
   the request's time and leaves its writes unconfirmed. Before an acks=all write the
   broker asks whether enough synchronous standbys are streaming (``replicas_short``,
@@ -65,9 +65,6 @@ _CANCEL_TIMEOUT_S = 5.0
 # How long a look at the standbys stands, when enough of them were streaming / too few.
 _ENOUGH_FOR_S = 1.0
 _SHORT_FOR_S = 0.1
-
-# One WAL record in the request's transaction, so that its commit waits for the standbys.
-CONFIRM_EARLIER_COMMITS = "SELECT pg_logical_emit_message(true, 'kip98', '')"
 
 # The server's replication, as one row: what it asks of commits, and who streams.
 REPLICATION_STATE = """
@@ -180,16 +177,6 @@ def unconfirmed(exc: BaseException) -> bool:
     return isinstance(exc, ReplicationUnconfirmed) or isinstance(
         getattr(exc, "orig", None), ReplicationUnconfirmed
     )
-
-
-def confirm_earlier_commits(conn: Connection) -> None:
-    """Make ``conn``'s DB transaction wait, at its commit, for the standbys to confirm the
-    WAL up to now: for a request answered on what an earlier commit wrote (a recognised
-    retry), whose own transaction would otherwise write nothing and wait for nothing."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    with raw.cursor() as cur:
-        cur.execute(CONFIRM_EARLIER_COMMITS)
 
 
 # ------------------------------------------------------------------ the commit's bound

@@ -247,6 +247,8 @@ def _host_port(text: str) -> tuple[str, int]:
         host, _, port = text.partition(":")
     else:
         host, port = text, ""
+    if not host:
+        raise DatabaseUrlError(f"an empty host in {text!r}")
     if port and not port.isdigit():
         raise DatabaseUrlError(f"not a port: {port!r} (in {text!r})")
     return host, int(port) if port else DEFAULT_PORT
