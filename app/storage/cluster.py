@@ -189,7 +189,9 @@ class EmbeddedCluster:
             "wal_sender_timeout": "'10s'",
             "wal_receiver_status_interval": "'1s'",
             "synchronous_commit": "on",  # acks=all waits for K standbys (rule 41)
-            "synchronous_standby_names": f"'ANY {layout.min_insync} ({listed})'",
+            "synchronous_standby_names": (
+                f"'ANY {layout.min_insync} ({listed})'" if layout.min_insync else "''"
+            ),
         }
         if name != layout.primary:
             primary_port = layout.ports.get(layout.primary)
@@ -239,7 +241,15 @@ class EmbeddedCluster:
                 min_insync = layout.min_insync
             k = check_request(wanted, min_insync)
             say(f"starting the primary ({layout.primary})")
-            self._start_node(layout.primary, layout)
+            if wanted and not layout.standbys and not self.primary().status().running:
+                # Replicating from its first start: wal_log_hints, which a later rewind
+                # needs, is read only then. Its standbys confirm nothing yet.
+                first = Layout(**asdict(layout))
+                first.standbys, first.nodes = wanted, [layout.primary, "node1"]
+                self._start_node(layout.primary, first)
+                layout.ports.update(first.ports)
+            else:
+                self._start_node(layout.primary, layout)
             self._rejoin(layout, say)
             for name in layout.standby_names:
                 self._start_standby(name, layout, say)
@@ -376,15 +386,21 @@ class EmbeddedCluster:
         if not layout.rejoin:
             return
         primary_port = layout.ports[layout.primary]
+        # pg_rewind reads the source's timeline from its control file, which a promoted
+        # node updates at its first checkpoint: without one, the old primary looks to be
+        # on the same timeline and "needs no rewind", and then cannot follow.
+        with _admin(primary_port) as conn:
+            conn.execute("CHECKPOINT")
         for name in list(layout.rejoin):
             node = self.node(name, layout)
             node.stop_immediately()
             self._ensure_slot(primary_port, name)
             say(f"{name} rejoins as a standby of {layout.primary}")
-            if node.has_data() and node.rewind(primary_port):
+            why = node.rewind(primary_port)
+            if why is None:
                 say(f"{name} rewound to {layout.primary}'s history")
             else:
-                say(f"copying the primary to {name}")
+                say(f"{name} cannot be rewound ({why}): copying the primary to it")
                 node.base_backup(primary_port, name)
             layout.rejoin.remove(name)
             self._save(layout)

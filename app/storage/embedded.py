@@ -398,15 +398,17 @@ class EmbeddedPostgres:
             (self.data_dir / "kip98.conf").unlink(missing_ok=True)
             self.mark_standby()
 
-    def rewind(self, source_port: int) -> bool:
+    def rewind(self, source_port: int) -> str | None:
         """Make this stopped node's data follow the server on ``source_port`` again after
         it was promoted away from it (pg_rewind: only the blocks that differ are copied;
-        a node stopped by a crash is first recovered by pg_rewind itself). False when the
-        rewind cannot be done (no ``wal_log_hints`` or checksums, WAL gone): the caller
-        takes a base backup instead."""
+        a node stopped by a crash is first recovered by pg_rewind itself). None when done;
+        else why it cannot be (no ``wal_log_hints`` or checksums, WAL gone), and the
+        caller takes a base backup instead."""
         with self._locked():
-            if not self.has_data() or self.status().running:
-                return False
+            if not self.has_data():
+                return "no data"
+            if self.status().running:
+                return "still running"
             self._clear_stale_pidfile()
             source = f"host=127.0.0.1 port={source_port} user={SUPERUSER} dbname=postgres"
             done = self._run(
@@ -415,10 +417,11 @@ class EmbeddedPostgres:
                 check=False,
             )  # fmt: skip
             if done.returncode != 0:
-                return False
+                lines = (done.stderr or done.stdout).strip().splitlines()
+                return lines[-1] if lines else f"pg_rewind exited with {done.returncode}"
             (self.data_dir / "kip98.conf").unlink(missing_ok=True)
             self.mark_standby()
-            return True
+            return None
 
     def mark_standby(self) -> None:
         """Start as a standby from now on (PostgreSQL's ``standby.signal``)."""
