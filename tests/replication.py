@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import psycopg
 from app.storage.cluster import EmbeddedCluster, Layout
 from app.storage.embedded import SUPERUSER, EmbeddedPostgres
 from app.storage.urls import parse
+from app.torture.failover import node_processes
 from tests.cli_runner import run_kip98
 
 STANDBYS = 2
@@ -77,40 +77,8 @@ def admin(port: int, dbname: str = "postgres") -> psycopg.Connection[Any]:
     )
 
 
-def node_pids(node: EmbeddedPostgres) -> list[int]:
-    """The node's postmaster and every process it started."""
-    status = node.status()
-    if status.pid is None:
-        return []
-    pids = [status.pid]
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == status.pid:
-                pids.append(int(proc.name))
-    return pids
-
-
-def kill_node(node: EmbeddedPostgres) -> None:
-    """SIGKILL the node's postmaster and its children, as a machine that stops does."""
-    pids = node_pids(node)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    for pid in pids:
-        wait_gone(pid)
-
-
-def lose_machine(node: EmbeddedPostgres) -> None:
-    """The node's machine is gone: its processes killed, its data directory deleted."""
-    kill_node(node)
-    shutil.rmtree(node.data_dir.resolve())
-
-
 def signal_node(node: EmbeddedPostgres, signum: int) -> None:
-    for pid in node_pids(node):
+    for pid in node_processes(node):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 

@@ -20,8 +20,9 @@ from app.broker import Broker
 from app.client import Consumer, Producer, TopicPartition
 from app.log.partition_lock import remembered
 from app.storage.engine import dispose_engines
+from app.torture.failover import kill_node, lose_machine
 from tests.failover_load import PARTITIONS
-from tests.replication import ReplicatedDatabase, kill_node, lose_machine, wait_streaming
+from tests.replication import ReplicatedDatabase, wait_streaming
 from tests.txn_driver import partition_offsets, read_values
 from tests.wire_client import serving
 
