@@ -9,7 +9,8 @@ each session PostgreSQL serves us carries:
 - ``idle_in_transaction_session_timeout``: the server ends a session left idle inside a
   transaction, rolling it back and releasing its locks (the paused process);
 - ``lock_timeout`` and ``statement_timeout``: no wait and no statement outlives a request;
-- TCP keepalives and ``tcp_user_timeout``: a peer that is gone is noticed by both ends.
+- TCP keepalives and ``tcp_user_timeout``: a peer that is gone is noticed by both ends;
+- ``connect_timeout``: a host that does not answer is given up for the next one.
 
 A caller with its own deadline (``commit_transaction(timeout)``) narrows the lock and
 statement bounds of the transactions it starts with :func:`request_deadline`.
@@ -30,6 +31,10 @@ from app.settings import BrokerSettings
 # Seconds of idleness before the first probe, between probes, and probes before giving up.
 _KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5}
 _KEEPALIVE_COUNT = 3
+# Seconds a connection attempt waits for a host that does not answer (a machine gone
+# without a word) before moving on to the next host of a replicated database's URL;
+# libpq's own default is to wait for the operating system, minutes.
+CONNECT_TIMEOUT_S = 5
 
 _deadline: ContextVar[float | None] = ContextVar("kip98_request_deadline", default=None)
 _answer_by: ContextVar[float | None] = ContextVar("kip98_answer_by", default=None)
@@ -51,6 +56,7 @@ def connect_args(settings: BrokerSettings) -> dict[str, Any]:
         "options": options,
         **_KEEPALIVE,
         "keepalives_count": _KEEPALIVE_COUNT,
+        "connect_timeout": CONNECT_TIMEOUT_S,
         "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
     }
 
