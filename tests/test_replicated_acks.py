@@ -14,6 +14,7 @@ from dataclasses import replace
 import confluent_kafka as ck
 import pytest
 
+from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.client import KafkaException, Producer
 from app.errors import KafkaError
@@ -25,6 +26,8 @@ from app.protocol import (
     RecordIn,
 )
 from app.settings import BrokerSettings
+from app.storage.urls import parse
+from tests.cli_runner import run_kip98
 from tests.replication import ReplicatedDatabase, paused, server_setting
 from tests.txn_driver import read_values
 from tests.wire_client import serving
@@ -169,3 +172,23 @@ def test_kafka_clients_through_the_server_get_the_same_codes(
         deadline = time.monotonic() + 120
         while (code := produce("refused")) != NOT_ENOUGH:
             assert code == AFTER_APPEND and time.monotonic() < deadline
+
+
+def test_a_url_whose_hosts_are_all_standbys_fails_typed_and_retriable(
+    replica_db: ReplicatedDatabase,
+) -> None:
+    """Every host of the URL is a standby (a failover under way, say): clients get a
+    retriable _TRANSPORT, the CLI one line and a non-zero exit."""
+    hosts = [("127.0.0.1", s.status().port) for s in replica_db.standbys()]
+    url = replace(parse(replica_db.url).with_target("read-write"), hosts=tuple(hosts)).render()
+    admin = AdminClient({"database.url": url})
+    future = admin.create_topics([NewTopic("t", 1)])["t"]
+    with pytest.raises(KafkaException) as failed:
+        future.result()
+    error = failed.value.args[0]
+    assert error.code() == KafkaError._TRANSPORT and error.retriable()
+    result = run_kip98("topics", "list", env={"KIP98_DATABASE_URL": url})
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: _TRANSPORT: database unreachable")
+    assert "read-only" in lines[0]
