@@ -1,17 +1,14 @@
-"""What replication costs and how long a failover takes, on embedded nodes of this host.
+"""Replication: what acks=all costs with a synchronous standby, how long a failover
+takes, and reading from a standby, each on embedded nodes of its own.
 
-Each figure is the median of ``runs`` runs, each on nodes of its own (a temporary
-``KIP98_HOME``, fsync on):
-
-- acks=all with one synchronous standby against none: the idempotent Producer's
-  throughput, and a transactional commit's latency (p50 and p99; ``--commit`` chooses
-  PostgreSQL's ``synchronous_commit``, ``on`` or ``remote_apply``, to compare the two);
-- seconds from the primary's death (its processes SIGKILLed, its data deleted) to the
-  first transaction committed on the new primary, by a producer that was committing in a
-  loop and found the new primary by itself (promotion by ``kip98 db failover``'s code);
-- a read_committed Consumer reading a topic from a standby against from the primary.
-
-``python -m app.bench.replicas [--runs 3] [--records N] [--failovers 5]`` prints the table.
+Each case starts its own nodes under a temporary ``KIP98_HOME`` (fsync on) rather than
+using the run's server: a primary alone, a primary with one synchronous standby, a
+primary with two for the failovers. The figures are ratios of the same work with and
+without the standby in one run, the commit latencies in milliseconds, and the seconds
+from the primary's death (its processes SIGKILLed, its data deleted) to the first
+transaction committed on the new primary by a producer that was committing in a loop and
+found it by itself (the promotion is ``kip98 db failover``'s code), the median of
+``--failovers``.
 """
 
 from __future__ import annotations
@@ -28,14 +25,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
-
 from app.admin import AdminClient, NewTopic
 from app.client import Consumer, KafkaException, Producer, TopicPartition
 from app.storage.cluster import EmbeddedCluster
-from app.storage.embedded import SUPERUSER
 from app.storage.migrate import upgrade_to_head
 from app.torture.failover import kill_node
+from bench.section import Line, Measured, Run, Section, console
 
 TOPIC = "bench"
 VALUE = b"v" * 100
@@ -49,7 +44,7 @@ class Nodes:
 
 
 @contextlib.contextmanager
-def nodes(standbys: int, synchronous_commit: str = "on") -> Iterator[Nodes]:
+def nodes(standbys: int) -> Iterator[Nodes]:
     """A primary and ``standbys`` standbys (one synchronous) under a temporary home, the
     schema migrated and a one-partition topic made; all of it removed after."""
     home = Path(tempfile.mkdtemp(prefix="kip98-bench-", dir="/var/tmp"))
@@ -59,9 +54,6 @@ def nodes(standbys: int, synchronous_commit: str = "on") -> Iterator[Nodes]:
     cluster = EmbeddedCluster(home)
     try:
         layout = cluster.start(standbys=standbys)
-        port = layout.ports[layout.primary]
-        if synchronous_commit != "on":
-            _set(port, "synchronous_commit", synchronous_commit)
         url = cluster.url(layout)
         upgrade_to_head(url)
         AdminClient({"database.url": url}).create_topics([NewTopic(TOPIC, 1)])[TOPIC].result()
@@ -75,14 +67,6 @@ def nodes(standbys: int, synchronous_commit: str = "on") -> Iterator[Nodes]:
             os.environ.pop("KIP98_EMBEDDED_DURABILITY", None)
         else:
             os.environ["KIP98_EMBEDDED_DURABILITY"] = previous
-
-
-def _set(port: int, name: str, value: str) -> None:
-    with psycopg.connect(
-        host="127.0.0.1", port=port, user=SUPERUSER, dbname="postgres", autocommit=True
-    ) as conn:
-        conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
-        conn.execute("SELECT pg_reload_conf()")
 
 
 def producer_throughput(url: str, records: int) -> float:
@@ -176,48 +160,117 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def measure(runs: int, records: int, commits: int, failovers: int, commit: str) -> dict[str, float]:
-    """Every figure, each the median of ``runs`` (failover: p50 of ``failovers``)."""
-    figures: dict[str, list[float]] = {}
-
-    def add(name: str, value: float) -> None:
-        figures.setdefault(name, []).append(value)
-
-    for _ in range(runs):
-        for standbys, label in ((1, "1 sync standby"), (0, "no standby")):
-            with nodes(standbys, commit) as node_set:
-                add(f"producer acks=all, {label} (records/s)",
-                    producer_throughput(node_set.url, records))  # fmt: skip
-                took = commit_latencies(node_set.url, commits)
-                add(f"commit p50, {label} (ms)", percentile(took, 50))
-                add(f"commit p99, {label} (ms)", percentile(took, 99))
-                if node_set.standby_url is not None:
-                    add("consumer read_committed from the primary (records/s)",
-                        records / consumer_seconds(node_set.url, records))  # fmt: skip
-                    add("consumer read_committed from a standby (records/s)",
-                        records / consumer_seconds(node_set.url, records,
-                                                   node_set.standby_url))  # fmt: skip
-    with nodes(2, commit) as node_set:
-        figures["failover: primary lost -> first commit, p50 (s)"] = [
-            statistics.median(failover_seconds(node_set) for _ in range(failovers))
-        ]
-    return {name: statistics.median(values) for name, values in figures.items()}
+# ---------------------------------------------------------------- the cases
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--commits", type=int, default=300)
-    parser.add_argument("--failovers", type=int, default=5)
-    parser.add_argument("--commit", choices=("on", "remote_apply"), default="on")
-    args = parser.parse_args(argv)
-    results = measure(args.runs, args.records, args.commits, args.failovers, args.commit)
-    width = max(map(len, results))
-    for name, value in results.items():
-        print(f"{name:<{width}}  {value:12.2f}")
-    return 0
+def replicas(run: Run) -> Measured:
+    """acks=all with one synchronous standby against none: the idempotent Producer's
+    throughput and a transactional commit's latency; then read_committed from the standby
+    against from the primary, on the nodes with the standby."""
+    records, commits = run.settings.records, run.settings.small_txns
+    measured: Measured = {"records": records, "commits": commits}
+    for standbys, side in ((0, "alone"), (1, "standby")):
+        with console.status(f"replicas: {side}"), nodes(standbys) as node_set:
+            measured[f"produce_per_s_{side}"] = producer_throughput(node_set.url, records)
+            took = commit_latencies(node_set.url, commits)
+            measured[f"commit_p50_ms_{side}"] = percentile(took, 50)
+            measured[f"commit_p99_ms_{side}"] = percentile(took, 99)
+            if node_set.standby_url is not None:
+                measured["read_s_primary"] = consumer_seconds(node_set.url, records)
+                measured["read_s_standby"] = consumer_seconds(
+                    node_set.url, records, node_set.standby_url
+                )
+    run.results["replicas"] = measured
+    return measured
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def failovers(run: Run) -> Measured:
+    """``--failovers`` failovers of a primary with two standbys, one after the other (the
+    lost node back as a standby each time)."""
+    count = run.settings.failovers
+    with console.status(f"replicas: {count} failovers"), nodes(2) as node_set:
+        seconds = [failover_seconds(node_set) for _ in range(count)]
+    measured: Measured = {"failovers": count, "seconds": seconds}
+    run.results["failover"] = measured
+    return measured
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--failovers", type=int, default=5, help="failovers timed by the replicas section"
+    )
+
+
+# ---------------------------------------------------------------- notes (docs/benchmarks.md)
+
+REPLICAS_READING = """\
+Replication figures: each side on embedded nodes of its own, fsync on; the standby is
+PostgreSQL's synchronous standby (`synchronous_commit = on`: a commit waits until the
+standby has flushed it), on the same host, so the figures show the standby's flush and
+one more round trip, not a network. The failover line is the median of the failovers'
+seconds from the primary's processes being SIGKILLed to the end of the first transaction
+begun after it, committed on the new primary: the promotion and the clients finding it
+included (docs/operations.md)."""
+
+
+# ---------------------------------------------------------------- the lines
+
+LINES = (
+    Line(
+        "acks_all_standby",
+        "acks=all Producer, 1 synchronous standby / no standby (throughput)",
+        "replicas",
+        lambda m: m["produce_per_s_standby"] / m["produce_per_s_alone"],
+    ),
+    Line(
+        "commit_p50_standby",
+        "transactional commit p50, 1 synchronous standby (ms)",
+        "replicas",
+        lambda m: m["commit_p50_ms_standby"],
+        "{:.1f}",
+    ),
+    Line(
+        "commit_p50_alone",
+        "transactional commit p50, no standby (ms)",
+        "replicas",
+        lambda m: m["commit_p50_ms_alone"],
+        "{:.1f}",
+    ),
+    Line(
+        "commit_p99_standby",
+        "transactional commit p99, 1 synchronous standby (ms)",
+        "replicas",
+        lambda m: m["commit_p99_ms_standby"],
+        "{:.1f}",
+    ),
+    Line(
+        "commit_p99_alone",
+        "transactional commit p99, no standby (ms)",
+        "replicas",
+        lambda m: m["commit_p99_ms_alone"],
+        "{:.1f}",
+    ),
+    Line(
+        "failover_seconds",
+        "seconds from the primary's death to the first commit on the new primary "
+        "(p50 of {failovers})",
+        "failover",
+        lambda m: statistics.median(m["seconds"]),
+        "{:.2f}",
+    ),
+    Line(
+        "follower_read",
+        "read_committed Consumer from a standby / from the primary (throughput)",
+        "replicas",
+        lambda m: m["read_s_primary"] / m["read_s_standby"],
+    ),
+)
+
+SECTION = Section(
+    "replicas",
+    {"replicas": replicas, "failover": failovers},
+    LINES,
+    reading=(REPLICAS_READING,),
+    core=False,
+    options=options,
+)

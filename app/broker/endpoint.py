@@ -18,8 +18,8 @@ from app.storage.engine import resolve_url
 from app.storage.errors import is_retriable, kafka_error, kafka_errors, raise_as_kafka
 from app.storage.limits import answer_by, bound_requests, connect_args, request_deadline
 from app.storage.liveness import check_on_checkout
-from app.storage.stalls import watch_stalls
 from app.storage.replication import watch_commits
+from app.storage.stalls import watch_stalls
 
 __all__ = [
     "answer_by",
