@@ -164,7 +164,7 @@ def test_clients_forget_what_they_remembered_and_the_old_primary_rejoins(
         with engine.connect() as conn:
             assert remembered(conn, ("t", 0)) is not None
 
-        old = replica_db.primary()
+        old, old_name = replica_db.primary(), replica_db.layout().primary
         kill_node(old)
         failover = replica_db.kip98("db", "failover")
         assert failover.returncode == 0, failover.stderr
@@ -189,7 +189,7 @@ def test_clients_forget_what_they_remembered_and_the_old_primary_rejoins(
     assert "rewound" in rejoin.stderr  # its data kept, only what differs copied
     wait_streaming(replica_db.cluster, 2)
     nodes = {n.name: n for n in replica_db.cluster.nodes()}
-    assert nodes[replica_db.layout().nodes[0]].role == "standby"
+    assert nodes[old_name].role == "standby" and nodes[old_name].sync_state == "quorum"
     dispose_engines()
     reader = Broker.connect(replica_db.node_url(old))
     _wait("the rejoined standby replayed everything", lambda: (

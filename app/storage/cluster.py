@@ -27,7 +27,6 @@ their ports and which old primaries must rejoin as standbys is remembered in
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import time
@@ -44,6 +43,7 @@ from app.storage.embedded import (
     EmbeddedError,
     EmbeddedPostgres,
     ServerStatus,
+    file_lock,
     kip98_home,
 )
 from app.storage.urls import DatabaseUrl
@@ -153,15 +153,11 @@ class EmbeddedCluster:
         tmp.write_text(json.dumps(asdict(layout), indent=2))
         tmp.replace(self.layout_path)
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        """The whole set of nodes, one process at a time (each node has its own lock too,
+        taken inside this one)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        return file_lock(self.lock_path)
 
     def node(self, name: str, layout: Layout | None = None) -> EmbeddedPostgres:
         """The node ``name`` with the settings its role in ``layout`` asks for."""
@@ -245,7 +241,7 @@ class EmbeddedCluster:
                 # Replicating from its first start: wal_log_hints, which a later rewind
                 # needs, is read only then. Its standbys confirm nothing yet.
                 first = Layout(**asdict(layout))
-                first.standbys, first.nodes = wanted, [layout.primary, "node1"]
+                first.standbys = wanted  # min_insync still 0: nothing to wait for
                 self._start_node(layout.primary, first)
                 layout.ports.update(first.ports)
             else:
@@ -260,7 +256,8 @@ class EmbeddedCluster:
             elif k != layout.min_insync:
                 layout.min_insync = k
                 self._save(layout)
-                self.node(layout.primary, layout).reconfigure()
+                for name in layout.nodes:  # every node: any may be the primary later
+                    self.node(name, layout).reconfigure()
             return layout
 
     def _start_node(self, name: str, layout: Layout) -> ServerStatus:

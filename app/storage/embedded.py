@@ -147,15 +147,9 @@ class EmbeddedPostgres:
         )
 
     # ----------------------------------------------------------------- layout
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
         self.node_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        return file_lock(self.lock_path)
 
     def _prepare_dirs(self) -> None:
         """Create the data and socket directories where the server user can reach them.
@@ -347,35 +341,24 @@ class EmbeddedPostgres:
             if not self.status().running:
                 self._clear_stale_pidfile()
                 return False
-            self._run(
-                [
-                    str(_pg_bindir() / "pg_ctl"),
-                    "stop",
-                    "-w",
-                    "-m",
-                    "fast",
-                    "-D",
-                    str(self.data_dir.resolve()),
-                ]
-            )
-            return True
+            return self._pg_ctl_stop("fast")
 
     def restart_immediate(self) -> None:
         """Crash-stop then start again: the 'PostgreSQL restart' fault of the torture tests."""
         with self._locked():
-            if self.status().running:
-                self._run(
-                    [
-                        str(_pg_bindir() / "pg_ctl"),
-                        "stop",
-                        "-w",
-                        "-m",
-                        "immediate",
-                        "-D",
-                        str(self.data_dir.resolve()),
-                    ]
-                )
+            self._pg_ctl_stop("immediate")
         self.start()
+
+    def _pg_ctl_stop(self, mode: str) -> bool:
+        """``pg_ctl stop -m mode`` if the server runs (the caller holds the lock); whether
+        it ran."""
+        if not self.status().running:
+            return False
+        self._run(
+            [str(_pg_bindir() / "pg_ctl"), "stop", "-w", "-m", mode,
+             "-D", str(self.data_dir.resolve())]
+        )  # fmt: skip
+        return True
 
     # ----------------------------------------------------------------- replication
     def has_data(self) -> bool:
@@ -450,31 +433,20 @@ class EmbeddedPostgres:
         self._run([str(_pg_bindir() / "pg_ctl"), "reload", "-D", str(self.data_dir.resolve())])
 
     def stop_immediately(self) -> bool:
-        """Stop at once, without a checkpoint (a crash, as far as the data knows)."""
+        """Stop at once, without a checkpoint (a crash, as far as the data knows); whether
+        it ran."""
         with self._locked():
-            if not self.status().running:
-                return False
-            self._run(
-                [str(_pg_bindir() / "pg_ctl"), "stop", "-w", "-m", "immediate",
-                 "-D", str(self.data_dir.resolve())]
-            )  # fmt: skip
-            return True
+            return self._pg_ctl_stop("immediate")
 
     def wipe(self) -> None:
-        """Delete the node's data (stopped first), keeping its directories."""
-        self.stop_immediately_unlocked()
+        """Delete the node's data (stopped first), keeping its directories; by whoever
+        holds the node (its own lock, or the cluster's)."""
+        self._pg_ctl_stop("immediate")
         target = self.data_dir.resolve()
         if target.exists():
             shutil.rmtree(target, ignore_errors=True)
         if self.data_dir.is_symlink():
             self.data_dir.unlink()
-
-    def stop_immediately_unlocked(self) -> None:
-        if self.status().running:
-            self._run(
-                [str(_pg_bindir() / "pg_ctl"), "stop", "-w", "-m", "immediate",
-                 "-D", str(self.data_dir.resolve())]
-            )  # fmt: skip
 
     def _ready(self, port: int | None) -> bool:
         if port is None:
@@ -508,6 +480,18 @@ class EmbeddedPostgres:
             if not exists:
                 with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block: one process at a time, across
+    processes (a second lock from the same process on another descriptor waits too)."""
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _port_is_free(port: int) -> bool:

@@ -181,9 +181,11 @@ def parse(url: str | URL) -> DatabaseUrl:
     )
 
 
-def sqlalchemy_url(url: str) -> str:
+def sqlalchemy_url(url: str | URL) -> str:
     """``url`` as SQLAlchemy reads it: unchanged with one host; with several named in the
-    authority, as ``host`` query parameters."""
+    authority, as ``host`` query parameters. An SQLAlchemy ``URL`` is rendered as it is."""
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=False)
     if _MULTI_HOST.match(url) is None:
         return url
     return parse(url).sqlalchemy()
