@@ -124,10 +124,11 @@ def commit_deadline(bound_ms: int) -> float | None:
     (``bound_ms``, 0 for none), or sooner if the request's deadline (``request_deadline``)
     or its answer's (``answer_by``) comes first. PostgreSQL's statement bound does not
     reach the commit's wait for standbys (docs/design.md rule 41): this one does."""
-    bounds = [at for at in (_deadline.get(), _answer_by.get()) if at is not None]
-    if bound_ms:
-        bounds.append(time.monotonic() + bound_ms / 1000)
-    return min(bounds, default=None)
+    deadline = time.monotonic() + bound_ms / 1000 if bound_ms else None
+    for at in (_deadline.get(), _answer_by.get()):
+        if at is not None and (deadline is None or at < deadline):
+            deadline = at
+    return deadline
 
 
 def lift_statement_bound(conn: Connection) -> None:

@@ -42,7 +42,6 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -264,7 +263,7 @@ os.register_at_fork(after_in_child=_fresh_watchdog)
 
 class ReplicatedConnection(psycopg.Connection[Any]):
     """A kip98 session's psycopg connection: each commit bounded and its standbys' word
-    checked (``bounded_commit``)."""
+    checked (``watch_commit``, ``confirm_commit``)."""
 
     commit_bound_ms: int = 0  # 0: no bound (the session's statement bound, rule 24)
     health: _Health | None = None
@@ -285,30 +284,41 @@ class ReplicatedConnection(psycopg.Connection[Any]):
         self.add_notice_handler(heard)
 
     def commit(self) -> None:
-        with bounded_commit(self):
+        token = watch_commit(self)
+        try:
             super().commit()
+        finally:
+            cancelled = release_commit(token)
+        confirm_commit(self, cancelled)
 
 
-@contextmanager
-def bounded_commit(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """Around whatever makes ``conn`` commit (``commit()``, or the end of a query string
-    that commits itself): cancelled past its bound; ``ReplicationUnconfirmed`` if the
-    server then says the wait for the standbys was cancelled. A connection not made by a
-    watched engine is left alone."""
+# A commit is watched on every request's path: two plain calls around it, not a context
+# manager's generator (a third of the cost, ~1 µs of ~3).
+
+
+def watch_commit(conn: psycopg.Connection[Any]) -> int | None:
+    """Just before whatever makes ``conn`` commit (``commit()``, or the end of a query
+    string that commits itself): watch it, to be cancelled past its bound; the token to
+    release after it (None: not watched). A connection not made by a watched engine is
+    left alone."""
     if not isinstance(conn, ReplicatedConnection):
-        yield
-        return
+        return None
     conn.wait_cancelled = conn.warned = False
     deadline = commit_deadline(conn.commit_bound_ms)
-    token = None if deadline is None else _watchdog.watch(conn, deadline)
-    cancelled = False
-    try:
-        yield
-    finally:
-        if token is not None:
-            cancelled = _watchdog.release(token)
-    # Past the commit: the server's warning is the word (in English; in another language
-    # a warning after our own cancel can only be that one).
+    return None if deadline is None else _watchdog.watch(conn, deadline)
+
+
+def release_commit(token: int | None) -> bool:
+    """Stop watching a commit (its answer is in); whether it was cancelled."""
+    return token is not None and _watchdog.release(token)
+
+
+def confirm_commit(conn: psycopg.Connection[Any], cancelled: bool) -> None:
+    """After the commit: ``ReplicationUnconfirmed`` if the server said its wait for the
+    standbys was cancelled (in English; in another language a warning after our own
+    cancel can only be that one)."""
+    if not isinstance(conn, ReplicatedConnection):
+        return
     if conn.wait_cancelled or (cancelled and conn.warned):
         conn.wait_cancelled = conn.warned = False
         if conn.health is not None:
