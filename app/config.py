@@ -176,6 +176,12 @@ _SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("on_delivery", Type.CALLABLE, kinds=_P, aliases=("delivery_cb",)),
     # --- consumer -----------------------------------------------------------------
+    Setting(
+        "database.replica.url",
+        Type.STR,
+        kinds=_C,
+        doc="A standby's SQLAlchemy URL: records are fetched there (fetch from follower).",
+    ),
     Setting("group.id", Type.STR, kinds=_C),
     Setting("group.instance.id", Type.STR, kinds=_C),
     Setting(

@@ -26,6 +26,12 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "MSG_SIZE_TOO_LARGE": (10, False, "Message size too large"),
     "INVALID_TOPIC_EXCEPTION": (17, False, "Invalid topic"),
     "RECORD_LIST_TOO_LARGE": (18, False, "Record list too large"),
+    "NOT_ENOUGH_REPLICAS": (19, True, "Broker: Not enough in-sync replicas"),
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": (
+        20,
+        True,
+        "Broker: Message(s) written to insufficient number of in-sync replicas",
+    ),
     "OFFSET_METADATA_TOO_LARGE": (12, False, "Offset metadata string too large"),
     "INVALID_REQUIRED_ACKS": (21, False, "Invalid required acks value"),
     "ILLEGAL_GENERATION": (22, False, "Specified group generation id is not valid"),
@@ -172,6 +178,8 @@ class KafkaError:
     MSG_SIZE_TOO_LARGE: int
     INVALID_TOPIC_EXCEPTION: int
     RECORD_LIST_TOO_LARGE: int
+    NOT_ENOUGH_REPLICAS: int
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND: int
     OFFSET_METADATA_TOO_LARGE: int
     INVALID_REQUIRED_ACKS: int
     ILLEGAL_GENERATION: int

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
-from sqlalchemy.engine import make_url
 
+from app.storage import urls
 from app.storage.driver import libpq_conninfo
 from app.storage.engine import dispose_engines
 from app.storage.migrate import upgrade_to_head
@@ -22,7 +22,7 @@ def fresh_database(server_url: str) -> Iterator[str]:
     name = f"kip98_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(libpq_conninfo(server_url, dbname="postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    url = urls.parse(server_url).with_database(name).sqlalchemy()
     upgrade_to_head(url)
     try:
         yield url

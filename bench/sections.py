@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from bench import cleaner, consume, produce, spark, spark_datasource, transactional, wire
+from bench import (
+    cleaner,
+    consume,
+    produce,
+    replicas,
+    spark,
+    spark_datasource,
+    transactional,
+    wire,
+)
 from bench.section import Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -11,6 +20,7 @@ SECTIONS: tuple[Section, ...] = (
     consume.SECTION,
     wire.SECTION,
     cleaner.SECTION,
+    replicas.SECTION,
     spark.SECTION,
     spark_datasource.SECTION,
 )

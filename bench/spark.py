@@ -31,6 +31,7 @@ from app.spark.materialize import (
     run_materialization,
     slices,
 )
+from app.storage.urls import sqlalchemy_url
 from bench.database import fresh_database, settle
 from bench.section import Line, Measured, Run, Section, console
 
@@ -94,7 +95,7 @@ def plain_read_append_seconds(
     once."""
     url, props = jdbc_url(database_url)
     table = f"bench_floor_{uuid.uuid4().hex[:8]}"
-    engine = create_engine(database_url, poolclass=pool.NullPool)
+    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
             conn.execute(text(FLOOR_TABLE.format(table=table)))

@@ -8,14 +8,19 @@ suite at an existing server instead of the embedded one.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from app.storage import urls
+from app.storage.cluster import EmbeddedCluster
 from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.engine import dispose_engines
@@ -24,6 +29,8 @@ from app.storage.one_query import QueryCopies
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from tests.replication import ReplicatedDatabase
 
 # Groups form at once in tests (Kafka's own test brokers set it to 0 too); the tests of
 # group.initial.rebalance.delay.ms set it themselves. Subprocesses inherit it.
@@ -120,3 +127,58 @@ def copies_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(QueryCopies, "write", counted)
     return seen
+
+
+@pytest.fixture(scope="session")
+def replicated() -> Iterator[tuple[EmbeddedCluster, str]]:
+    """A primary and two hot standbys under a private KIP98_HOME for the whole session,
+    with a migrated template database; stopped and deleted at the end."""
+    from tests.replication import STANDBYS, admin, wait_streaming
+
+    home = Path(tempfile.mkdtemp(prefix="kip98-replicated-", dir="/var/tmp"))
+    home.chmod(0o755)
+    cluster = EmbeddedCluster(home)
+    try:
+        cluster.start(standbys=STANDBYS)
+        wait_streaming(cluster, STANDBYS)
+        template = f"kip98_tmpl_{os.getpid()}"
+        port = cluster.primary().status().port
+        assert port is not None
+        with admin(port) as conn:
+            conn.execute(f'CREATE DATABASE "{template}"')
+        upgrade_to_head(with_database(urls.parse(cluster.url()).sqlalchemy(), template))
+        dispose_engines()
+        yield cluster, template
+    finally:
+        dispose_engines()
+        cluster.stop()
+        for name in cluster.layout().nodes:
+            node = cluster.node(name)
+            shutil.rmtree(node.data_dir.resolve(), ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def replica_db(
+    replicated: tuple[EmbeddedCluster, str], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ReplicatedDatabase]:
+    """A fresh migrated database on the replicated nodes, every node back in its place
+    first; its URL (every node, reaching the primary) exported as KIP98_DATABASE_URL."""
+    from tests.replication import ReplicatedDatabase, admin, restore
+
+    cluster, template = replicated
+    restore(cluster)
+    name = f"kip98_test_{uuid.uuid4().hex[:12]}"
+    port = cluster.primary().status().port
+    assert port is not None
+    with admin(port) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    database = ReplicatedDatabase(cluster, name)
+    monkeypatch.setenv("KIP98_DATABASE_URL", database.url)
+    yield database
+    dispose_engines()
+    restore(cluster)
+    port = cluster.primary().status().port
+    assert port is not None
+    with admin(port) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -65,3 +65,20 @@ def test_a_database_holding_a_run_is_refused_in_one_line(
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1 and "already has topic 'torture'" in err, err
+
+
+@pytest.mark.torture
+@pytest.mark.timeout(600)
+def test_torture_run_with_failovers_has_no_anomaly(tmp_path: Path) -> None:
+    """The same workload on a primary with two synchronous standbys, the primary's machine
+    lost and a standby promoted among the faults: still no anomaly (docs/design.md rule 43)."""
+    out = tmp_path / "run"
+    duration = float(os.environ.get("KIP98_TORTURE_FAILOVER_DURATION", "45"))
+    result = run(RunConfig(duration, workers=3, copiers=2, seed=SEED, out=out, standbys=2))
+    assert result.stats["faults"].get("failover", 0) > 0, result.stats["faults"]
+    anomalies = {k: v[:3] for k, v in result.anomalies.items() if v}
+    assert result.ok, (
+        f"anomalies (seed {SEED}, kept in {out}): " + json.dumps(anomalies, default=str)[:4000]
+    )
+    assert result.stats["worker_transactions"]["ok"] > 0
+    assert result.stats["copier_transactions"]["ok"] > 0

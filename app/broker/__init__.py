@@ -9,7 +9,8 @@ import this package.
 from __future__ import annotations
 
 from app.broker import apis
-from app.protocol import R, Request
+from app.broker.follower import fetch_from_follower
+from app.protocol import FetchRequest, R, Request
 from app.storage.context import BrokerContext, principal_from_env
 
 __all__ = ["Broker", "BrokerContext", "principal_from_env"]
@@ -17,6 +18,10 @@ __all__ = ["Broker", "BrokerContext", "principal_from_env"]
 
 class Broker(BrokerContext):
     def handle(self, request: Request[R]) -> R:
-        """The response to one request (docs/architecture.md: how a request travels)."""
+        """The response to one request (docs/architecture.md: how a request travels); a
+        fetch read on the standby, if the broker has one (``follower``)."""
+        if self.replica_engine is not None and isinstance(request, FetchRequest):
+            fetched: R = fetch_from_follower(self, request)  # type: ignore[assignment]
+            return fetched
         response: R = apis.handle(self, request)
         return response

@@ -64,6 +64,7 @@ from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection, in_transaction
 from app.storage.one_query import QueryCopies, prepared_call, unprepared
+from app.storage.replication import ReplicationUnconfirmed
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,11 @@ def commit_on_remembered(
         except psycopg.Error as exc:
             if driver_connection(conn).broken:
                 raise  # the outcome is unknown: the client retries the request
+            if isinstance(exc, ReplicationUnconfirmed):
+                # Committed on the primary, not confirmed (rule 41): the client retries,
+                # and the retry, decided under the locks, waits for the confirmation.
+                _forget(conn, end.transactional_id, _touched(memory.leased.meta, req))
+                raise
             if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
                 unprepared(conn)  # deallocated: prepared again next time
             # Nothing was written: a write decided on a moved row failed (or a statement

@@ -16,11 +16,13 @@ from app.broker import Broker, principal_from_env
 from app.settings import BrokerSettings
 from app.storage.engine import resolve_url
 from app.storage.errors import is_retriable, kafka_error, kafka_errors, raise_as_kafka
-from app.storage.limits import bound_requests, connect_args, request_deadline
+from app.storage.limits import answer_by, bound_requests, connect_args, request_deadline
 from app.storage.liveness import check_on_checkout
+from app.storage.replication import watch_commits
 from app.storage.stalls import watch_stalls
 
 __all__ = [
+    "answer_by",
     "client_broker",
     "client_engine",
     "is_connection_error",
@@ -58,18 +60,28 @@ def client_engine(
     # A backend may be gone (terminated, server restarted) while pooled: such a connection
     # costs a reconnect at checkout rather than a failed request.
     # A session stalled by its stopped client, holding a lock this one waits for, is ended.
-    return watch_stalls(bound_requests(check_on_checkout(engine), settings), settings)
+    # Each commit's wait for the synchronous standbys is bounded and checked.
+    return watch_commits(
+        watch_stalls(bound_requests(check_on_checkout(engine), settings), settings), settings
+    )
 
 
 def client_broker(
-    url: str | None, client_id: str | None, principal: str | None = None, pool_size: int = 2
+    url: str | None,
+    client_id: str | None,
+    principal: str | None = None,
+    pool_size: int = 2,
+    replica_url: str | None = None,
 ) -> Broker:
-    """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL."""
+    """The broker context of one client; its ``principal`` config wins over KIP98_PRINCIPAL.
+    ``replica_url``: a standby its fetches read from (``broker.follower``)."""
     settings = BrokerSettings.from_env()
+    replica = None if replica_url is None else client_engine(replica_url, client_id, settings)
     return Broker(
         engine=client_engine(url, client_id, settings, pool_size),
         settings=settings,
         principal=principal or principal_from_env(),
+        replica_engine=replica,
     )
 
 

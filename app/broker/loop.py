@@ -43,6 +43,7 @@ from app.errors import KafkaError, KafkaException, fail
 from app.log.expiry import expire_producer_states
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
+from app.storage.errors import kafka_error
 
 log = logging.getLogger(__name__)
 
@@ -311,8 +312,13 @@ class CoordinatorLoop:
         while not self._stop.is_set():
             try:
                 self.run_once()
-            except Exception:  # a database outage must not kill the loop; it retries next pass
-                log.exception("coordinator pass failed")
+            except Exception as exc:  # a database outage must not kill the loop; it retries
+                error = kafka_error(exc)
+                if error is not None and error.retriable():  # the database unreachable, a
+                    # failover under way: one line, not a stack, every pass it lasts
+                    log.warning("coordinator pass failed: %s", error.str())
+                else:
+                    log.exception("coordinator pass failed")
             self._stop.wait(interval)
 
     def stop(self, release: bool = True) -> None:

@@ -11,13 +11,22 @@ With ``end`` the request goes on to end the transaction (``broker.commit``).
 
 A single ``ProduceRequest`` is a set of one: there is one path. Weaker ``acks`` (plain
 producers only) relax the durability of the request's commit, as Kafka's relax
-replication.
+replication. With ``acks=all`` on a replicated database (docs/design.md rules 41, 42),
+the request is refused, nothing written, while too few synchronous standbys stream
+(NOT_ENOUGH_REPLICAS); a commit the standbys did not confirm within its bound answers its
+batches NOT_ENOUGH_REPLICAS_AFTER_APPEND; and a duplicate batch, which acknowledges what an
+earlier commit wrote, is decided under its partition's row lock, which PostgreSQL writes
+to the WAL, so its commit too waits for the standbys, which then hold the earlier one. A
+commit
+request (``end``) raises either failure instead, as a lost connection: the Producer then
+sends the same request again, as for a commit whose outcome is unknown (rule 16).
 """
 
 from __future__ import annotations
 
 from app.broker.batches import append_batches
 from app.broker.commit import produce_and_end_txn
+from app.broker.commit_decision import answer
 from app.broker.work import Work
 from app.errors import KafkaError
 from app.protocol import (
@@ -31,6 +40,7 @@ from app.protocol import (
 )
 from app.storage.context import BrokerContext
 from app.storage.engine import lazy_transaction, retry_conflicts
+from app.storage.replication import not_enough, replicas_short, unconfirmed
 
 
 def produce(context: BrokerContext, req: ProduceRequest) -> ProduceResponse:
@@ -43,6 +53,10 @@ def produce_batches(context: BrokerContext, req: ProduceBatchesRequest) -> Produ
     if (why := acks_refusal(req)) is not None:
         refused = ProduceResponse(KafkaError.INVALID_REQUIRED_ACKS, error_message=why)
         return ProduceBatchesResponse([refused] * len(req.batches))
+    if req.acks == ACKS_ALL and (short := replicas_short(context.engine)) is not None:
+        if req.end is not None:
+            raise not_enough(short)
+        return _answered_all(req, KafkaError.NOT_ENOUGH_REPLICAS, short.describe())
     if req.end is not None:
         return produce_and_end_txn(context, req)
     return _produce(context, req)
@@ -71,9 +85,42 @@ def acks_refusal(req: ProduceBatchesRequest) -> str | None:
 
 @retry_conflicts
 def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
-    with lazy_transaction(context.engine) as conn:
-        if req.acks != ACKS_ALL:
-            conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
-        work = Work(context, conn, commits=req.add is None)
-        registered, batches = append_batches(work, req.batches, req.add)
+    answered: ProduceBatchesResponse | None = None
+    try:
+        with lazy_transaction(context.engine) as conn:
+            if req.acks != ACKS_ALL:
+                conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
+            work = Work(context, conn, commits=req.add is None)
+            registered, batches = append_batches(work, req.batches, req.add)
+            answered = ProduceBatchesResponse(batches, registered)
+    except Exception as exc:
+        if not unconfirmed(exc):
+            raise
+        return _unconfirmed(req, answered)
+    return answered
+
+
+def _answered_all(req: ProduceBatchesRequest, code: int, message: str) -> ProduceBatchesResponse:
+    """Every batch (and the registration, if asked) answered ``code``."""
+    refused = ProduceResponse(code, error_message=message)
+    registered = answer(req.add, code, message)
+    return ProduceBatchesResponse([refused] * len(req.batches), registered)
+
+
+def _unconfirmed(
+    req: ProduceBatchesRequest, answered: ProduceBatchesResponse | None
+) -> ProduceBatchesResponse:
+    """The answer to a request committed on the primary whose standbys did not confirm
+    it: each batch the commit took (all of them, when it committed before its answers
+    were known: a query string that commits itself) NOT_ENOUGH_REPLICAS_AFTER_APPEND; the
+    batches it refused keep their own answers."""
+    code = KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    message = "written on the primary; the synchronous standbys did not confirm it in time"
+    if answered is None:
+        return _answered_all(req, code, message)
+    after = ProduceResponse(code, error_message=message)
+    batches = [b if b.error_code else after for b in answered.batches]
+    registered = answered.registered
+    if registered is not None and not registered.error_code:
+        registered = answer(req.add, code, message)
     return ProduceBatchesResponse(batches, registered)

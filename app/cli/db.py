@@ -1,6 +1,7 @@
 """``kip98 db``: the embedded PostgreSQL's life cycle, migrations and projection rebuilds.
 
-``start``/``stop``/``status`` manage the embedded server under ``KIP98_HOME``; ``url``,
+``start``/``stop``/``status``/``failover`` manage the embedded server under ``KIP98_HOME``
+(with ``--standbys N``, a primary and N hot standbys: ``storage.cluster``); ``url``,
 ``migrate`` and ``rebuild`` act on whatever database kip98 would use (``KIP98_DATABASE_URL``
 when set, else the embedded server, started on demand).
 """
@@ -12,29 +13,49 @@ from collections.abc import Mapping
 from typing import Any
 
 import click
-from sqlalchemy.engine import make_url
 
 from app.cli.errors import CliError
 from app.cli.output import emit, output_option, stderr_console
-from app.storage.embedded import EmbeddedPostgres, ServerStatus
+from app.storage import urls
+from app.storage.cluster import ClusterError, EmbeddedCluster, Layout, NodeStatus
 from app.storage.engine import get_engine, resolve_url
+from app.storage.urls import with_target
 
 
 def safe_url(url: str) -> str:
     """The URL with any password masked, for printing."""
-    return make_url(url).render_as_string(hide_password=True)
+    return urls.safe(url)
 
 
-def _status_record(status: ServerStatus) -> dict[str, Any]:
+def _status_record(nodes: list[NodeStatus], cluster_url: str | None) -> dict[str, Any]:
+    """The primary's keys (as before standbys existed), then every node."""
+    primary = nodes[0]
     explicit = os.environ.get("KIP98_DATABASE_URL")
     return {
-        "running": status.running,
-        "pid": status.pid,
-        "port": status.port,
-        "data_dir": str(status.data_dir),
-        "url": status.url,
-        "database_url": safe_url(explicit) if explicit else status.url,
+        "running": primary.running,
+        "pid": primary.pid,
+        "port": primary.port if primary.running else None,
+        "data_dir": primary.data_dir,
+        "url": primary.url,
+        "database_url": safe_url(explicit) if explicit else cluster_url,
+        "nodes": [n.record() for n in nodes],
     }
+
+
+def _progress(message: str) -> None:
+    stderr_console().log(message)
+
+
+def _started(cluster: EmbeddedCluster, layout: Layout) -> None:
+    for node in cluster.nodes():
+        if node.role == "primary":
+            click.echo(f"PostgreSQL running (pid {node.pid}, port {node.port}): {node.url}")
+        else:
+            state = node.sync_state or "not streaming"
+            click.echo(f"standby {node.name} running (pid {node.pid}, port {node.port}): {state}")
+    if layout.standbys:
+        click.echo(f"primary and {layout.standbys} standbys, {layout.min_insync} synchronous: "
+                   f"{cluster.url(layout)}")  # fmt: skip
 
 
 @click.group()
@@ -43,16 +64,30 @@ def db() -> None:
 
 
 @db.command()
-def start() -> None:
-    """Start the embedded PostgreSQL (nothing happens if it already runs)."""
-    status = EmbeddedPostgres().start()
-    click.echo(f"PostgreSQL running (pid {status.pid}, port {status.port}): {status.url}")
+@click.option(
+    "--standbys",
+    type=int,
+    default=None,
+    help="Hot standbys beside the primary (default: those it had, else 0); remembered.",
+)
+@click.option(
+    "--min-insync-standbys",
+    type=int,
+    default=None,
+    help="Standbys that must confirm an acks=all commit (default 1 with any standby).",
+)
+def start(standbys: int | None, min_insync_standbys: int | None) -> None:
+    """Start the embedded PostgreSQL and its standbys (nothing happens for what runs)."""
+    cluster = EmbeddedCluster()
+    with stderr_console().status("starting PostgreSQL"):
+        layout = cluster.start(standbys, min_insync_standbys, progress=_progress)
+    _started(cluster, layout)
 
 
 @db.command()
 def stop() -> None:
-    """Stop the embedded PostgreSQL."""
-    if EmbeddedPostgres().stop():
+    """Stop the embedded PostgreSQL, every node."""
+    if EmbeddedCluster().stop():
         click.echo("PostgreSQL stopped")
     else:
         click.echo("PostgreSQL was not running")
@@ -61,14 +96,53 @@ def stop() -> None:
 @db.command()
 @output_option
 def status(output: str) -> None:
-    """Show whether the embedded PostgreSQL runs, and where."""
-    emit(_status_record(EmbeddedPostgres().status()), output)
+    """Show whether the embedded PostgreSQL runs, and where: the primary, then each node
+    (role, port, pid, data directory, WAL position, replay lag, sync state)."""
+    cluster = EmbeddedCluster()
+    nodes = cluster.nodes()
+    try:
+        cluster_url: str | None = cluster.url()
+    except ClusterError:
+        cluster_url = None
+    record = _status_record(nodes, cluster_url)
+    if output == "json":
+        emit(record, output)
+        return
+    emit({k: v for k, v in record.items() if k != "nodes"}, output)
+    if len(nodes) > 1:
+        emit([n.record() for n in nodes], output,
+             columns=["name", "role", "running", "port", "pid", "lsn", "replay_lag_bytes",
+                      "sync_state", "data_dir"])  # fmt: skip
 
 
 @db.command()
-def url() -> None:
-    """Print the SQLAlchemy URL kip98 uses (starting the embedded server if needed)."""
-    click.echo(resolve_url())
+@click.option("--standby", is_flag=True, help="A URL that reaches a standby instead.")
+def url(standby: bool) -> None:
+    """Print the SQLAlchemy URL kip98 uses (starting the embedded server if needed): with
+    standbys, every node's address, reaching whichever is the primary."""
+    if not standby:
+        click.echo(urls.parse(resolve_url()).render())
+        return
+    explicit = os.environ.get("KIP98_DATABASE_URL")
+    if explicit:
+        click.echo(with_target(explicit, "standby"))
+        return
+    cluster = EmbeddedCluster()
+    layout = cluster.start()
+    if layout.standbys == 0:
+        raise CliError("the embedded PostgreSQL has no standbys (kip98 db start --standbys N)")
+    click.echo(cluster.url(layout, standby=True))
+
+
+@db.command()
+def failover() -> None:
+    """Promote the most advanced live standby to primary; the other standbys follow it,
+    and the old primary rejoins as a standby when started again."""
+    cluster = EmbeddedCluster()
+    with stderr_console().status("failing over"):
+        chosen = cluster.failover(progress=_progress)
+    layout = cluster.layout()
+    click.echo(f"{chosen} is the primary (port {layout.ports[chosen]}): {cluster.url(layout)}")
 
 
 @db.command()

@@ -52,8 +52,15 @@ def spark_group() -> None:
     metavar="TOPIC",
     help="Materialise only this topic (repeatable); all topics by default.",
 )
+@click.option(
+    "--replica-url",
+    default=None,
+    metavar="URL",
+    help="A standby of the database: LSOs and records are read there, the results "
+    "written on the primary.",
+)
 @output_option
-def materialize(topics: tuple[str, ...], output: str) -> None:
+def materialize(topics: tuple[str, ...], replica_url: str | None, output: str) -> None:
     """Bring read_committed_records up to every partition's current LSO.
 
     Adds exactly the records read_committed consumers would return since the last run;
@@ -77,7 +84,9 @@ def materialize(topics: tuple[str, ...], output: str) -> None:
         elapsed = time.monotonic() - started
         console.print(f"[bold cyan]{stage:>7}[/] {message} [dim]{elapsed:.1f}s[/]", soft_wrap=True)
 
-    results = run_materialization(spark, url, list(topics) or None, progress=progress)
+    results = run_materialization(
+        spark, url, list(topics) or None, progress=progress, replica_url=replica_url
+    )
     unknown = sorted(set(topics) - {r.topic for r in results})
     if unknown:
         raise CliError(f"unknown topic(s): {', '.join(unknown)}")

@@ -60,8 +60,12 @@ class Consumer(Closing):
         self._config: ClientConfig = parse_config(CONSUMER, config)
         cfg = self._config
         self._owns_broker = broker is None
+        # database.replica.url: records fetched on that standby (KIP-392), the rest here.
         self._broker = broker or client_broker(
-            cfg.get_str("database.url"), cfg.get_str("client.id"), cfg.get_str("principal")
+            cfg.get_str("database.url"),
+            cfg.get_str("client.id"),
+            cfg.get_str("principal"),
+            replica_url=cfg.get_str("database.replica.url"),
         )
         self._request_timeout_s = cfg.get_int("request.timeout.ms") / 1000.0
         self._retry_backoff_s = cfg.get_int("retry.backoff.ms") / 1000.0
@@ -411,3 +415,5 @@ class Consumer(Closing):
             self._fetcher.assign([])
         if self._owns_broker:
             self._broker.engine.dispose()
+            if self._broker.replica_engine is not None:
+                self._broker.replica_engine.dispose()

@@ -378,6 +378,10 @@ class Sender:
         self._settle_error(batch, KafkaError(response.error_code, response.error_message))
 
     def _settle_error(self, batch: Batch, error: KafkaError) -> None:
+        if error.code() == KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND:
+            # Committed on the primary, not confirmed by the standbys: as after a lost
+            # answer, only a retry can tell what the log holds (docs/design.md rule 42).
+            batch.ambiguous = True
         if error.retriable():
             self._retry_or_fail(batch, error)
         else:

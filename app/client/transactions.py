@@ -43,10 +43,13 @@ from app.protocol import (
 R = TypeVar("R")
 
 # Answers worth asking again after a pause (another request on the id is in progress, or
-# a completion is being rolled forward).
+# a completion is being rolled forward; too few synchronous standbys, before or after the
+# write).
 RETRY_CODES = frozenset(
     {
         KafkaError.CONCURRENT_TRANSACTIONS,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
         KafkaError.NOT_COORDINATOR,
         KafkaError.COORDINATOR_NOT_AVAILABLE,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection
-from sqlalchemy.engine import make_url
 
 from app.coordinator import machines as m
 from app.coordinator import sql
@@ -65,6 +64,7 @@ from app.protocol import (
 from app.security import needs
 from app.security.authorizer import authorize_all, denied_checks, refusal_of
 from app.security.rules import TOPIC
+from app.storage import urls
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
 
@@ -445,10 +445,8 @@ def find_coordinator(broker: BrokerContext, req: FindCoordinatorRequest) -> Find
         return FindCoordinatorResponse(
             KafkaError.INVALID_REQUEST, error_message=f"unknown key type {req.key_type}"
         )
-    url = make_url(broker.engine.url)
-    return FindCoordinatorResponse(
-        KafkaError.NO_ERROR, 0, url.host or "localhost", url.port or 5432
-    )
+    host, port = urls.parse(broker.engine.url).hosts[0]  # a replicated one's first node
+    return FindCoordinatorResponse(KafkaError.NO_ERROR, 0, host, port)
 
 
 def write_txn_markers(

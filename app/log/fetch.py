@@ -141,10 +141,13 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
         if refused := current_epoch_refusal(req.current_leader_epoch, part.leader_epoch):
             raise refused
         if req.fetch_offset < log_start or req.fetch_offset > hw:
-            raise fail(
-                KafkaError.OFFSET_OUT_OF_RANGE,
-                f"offset {req.fetch_offset} is outside [{log_start}, {hw}] of {req.topic} [{req.partition}]",
-            )
+            # With the partition's bounds: a reader of a standby tells a position beyond
+            # what the standby has replayed from one beyond the log (``broker.follower``).
+            return FetchResponse(
+                KafkaError.OFFSET_OUT_OF_RANGE, hw, lso, log_start,
+                error_message=f"offset {req.fetch_offset} is outside [{log_start}, {hw}] "
+                f"of {req.topic} [{req.partition}]",
+            )  # fmt: skip
         upper = lso if read_committed else hw
         served = {
             "log_append_time": part.log_append_time, "compression_type": part.compression_type,

@@ -48,15 +48,18 @@ def serve(
     metrics: str | None = None,
     tls: ssl.SSLContext | None = None,
     super_users: list[str] | None = None,
+    replica_url: str | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT on ``endpoints`` (``endpoints_of``); with ``metrics``,
     /metrics for Prometheus there. SASL listeners take ``kip98 users``' users first
     (``app.server.sasl``); SSL ones use ``tls`` (``app.server.tls``). ``super_users``
-    replace ``KIP98_SUPER_USERS``."""
+    replace ``KIP98_SUPER_USERS``. ``replica_url``: a standby whose Fetches read there
+    (``app.broker.follower``)."""
     settings = BrokerSettings.from_env()
     if super_users:
         settings = replace(settings, super_users=",".join(super_users))
-    server = Server(Broker.connect(settings=settings), endpoints, tls=tls)
+    broker = Broker.connect(settings=settings, replica_url=replica_url)
+    server = Server(broker, endpoints, tls=tls)
     if metrics is not None:
         expose(server, Listener.parse(metrics).address)
     # What is loaded by now lives as long as the process. Out of the collector's sight, it

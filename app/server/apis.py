@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.broker import Broker
+from app.broker.endpoint import answer_by
 from app.errors import KafkaError, KafkaException
 from app.protocol import (
     BATCHES_WINDOW_FACTOR,
@@ -121,7 +122,12 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
                 refused[tp] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
     answers = dict(refused)
     if batches:
-        response = broker.handle(ProduceBatchesRequest(batches, acks=request.acks))
+        # acks=all: the commit's wait for the standbys ends within the request's timeout,
+        # answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (docs/design.md rule 41).
+        timeout = request.timeout.total_seconds()
+        by = time.monotonic() + timeout if request.acks == -1 and timeout > 0 else None
+        with answer_by(by):
+            response = broker.handle(ProduceBatchesRequest(batches, acks=request.acks))
         for batch, answer in zip(batches, response.batches, strict=True):
             answers[(batch.topic, batch.partition)] = answer
     if request.acks == 0:
@@ -234,6 +240,8 @@ def _fetched(
     listed = None
     if aborted is not None:
         listed = [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in aborted]
+    if answer.error_code:  # as Kafka answers a partition's error: no bounds
+        answer = replace(answer, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
     return {
         "partition_index": partition, "error_code": answer.error_code,
         "high_watermark": answer.high_watermark, "last_stable_offset": answer.last_stable_offset,

@@ -42,6 +42,9 @@ def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> s
               help="A principal allowed everything (repeat; replaces KIP98_SUPER_USERS).")  # fmt: skip
 @click.option("--metrics-listen", default=None, metavar="HOST:PORT", callback=_address,
               help="Serve this process's counters for Prometheus at /metrics there.")  # fmt: skip
+@click.option("--replica-url", default=None, metavar="URL",
+              help="A standby of the database: Fetch requests read their records there "
+                   "(fetch from follower); everything else stays on the primary.")  # fmt: skip
 def serve_command(
     listens: list[str],
     advertised: list[str],
@@ -49,6 +52,7 @@ def serve_command(
     tls_key: str | None,
     super_users: tuple[str, ...],
     metrics_listen: str | None,
+    replica_url: str | None,
 ) -> None:
     """Serve the Kafka protocol until SIGTERM or SIGINT. SASL_* listeners ask SASL (PLAIN,
     SCRAM-SHA-256, SCRAM-SHA-512) of each connection first (users: kip98 users add);
@@ -70,4 +74,4 @@ def serve_command(
     logging.getLogger("transitions").setLevel(logging.WARNING)
     for endpoint in endpoints:
         click.echo(f"kip98 serve: listening on {endpoint.listener}", err=True)
-    serve(endpoints, metrics_listen, tls, list(super_users))
+    serve(endpoints, metrics_listen, tls, list(super_users), replica_url)

@@ -2,14 +2,14 @@
 
 kip98 is configured with one SQLAlchemy URL; Spark needs the same database as a
 ``jdbc:postgresql`` URL plus connection properties, and credentials belong in the
-properties (Spark logs URLs, and the driver would read them from either place).
+properties (Spark logs URLs, and the driver would read them from either place). The
+conversion itself, several hosts and ``target_session_attrs`` included, is storage's one
+reading of the URL (``app.storage.urls``).
 """
 
 from __future__ import annotations
 
-from urllib.parse import quote, urlencode
-
-from sqlalchemy.engine import make_url
+from app.storage import urls
 
 DRIVER = "org.postgresql.Driver"
 
@@ -18,22 +18,13 @@ def jdbc_url(sqlalchemy_url: str) -> tuple[str, dict[str, str]]:
     """``(jdbc_url, properties)`` for ``spark.read.jdbc(url, table, properties=...)``.
 
     Query parameters of the SQLAlchemy URL (``sslmode=require`` …) mean the same to the
-    JDBC driver and are carried over; a ``host`` query parameter (a socket directory for
-    libpq) has no JDBC meaning, so TCP on localhost is assumed then.
+    JDBC driver and are carried over (``target_session_attrs`` as ``targetServerType``); a
+    ``host`` that is a socket directory (libpq's) has no JDBC meaning, so TCP on localhost
+    is assumed then. Several hosts stay several: the driver picks the one the target
+    asks for, as libpq does.
     """
-    url = make_url(sqlalchemy_url)
-    if url.get_backend_name() != "postgresql":
-        raise ValueError(f"not a PostgreSQL URL: {url.render_as_string(hide_password=True)}")
-    host = url.host or "localhost"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    port = url.port or 5432
-    database = quote(url.database or "postgres", safe="")
-    query = {k: v for k, v in url.query.items() if k != "host" and isinstance(v, str)}
-    suffix = f"?{urlencode(query)}" if query else ""
-    properties = {"driver": DRIVER}
-    if url.username:
-        properties["user"] = url.username
-    if url.password is not None:
-        properties["password"] = str(url.password)
-    return f"jdbc:postgresql://{host}:{port}/{database}{suffix}", properties
+    try:
+        url, properties = urls.jdbc_url(sqlalchemy_url)
+    except urls.DatabaseUrlError as exc:
+        raise ValueError(str(exc)) from exc
+    return url, {"driver": DRIVER, **properties}

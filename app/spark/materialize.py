@@ -98,10 +98,13 @@ class PartitionResult:
 
 
 def materialize(
-    spark: SparkSession, database_url: str, topics: Sequence[str] | None = None
+    spark: SparkSession,
+    database_url: str,
+    topics: Sequence[str] | None = None,
+    replica_url: str | None = None,
 ) -> dict[tuple[str, int], int]:
     """Bring ``read_committed_records`` up to the current LSOs; new rows per partition."""
-    results = run_materialization(spark, database_url, topics)
+    results = run_materialization(spark, database_url, topics, replica_url=replica_url)
     return {(r.topic, r.partition): r.rows for r in results}
 
 
@@ -110,13 +113,22 @@ def run_materialization(
     database_url: str,
     topics: Sequence[str] | None = None,
     progress: Progress | None = None,
+    replica_url: str | None = None,
 ) -> list[PartitionResult]:
-    """The whole run, reporting each of ``STAGES`` to ``progress`` as it completes."""
+    """The whole run, reporting each of ``STAGES`` to ``progress`` as it completes.
+
+    ``replica_url``: a standby of the database, where the LSOs are captured and the
+    records read (docs/design.md rule 44); the run's table, its attachment and the
+    progress are written on the primary. A standby's snapshot is one the primary had, so
+    the rows below an LSO captured there are final there as on the primary; its progress
+    may lag the primary's, and a partition another run advanced since is left to the next
+    run, as on the primary."""
     report = progress or (lambda _stage, _message: None)
     engine = work_engine(database_url)
+    reader = engine if replica_url is None else work_engine(replica_url)
     try:
         drop_leftovers(engine)
-        bounds = capture(engine, topics)
+        bounds = capture(reader, topics)
         pending = [b for b in bounds if b.start < b.lso]
         report(
             "capture",
@@ -125,7 +137,9 @@ def run_materialization(
         )
         counts: dict[tuple[str, int], int] = {}
         if pending:
-            counts = _write_and_attach(spark, engine, database_url, bounds, pending, report)
+            counts = _write_and_attach(
+                spark, engine, database_url, bounds, pending, report, reader, replica_url
+            )
         else:
             _commit(engine, None, bounds, {})
             report("commit", "nothing new below the LSOs")
@@ -137,6 +151,7 @@ def run_materialization(
         ]
     finally:
         engine.dispose()
+        reader.dispose()
 
 
 def capture(engine: Engine, topics: Sequence[str] | None = None) -> list[PartitionBounds]:
@@ -166,6 +181,8 @@ def _write_and_attach(
     bounds: list[PartitionBounds],
     pending: list[PartitionBounds],
     report: Progress,
+    reader: Engine,
+    replica_url: str | None,
 ) -> dict[tuple[str, int], int]:
     run = RunTable.new(pending)
     params = {"ns": sql.LOCK_NAMESPACE, "name": run.name}
@@ -182,7 +199,8 @@ def _write_and_attach(
                     )
                 )
             url, props = jdbc_url(database_url)
-            frame = committed_frame(spark, engine, url, props, pending, report)
+            read_url, read_props = jdbc_url(replica_url or database_url)
+            frame = committed_frame(spark, reader, read_url, read_props, pending, report)
             started = time.monotonic()
             frame.write.jdbc(
                 url,

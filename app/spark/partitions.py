@@ -20,6 +20,7 @@ from sqlalchemy import Engine, create_engine, pool, text
 from app.settings import BrokerSettings
 from app.spark import sql
 from app.storage.stalls import watch_stalls
+from app.storage.urls import sqlalchemy_url
 
 Progress = Callable[[str, str], None]
 SNAPSHOT_POLL_S = 0.05
@@ -42,7 +43,7 @@ def work_engine(database_url: str) -> Engine:
     does not wait for them), and end a session stalled by its stopped client that holds
     what they wait for (docs/design.md rule 34)."""
     engine = create_engine(
-        database_url,
+        sqlalchemy_url(database_url),
         poolclass=pool.NullPool,
         connect_args={"application_name": sql.APPLICATION_NAME},
     )

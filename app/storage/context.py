@@ -8,6 +8,9 @@ PostgreSQL's row locks serialise them. Nothing held here is authoritative.
 
 ``principal`` is who the requests are made for, checked against the ACLs when
 authorization is on (``app.security``); None is Kafka's ``User:ANONYMOUS``.
+
+``replica_engine``: a standby of the database, where fetches read their records (Kafka's
+fetch from follower, KIP-392; ``app.broker.follower``); everything else uses ``engine``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class BrokerContext:
     clock: Clock = SYSTEM_CLOCK
     settings: BrokerSettings = field(default_factory=BrokerSettings.from_env)
     principal: str | None = None
+    replica_engine: Engine | None = None
 
     @classmethod
     def connect(
@@ -37,6 +41,7 @@ class BrokerContext:
         clock: Clock | None = None,
         settings: BrokerSettings | None = None,
         principal: str | None = None,
+        replica_url: str | None = None,
     ) -> Self:
         cfg = settings or BrokerSettings.from_env()
         return cls(
@@ -44,6 +49,7 @@ class BrokerContext:
             clock=clock or SYSTEM_CLOCK,
             settings=cfg,
             principal=principal or principal_from_env(),
+            replica_engine=None if replica_url is None else get_engine(replica_url, cfg),
         )
 
 

@@ -29,13 +29,13 @@ import functools
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-import psycopg.conninfo
 from psycopg import Connection as PgConnection
 from psycopg import pq
 from sqlalchemy import Connection
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
-from sqlalchemy.engine import make_url
 from sqlalchemy.sql.elements import TextClause
+
+from app.storage import urls
 
 _DIALECT = psycopg_dialect.dialect()
 
@@ -52,17 +52,10 @@ def libpq_conninfo(
 ) -> str:
     """A SQLAlchemy URL as a libpq connection string, for what connects with psycopg
     directly beside the engines (admin sessions, fault injection, the bench's floors):
-    the URL's host, port, user and password; its database unless ``dbname`` is given
-    (``postgres`` if it names none)."""
-    u = make_url(url)
-    return psycopg.conninfo.make_conninfo(
-        host=u.host or "127.0.0.1",
-        port=u.port or 5432,
-        user=u.username or "",
-        password=u.password or "",
-        dbname=dbname or u.database or "postgres",
-        **({} if application_name is None else {"application_name": application_name}),
-    )
+    the URL's hosts and ports (every node of a replicated database), user, password and
+    libpq parameters; its database unless ``dbname`` is given (``postgres`` if it names
+    none). The conversion is ``storage.urls``'."""
+    return urls.libpq_conninfo(url, dbname=dbname, application_name=application_name)
 
 
 def in_transaction(conn: Connection) -> bool:

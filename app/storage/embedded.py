@@ -10,6 +10,9 @@ Why it looks the way it does:
   ``flock`` on ``KIP98_HOME/lock`` makes exactly one of them start the server.
 - A crash leaves ``postmaster.pid`` behind; its pid may since belong to another process.
   We treat the file as stale unless that pid is a live postmaster for *our* data directory.
+- A replicated embedded database (``storage.cluster``) is several such servers, one per
+  node directory under ``KIP98_HOME``; this class is one node, and knows the operations
+  on one node that replication needs (a base backup, a rewind, a promotion, a reload).
 """
 
 from __future__ import annotations
@@ -73,12 +76,26 @@ def _pg_bindir() -> Path:
 
 
 class EmbeddedPostgres:
-    """One cluster per ``home``; all methods are safe to call from concurrent processes."""
+    """One cluster per ``home``; all methods are safe to call from concurrent processes.
 
-    def __init__(self, home: Path | None = None) -> None:
+    ``node``: a further node of a replicated embedded database, in ``home/node`` (the
+    first node is ``home`` itself, as a database without standbys has always been).
+    ``settings``: server settings written after the defaults (replication's), each start.
+    """
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        node: str | None = None,
+        settings: dict[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
         self.home = (home or kip98_home()).resolve()
-        self.data_dir = self.home / "pgdata"
-        self.lock_path = self.home / "lock"
+        self.node_dir = self.home if node is None else self.home / node
+        self.data_dir = self.node_dir / "pgdata"
+        self.lock_path = self.node_dir / "lock"
+        self.settings = dict(settings or {})
+        self.port_hint = port  # the port to start on, while free (the cluster remembers it)
 
     # ----------------------------------------------------------------- identity
     def _server_user(self) -> pwd.struct_passwd | None:
@@ -130,15 +147,9 @@ class EmbeddedPostgres:
         )
 
     # ----------------------------------------------------------------- layout
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        self.node_dir.mkdir(parents=True, exist_ok=True)
+        return file_lock(self.lock_path)
 
     def _prepare_dirs(self) -> None:
         """Create the data and socket directories where the server user can reach them.
@@ -146,14 +157,17 @@ class EmbeddedPostgres:
         A checkout under a private home (``/root``) is not reachable by the server user;
         the cluster then lives in ``/var/tmp`` and ``KIP98_HOME/pgdata`` links to it.
         """
+        if self.data_dir.is_symlink() and not self.data_dir.exists():
+            self.data_dir.unlink()  # its directory was deleted (a node's machine lost)
         if self.data_dir.exists() or self.data_dir.is_symlink():
             return
-        base = self.home / "server"
+        self.node_dir.mkdir(parents=True, exist_ok=True)
+        base = self.node_dir / "server"
         base.mkdir(exist_ok=True)
         self._chown(base)
         if not self._server_can_use(base):
             base.rmdir()
-            digest = hashlib.sha1(str(self.home).encode()).hexdigest()[:12]
+            digest = hashlib.sha1(str(self.node_dir).encode()).hexdigest()[:12]
             base = Path("/var/tmp") / f"kip98-{digest}"
             base.mkdir(mode=0o700, exist_ok=True)
             self._chown(base)
@@ -161,7 +175,7 @@ class EmbeddedPostgres:
         self._chown(base / "pgdata")
         (base / "run").mkdir(mode=0o700, exist_ok=True)
         self._chown(base / "run")
-        if base != self.home / "server":
+        if base != self.node_dir / "server":
             self.data_dir.symlink_to(base / "pgdata")
         else:
             self.data_dir.symlink_to(Path("server") / "pgdata")
@@ -213,6 +227,7 @@ class EmbeddedPostgres:
         if os.environ.get("KIP98_EMBEDDED_DURABILITY", "on") == "off":
             # For throwaway test clusters only: crash safety of the OS is not needed there.
             settings.update(fsync="off", synchronous_commit="off", full_page_writes="off")
+        settings.update(self.settings)
         path = self.data_dir / "kip98.conf"
         path.write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
         self._chown(path)
@@ -220,6 +235,8 @@ class EmbeddedPostgres:
     def _previous_port(self) -> int | None:
         """The port of the last start, if still free: URLs handed out before a restart
         (a crash, ``restart_immediate``) keep working."""
+        if self.port_hint is not None:
+            return self.port_hint if _port_is_free(self.port_hint) else None
         try:
             text = (self.data_dir / "kip98.conf").read_text()
         except OSError:
@@ -324,35 +341,112 @@ class EmbeddedPostgres:
             if not self.status().running:
                 self._clear_stale_pidfile()
                 return False
-            self._run(
-                [
-                    str(_pg_bindir() / "pg_ctl"),
-                    "stop",
-                    "-w",
-                    "-m",
-                    "fast",
-                    "-D",
-                    str(self.data_dir.resolve()),
-                ]
-            )
-            return True
+            return self._pg_ctl_stop("fast")
 
     def restart_immediate(self) -> None:
         """Crash-stop then start again: the 'PostgreSQL restart' fault of the torture tests."""
         with self._locked():
-            if self.status().running:
-                self._run(
-                    [
-                        str(_pg_bindir() / "pg_ctl"),
-                        "stop",
-                        "-w",
-                        "-m",
-                        "immediate",
-                        "-D",
-                        str(self.data_dir.resolve()),
-                    ]
-                )
+            self._pg_ctl_stop("immediate")
         self.start()
+
+    def _pg_ctl_stop(self, mode: str) -> bool:
+        """``pg_ctl stop -m mode`` if the server runs (the caller holds the lock); whether
+        it ran."""
+        if not self.status().running:
+            return False
+        self._run(
+            [str(_pg_bindir() / "pg_ctl"), "stop", "-w", "-m", mode,
+             "-D", str(self.data_dir.resolve())]
+        )  # fmt: skip
+        return True
+
+    # ----------------------------------------------------------------- replication
+    def has_data(self) -> bool:
+        return (self.data_dir / "PG_VERSION").exists()
+
+    def base_backup(self, source_port: int, slot: str) -> None:
+        """This node's data as a fresh copy of the server on ``source_port`` (which must
+        have the physical replication slot ``slot``), WAL streamed with it, ready to start
+        as its standby (``standby.signal``). Whatever data the node had is gone."""
+        with self._locked():
+            self.wipe()
+            self._prepare_dirs()
+            args = [str(_pg_bindir() / "pg_basebackup"), "-h", "127.0.0.1", "-p",
+                    str(source_port), "-U", SUPERUSER, "-D", str(self.data_dir.resolve()),
+                    "-X", "stream", "-S", slot, "--checkpoint=fast"]  # fmt: skip
+            if os.environ.get("KIP98_EMBEDDED_DURABILITY", "on") == "off":
+                args.append("--no-sync")
+            self._run(args)
+            # The source's own port and settings came along: this node writes its own.
+            (self.data_dir / "kip98.conf").unlink(missing_ok=True)
+            self.mark_standby()
+
+    def rewind(self, source_port: int) -> str | None:
+        """Make this stopped node's data follow the server on ``source_port`` again after
+        it was promoted away from it (pg_rewind: only the blocks that differ are copied;
+        a node stopped by a crash is first recovered by pg_rewind itself). None when done;
+        else why it cannot be (no ``wal_log_hints`` or checksums, WAL gone), and the
+        caller takes a base backup instead."""
+        with self._locked():
+            if not self.has_data():
+                return "no data"
+            if self.status().running:
+                return "still running"
+            self._clear_stale_pidfile()
+            source = f"host=127.0.0.1 port={source_port} user={SUPERUSER} dbname=postgres"
+            done = self._run(
+                [str(_pg_bindir() / "pg_rewind"), "--target-pgdata",
+                 str(self.data_dir.resolve()), "--source-server", source],
+                check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                lines = (done.stderr or done.stdout).strip().splitlines()
+                return lines[-1] if lines else f"pg_rewind exited with {done.returncode}"
+            (self.data_dir / "kip98.conf").unlink(missing_ok=True)
+            self.mark_standby()
+            return None
+
+    def mark_standby(self) -> None:
+        """Start as a standby from now on (PostgreSQL's ``standby.signal``)."""
+        signal_file = self.data_dir / "standby.signal"
+        signal_file.touch()
+        self._chown(signal_file)
+
+    def is_standby(self) -> bool:
+        return (self.data_dir / "standby.signal").exists()
+
+    def promote(self) -> None:
+        """End this standby's recovery: it becomes a primary (waits until it accepts
+        writes)."""
+        self._run(
+            [str(_pg_bindir() / "pg_ctl"), "promote", "-w", "-t", str(_START_TIMEOUT_S),
+             "-D", str(self.data_dir.resolve())]
+        )  # fmt: skip
+
+    def reconfigure(self) -> None:
+        """Write this running node's settings again and have it read them (the port stays;
+        ``primary_conninfo`` and ``synchronous_standby_names`` are read on a reload)."""
+        status = self.status()
+        if not status.running or status.port is None:
+            return
+        self._write_settings(status.port)
+        self._run([str(_pg_bindir() / "pg_ctl"), "reload", "-D", str(self.data_dir.resolve())])
+
+    def stop_immediately(self) -> bool:
+        """Stop at once, without a checkpoint (a crash, as far as the data knows); whether
+        it ran."""
+        with self._locked():
+            return self._pg_ctl_stop("immediate")
+
+    def wipe(self) -> None:
+        """Delete the node's data (stopped first), keeping its directories; by whoever
+        holds the node (its own lock, or the cluster's)."""
+        self._pg_ctl_stop("immediate")
+        target = self.data_dir.resolve()
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        if self.data_dir.is_symlink():
+            self.data_dir.unlink()
 
     def _ready(self, port: int | None) -> bool:
         if port is None:
@@ -388,6 +482,18 @@ class EmbeddedPostgres:
                     conn.execute(f'CREATE DATABASE "{DATABASE}"')
 
 
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block: one process at a time, across
+    processes (a second lock from the same process on another descriptor waits too)."""
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _port_is_free(port: int) -> bool:
     """Whether the server could listen on ``port``: bound as the postmaster binds it
     (SO_REUSEADDR), so the connections a crash stop left in TIME_WAIT do not count."""
@@ -404,15 +510,3 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def database_url(start: bool = True) -> str:
-    """The URL clients use: ``KIP98_DATABASE_URL`` if set, else the embedded server's."""
-    explicit = os.environ.get("KIP98_DATABASE_URL")
-    if explicit:
-        return explicit
-    server = EmbeddedPostgres()
-    status = server.start() if start else server.status()
-    if status.url is None:
-        raise EmbeddedError("the embedded PostgreSQL is not running (kip98 db start)")
-    return status.url

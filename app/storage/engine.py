@@ -16,11 +16,13 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
 from app.settings import BrokerSettings
+from app.storage.cluster import database_url
 from app.storage.driver import in_transaction
-from app.storage.embedded import database_url
 from app.storage.limits import bound_requests, connect_args, has_deadline, session_options
 from app.storage.liveness import check_on_checkout
+from app.storage.replication import watch_commits
 from app.storage.stalls import watch_stalls
+from app.storage.urls import sqlalchemy_url
 
 log = logging.getLogger(__name__)
 
@@ -36,15 +38,18 @@ T = TypeVar("T")
 
 
 def resolve_url(url: str | None = None) -> str:
-    """``url`` if given, else KIP98_DATABASE_URL, else the embedded server (started on demand)."""
-    return url or database_url()
+    """``url`` if given, else KIP98_DATABASE_URL, else the embedded server (started on
+    demand), as SQLAlchemy reads it (several hosts as its ``host`` parameters:
+    ``storage.urls``)."""
+    return sqlalchemy_url(url or database_url())
 
 
 def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -> Engine:
     """One pooled engine per URL and session bounds per process (engines are expensive;
     connections are pooled), its sessions bounded as ``settings`` (default: the
     ``KIP98_*`` environment) say, a pooled connection the server has ended given up at
-    checkout (``liveness``), and sessions that stall its connections ended (``stalls``)."""
+    checkout (``liveness``), sessions that stall its connections ended (``stalls``), each
+    commit bounded and its standbys' word checked (``replication``)."""
     resolved = resolve_url(url)
     cfg = settings or BrokerSettings.from_env()
     key = (resolved, tuple(session_options(cfg).values()), cfg.db_tcp_user_timeout_ms)
@@ -58,7 +63,9 @@ def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -
                 pool_recycle=3600,
                 connect_args=connect_args(cfg),
             )
-            _engines[key] = watch_stalls(bound_requests(check_on_checkout(engine), cfg), cfg)
+            _engines[key] = watch_commits(
+                watch_stalls(bound_requests(check_on_checkout(engine), cfg), cfg), cfg
+            )
         return engine
 
 

@@ -10,6 +10,11 @@ failure of the database is translated here, once, by its SQLSTATE class:
   message says what the operator must do;
 - anything else is a server error, not retriable, its text kept.
 
+Two failures are kip98's own, raised beside the driver's (``storage.replication``): an
+acks=all write refused before it is written for want of synchronous standbys
+(NOT_ENOUGH_REPLICAS), and a commit whose standbys did not confirm it within its bound
+(NOT_ENOUGH_REPLICAS_AFTER_APPEND); both retriable, as Kafka's.
+
 The original exception stays the KafkaException's ``__cause__``.
 """
 
@@ -23,6 +28,7 @@ import psycopg
 from sqlalchemy.exc import DBAPIError
 
 from app.errors import KafkaError, KafkaException
+from app.storage.replication import NotEnoughReplicas, ReplicationUnconfirmed
 
 
 class Meaning(NamedTuple):
@@ -55,6 +61,11 @@ _UNKNOWN = Meaning(KafkaError.UNKNOWN_SERVER_ERROR, False, False, "database erro
 _NUL = Meaning(
     KafkaError.INVALID_REQUEST, False, False, "a name holds NUL, which kip98 cannot store"
 )
+_READ_ONLY = Meaning(KafkaError._TRANSPORT, True, False, "database read-only (a standby)")
+_SHORT = Meaning(KafkaError.NOT_ENOUGH_REPLICAS, True, False, "nothing written")
+_UNCONFIRMED = Meaning(
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, True, False, "replication not confirmed"
+)
 
 # SQLSTATE, or the class it starts with -> meaning; the first match wins.
 _MEANINGS: tuple[tuple[str, Meaning], ...] = (
@@ -67,6 +78,7 @@ _MEANINGS: tuple[tuple[str, Meaning], ...] = (
     ("42P01", _UNMIGRATED),  # undefined_table
     ("42703", _UNMIGRATED),  # undefined_column
     ("3D000", _NO_DATABASE),  # invalid_catalog_name
+    ("25006", _READ_ONLY),  # read_only_sql_transaction: a standby, a failover under way
     ("28", _CREDENTIALS),  # invalid authorization specification
     ("08", _LOST),  # connection exception
     ("57P", _LOST),  # admin or crash shutdown, cannot connect now
@@ -106,9 +118,14 @@ def kafka_error(exc: BaseException) -> KafkaError | None:
     if found is None:
         return None
     state, lost, orig = found
-    m = meaning(state, lost)
-    if state is None and isinstance(orig, psycopg.DataError) and "NUL" in str(orig):
+    if isinstance(orig, NotEnoughReplicas):
+        m = _SHORT
+    elif isinstance(orig, ReplicationUnconfirmed):
+        m = _UNCONFIRMED
+    elif state is None and isinstance(orig, psycopg.DataError) and "NUL" in str(orig):
         m = _NUL
+    else:
+        m = meaning(state, lost)
     # The driver's first line says what failed; the rest quotes the statement.
     detail = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     return KafkaError(m.code, f"{m.what}: {detail}", fatal=m.fatal, retriable=m.retriable)

@@ -9,7 +9,8 @@ each session PostgreSQL serves us carries:
 - ``idle_in_transaction_session_timeout``: the server ends a session left idle inside a
   transaction, rolling it back and releasing its locks (the paused process);
 - ``lock_timeout`` and ``statement_timeout``: no wait and no statement outlives a request;
-- TCP keepalives and ``tcp_user_timeout``: a peer that is gone is noticed by both ends.
+- TCP keepalives and ``tcp_user_timeout``: a peer that is gone is noticed by both ends;
+- ``connect_timeout``: a host that does not answer is given up for the next one.
 
 A caller with its own deadline (``commit_transaction(timeout)``) narrows the lock and
 statement bounds of the transactions it starts with :func:`request_deadline`.
@@ -30,8 +31,13 @@ from app.settings import BrokerSettings
 # Seconds of idleness before the first probe, between probes, and probes before giving up.
 _KEEPALIVE = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5}
 _KEEPALIVE_COUNT = 3
+# Seconds a connection attempt waits for a host that does not answer (a machine gone
+# without a word) before moving on to the next host of a replicated database's URL;
+# libpq's own default is to wait for the operating system, minutes.
+CONNECT_TIMEOUT_S = 5
 
 _deadline: ContextVar[float | None] = ContextVar("kip98_request_deadline", default=None)
+_answer_by: ContextVar[float | None] = ContextVar("kip98_answer_by", default=None)
 
 
 def session_options(settings: BrokerSettings) -> dict[str, int]:
@@ -50,6 +56,7 @@ def connect_args(settings: BrokerSettings) -> dict[str, Any]:
         "options": options,
         **_KEEPALIVE,
         "keepalives_count": _KEEPALIVE_COUNT,
+        "connect_timeout": CONNECT_TIMEOUT_S,
         "tcp_user_timeout": settings.db_tcp_user_timeout_ms,
     }
 
@@ -98,6 +105,30 @@ def request_deadline(at: float | None) -> Iterator[None]:
         yield
     finally:
         _deadline.reset(token)
+
+
+@contextmanager
+def answer_by(at: float | None) -> Iterator[None]:
+    """Within the block, a commit's wait for the synchronous standbys ends by ``at``
+    (``time.monotonic()`` seconds; a Kafka request's own timeout), without narrowing the
+    session's other bounds: no statement is sent for it (``storage.replication``)."""
+    token = _answer_by.set(at)
+    try:
+        yield
+    finally:
+        _answer_by.reset(token)
+
+
+def commit_deadline(bound_ms: int) -> float | None:
+    """When a commit begun now must be answered: the session's statement bound from now
+    (``bound_ms``, 0 for none), or sooner if the request's deadline (``request_deadline``)
+    or its answer's (``answer_by``) comes first. PostgreSQL's statement bound does not
+    reach the commit's wait for standbys (docs/design.md rule 41): this one does."""
+    deadline = time.monotonic() + bound_ms / 1000 if bound_ms else None
+    for at in (_deadline.get(), _answer_by.get()):
+        if at is not None and (deadline is None or at < deadline):
+            deadline = at
+    return deadline
 
 
 def lift_statement_bound(conn: Connection) -> None:

@@ -37,6 +37,7 @@ from psycopg import errors, generators, pq
 from sqlalchemy import Connection
 
 from app.storage.driver import driver_connection, in_transaction
+from app.storage.replication import confirm_commit, release_commit, watch_commit
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
@@ -229,7 +230,17 @@ class QueryCopies:
         if not self._open:
             return
         if kind is None:
-            _raise_failed(self._raw, self._end(None))
+            if not self.committed:
+                _raise_failed(self._raw, self._end(None))
+                return
+            # The last COPY's end is the commit of the query string (docs/design.md rule 41).
+            token = watch_commit(self._raw)
+            try:
+                results = self._end(None)
+            finally:
+                cancelled = release_commit(token)
+            confirm_commit(self._raw, cancelled)
+            _raise_failed(self._raw, results)
             return
         try:
             self._end(b"the writer failed")

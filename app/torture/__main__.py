@@ -32,6 +32,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--out", type=Path, default=None, help="default: KIP98_HOME/torture/SEED")
     run.add_argument("--database-url", default=None, help="an empty database (no server restarts)")
+    run.add_argument(
+        "--standbys", type=int, default=0, help="hot standbys of the private server (failovers)"
+    )
     check = sub.add_parser("check", help="judge a kept run directory again")
     check.add_argument("dir", type=Path)
     for role in ("worker", "copier", "racer", "coordinator"):
@@ -66,11 +69,14 @@ def main(argv: list[str] | None = None) -> int:
 
         out = args.out or kip98_home() / "torture" / str(seed)
         cfg = RunConfig(
-            args.duration, args.workers, args.copiers, seed, out.resolve(), args.database_url
-        )
+            args.duration, args.workers, args.copiers, seed, out.resolve(), args.database_url,
+            standbys=args.standbys,
+        )  # fmt: skip
+        from app.storage.cluster import ClusterError
+
         try:
             return 0 if run(cfg).ok else 1
-        except NotEmpty as exc:
+        except (NotEmpty, ClusterError) as exc:
             print(f"torture: {exc}", file=sys.stderr)
             return 2
     if args.command == "check":

@@ -1,8 +1,10 @@
 """One torture run: set up, start the fleet, let the nemesis loose, quiesce, dump, judge.
 
 By default the run owns a private embedded PostgreSQL under ``OUT/pg`` (so it may crash
-and restart it without disturbing anyone); ``--database-url`` points it at an existing,
-empty database instead, and the server-restart fault is then left out. The private server
+and restart it without disturbing anyone), with ``--standbys N`` hot standbys if asked
+(the failover fault then joins the others: ``app.torture.failover``); ``--database-url``
+points it at an existing, empty database instead, and the server-restart fault is then
+left out. The private server
 keeps synchronous commits: with them off, a crash loses acknowledged commits by design,
 which would show up here as lost writes that are no fault of the code under test.
 """
@@ -23,8 +25,10 @@ from sqlalchemy import create_engine
 
 from app.admin import AdminClient, NewTopic
 from app.errors import KafkaError, KafkaException
+from app.storage.cluster import EmbeddedCluster
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.migrate import upgrade_to_head
+from app.storage.urls import sqlalchemy_url
 from app.torture import checker, dump
 from app.torture.copier import GROUP, transform
 from app.torture.faults import Nemesis
@@ -57,21 +61,23 @@ class RunConfig:
     # machine's speed.
     goals: dict[str, int] = field(default_factory=dict)
     max_duration_s: float | None = None
+    standbys: int = 0
 
 
-def _start_private_server(out: Path) -> tuple[EmbeddedPostgres, str]:
-    server = EmbeddedPostgres(home=out / "pg")
+def _start_private_server(out: Path, standbys: int) -> tuple[EmbeddedCluster, str]:
+    """The run's own nodes: a primary and ``standbys`` synchronous standbys (ANY 1), and
+    the URL naming every one of them."""
+    cluster = EmbeddedCluster(out / "pg")
     previous = os.environ.get("KIP98_EMBEDDED_DURABILITY")
     os.environ["KIP98_EMBEDDED_DURABILITY"] = "on"
     try:
-        status = server.start()
+        layout = cluster.start(standbys=standbys)
     finally:
         if previous is None:
             os.environ.pop("KIP98_EMBEDDED_DURABILITY", None)
         else:
             os.environ["KIP98_EMBEDDED_DURABILITY"] = previous
-    assert status.url is not None
-    return server, status.url
+    return cluster, cluster.url(layout)
 
 
 def _wait_until(predicate: Any, deadline_s: float, step: float = 0.5) -> bool:
@@ -89,17 +95,20 @@ def _wait_until(predicate: Any, deadline_s: float, step: float = 0.5) -> bool:
 def run(cfg: RunConfig) -> checker.Result:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
+    cluster: EmbeddedCluster | None = None
     server: EmbeddedPostgres | None = None
     if cfg.database_url:
         url = cfg.database_url
     else:
-        server, url = _start_private_server(out)
+        cluster, url = _start_private_server(out, cfg.standbys)
+        server = cluster.primary()
     meta: dict[str, Any] = {
         "seed": cfg.seed,
         "duration_s": cfg.duration_s,
         "workers": cfg.workers,
         "copiers": cfg.copiers,
         "database": "private embedded" if server else "given url",
+        "standbys": cfg.standbys,
         "out": str(out),
     }
     (out / "run.json").write_text(json.dumps(meta, indent=2))
@@ -116,14 +125,14 @@ def run(cfg: RunConfig) -> checker.Result:
                 "its database, so --database-url must name an empty one (or leave it out for "
                 "a private server)"
             ) from exc
-    engine = create_engine(url, pool_pre_ping=True)
+    engine = create_engine(sqlalchemy_url(url), pool_pre_ping=True)
     rng = random.Random(cfg.seed)
     fleet = Fleet(url, out, cfg.seed)
     fleet.add("coordinator", COORDINATORS)
     fleet.add("worker", cfg.workers)
     fleet.add("copier", cfg.copiers)
     fleet.add("racer", RACERS)
-    nemesis = Nemesis(fleet, url, out, rng, server)
+    nemesis = Nemesis(fleet, url, out, rng, server, cluster if cfg.standbys else None)
     try:
         for role in fleet.roles:
             fleet.start(role)
@@ -150,10 +159,12 @@ def run(cfg: RunConfig) -> checker.Result:
     finally:
         fleet.close()
         engine.dispose()
-        if server is not None:
-            server.stop()
-            # The dump is what a replay needs; the cluster itself is only disk space.
-            shutil.rmtree(server.data_dir.resolve().parent, ignore_errors=True)
+        if cluster is not None:
+            cluster.stop()
+            # The dump is what a replay needs; the nodes themselves are only disk space.
+            for name in cluster.layout().nodes:
+                node_data = cluster.node(name).data_dir.resolve().parent
+                shutil.rmtree(node_data, ignore_errors=True)
     (out / "dump.json").write_text(json.dumps(log_dump))
     return judge(out, meta)
 

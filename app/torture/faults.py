@@ -6,8 +6,9 @@ fenced); stops of any process at random instants, mostly brief, some held past t
 on sessions stalled by their client (``STALL_BOUND_MS``: the others must go on, ending a
 stopped process's session that holds what they wait for, docs/design.md rule 34);
 pg_terminate_backend of client connections (by application_name); an immediate
-(crash) restart of PostgreSQL when the run owns the server; and slow transactions (a
-worker told by SIGUSR1 to keep its next transaction open past the timeout). The first
+(crash) restart of PostgreSQL when the run owns the server; slow transactions (a
+worker told by SIGUSR1 to keep its next transaction open past the timeout); and, on a run
+with standbys, the primary's machine lost and a standby promoted (``failover``). The first
 faults go through every kind once in random order, so a short run still sees them all (a
 kind whose injection failed, the database being away, say, is tried again).
 """
@@ -22,8 +23,10 @@ from pathlib import Path
 
 import psycopg
 
+from app.storage.cluster import EmbeddedCluster
 from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres, _pg_bindir
+from app.torture import failover
 from app.torture.history import INFO, INVOKE, OK, HistoryWriter
 from app.torture.processes import STALL_BOUND_MS, Fleet, Role
 from app.torture.workload import TXN_TIMEOUT_MS
@@ -48,6 +51,7 @@ WEIGHTS = {
     "terminate-backends": 3,
     "pg-restart": 1,
     "slow-txn": 2,
+    failover.KIND: failover.WEIGHT,
 }
 
 
@@ -89,12 +93,16 @@ class Nemesis:
         out: Path,
         rng: random.Random,
         server: EmbeddedPostgres | None,
+        cluster: EmbeddedCluster | None = None,
     ) -> None:
         self.fleet = fleet
         self.url = url
         self.rng = rng
         self.server = server
+        self.cluster = cluster  # a run with standbys: its primary moves at each failover
         self.kinds = [k for k in KINDS if server is not None or k != "pg-restart"]
+        if cluster is not None:
+            self.kinds.append(failover.KIND)
         self.pending = list(self.kinds)
         rng.shuffle(self.pending)
         self.hist = HistoryWriter(out / "history" / "nemesis.jsonl", "nemesis")
@@ -126,6 +134,7 @@ class Nemesis:
             "terminate-backends": self._terminate,
             "pg-restart": self._pg_restart,
             "slow-txn": self._slow,
+            failover.KIND: lambda: failover.fail_over(self._cluster()),
         }
         self.hist.record(INVOKE, "fault", kind=kind)
         try:
@@ -187,9 +196,14 @@ class Nemesis:
         return f"{role.name} ({n} backends)"
 
     def _pg_restart(self) -> str:
-        assert self.server is not None
-        restart_server_immediate(self.server)
+        server = self.server if self.cluster is None else self.cluster.primary()
+        assert server is not None
+        restart_server_immediate(server)
         return "postgresql"
+
+    def _cluster(self) -> EmbeddedCluster:
+        assert self.cluster is not None
+        return self.cluster
 
     def _slow(self) -> str:
         role = self._pick("worker")
