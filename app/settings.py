@@ -59,6 +59,11 @@ class BrokerSettings:
     # by TCP keepalives and an unacknowledged write after this long.
     db_tcp_user_timeout_ms: int = 30_000
 
+    # How long a ``kip98 serve`` node stays in the cluster without a heartbeat: a node
+    # killed outright drops out of Metadata (and its partitions' leadership moves) once
+    # this has passed since its last one. It heartbeats at most a second apart.
+    node_session_timeout_ms: int = 6_000
+
     @classmethod
     def from_env(cls) -> BrokerSettings:
         values: dict[str, int | str] = {}

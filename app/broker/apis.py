@@ -16,6 +16,7 @@ from app.broker.admin import acls, configs, topics, transactions
 from app.broker.authenticate import sasl_plain, sasl_scram
 from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
+from app.cluster import membership
 from app.coordinator.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -41,11 +42,14 @@ from app.protocol import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
     AlterConfigsRequest,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
     CreateAclsRequest,
     CreateTopicsRequest,
     DeleteAclsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
@@ -73,6 +77,7 @@ from app.protocol import (
     SaslScramRequest,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
+    UnregisterBrokerRequest,
     WriteTxnMarkersRequest,
 )
 from app.storage.context import BrokerContext
@@ -117,6 +122,10 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     DescribeProducersRequest:     transactions.describe_producers,
     FindHangingTransactionsRequest: transactions.find_hanging_transactions,
     AbortTransactionRequest:      transactions.abort_transaction,
+    BrokerRegistrationRequest:    membership.register,
+    BrokerHeartbeatRequest:       membership.heartbeat,
+    UnregisterBrokerRequest:      membership.unregister,
+    DescribeClusterRequest:       membership.describe_cluster,
 }  # fmt: skip
 
 
