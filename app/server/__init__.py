@@ -62,7 +62,6 @@ def serve(
     super_users: list[str] | None = None,
     node_id: int = ANY_NODE_ID,
     sockets: list[socket.socket] | None = None,
-    database_url: str | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT on ``endpoints`` (``endpoints_of``), as node
     ``node_id`` of the database's cluster (``ANY_NODE_ID``: the database assigns one);
@@ -74,7 +73,7 @@ def serve(
     settings = BrokerSettings.from_env()
     if super_users:
         settings = replace(settings, super_users=",".join(super_users))
-    broker = Broker.connect(database_url, settings=settings)
+    broker = Broker.connect(settings=settings)
     server = Server(broker, endpoints, tls=tls, sockets=sockets)
     registration = Registration(broker, endpoints[0].node.member, node_id, lambda: server.answered)
     if metrics is not None:

@@ -10,7 +10,7 @@ import click
 
 from app.protocol import ANY_NODE_ID
 from app.server import DEFAULT_LISTEN, Listener, ServeError, endpoints_of, serve
-from app.server.listener import Endpoint, check_tls
+from app.server.listener import check_tls
 from app.server.node import check_rack
 from app.server.processes import bind_all, cores, run
 from app.server.tls import server_context
@@ -119,13 +119,13 @@ def serve_command(
     )  # fmt: skip
     try:
         if processes == 1:
-            _listening(endpoints)
             serving(endpoints, metrics_listen)
             return
         endpoints, sockets = bind_all(endpoints, processes)
     except ServeError as exc:
         raise click.ClickException(str(exc)) from exc
-    _listening(endpoints, processes)
+    for endpoint in endpoints:
+        click.echo(f"kip98 serve: {processes} processes on {endpoint.listener}", err=True)
 
     def child(i: int) -> None:
         metrics = None
@@ -136,9 +136,3 @@ def serve_command(
         serving(endpoints, metrics, node_id=first, sockets=sockets[i])
 
     raise SystemExit(run(processes, sockets, child))
-
-
-def _listening(endpoints: list[Endpoint], processes: int = 1) -> None:
-    by = "" if processes == 1 else f" with {processes} processes"
-    for endpoint in endpoints:
-        click.echo(f"kip98 serve: listening on {endpoint.listener}{by}", err=True)

@@ -138,9 +138,7 @@ class Server:
             except OSError as exc:
                 for started in self._servers:
                     started.close()
-                raise ServeError(
-                    f"cannot listen on {endpoint.listener}: {exc.strerror or exc}"
-                ) from exc
+                raise ServeError.cannot_listen(endpoint.listener, exc) from exc
             self._servers.append(server)
             self.ports[i] = server.sockets[0].getsockname()[1]
 
@@ -164,6 +162,9 @@ class Server:
                     loop.call_soon_threadsafe(stopped.set)
 
                 registration.start(on_lost)
+            for endpoint in self.endpoints:
+                log.info("kip98 serve: node %d listening on %s",
+                         endpoint.node.member.node_id, endpoint.listener)  # fmt: skip
             await stopped.wait()
         finally:
             if registration is not None:

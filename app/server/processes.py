@@ -89,7 +89,7 @@ def _listen(host: str, port: int, what: str) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, reuse_port=True)
     except OSError as exc:
-        raise ServeError(f"cannot listen on {what}: {exc.strerror or exc}") from exc
+        raise ServeError.cannot_listen(what, exc) from exc
 
 
 def run(count: int, sockets: list[list[socket.socket]], child: Callable[[int], None]) -> int:

@@ -42,6 +42,11 @@ class ServeError(Exception):
     """Why ``kip98 serve`` cannot go on, in one line for its user: a listener that cannot
     bind, a node id a live node holds."""
 
+    @classmethod
+    def cannot_listen(cls, where: object, exc: OSError) -> ServeError:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        return cls(f"cannot listen on {where}: {reason}")
+
 
 class Registration:
     """``node_id``: the id asked for (``ANY_NODE_ID``: the database's choice);
