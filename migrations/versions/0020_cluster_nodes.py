@@ -1,7 +1,7 @@
 """the kip98 serve nodes sharing the database: broker_registrations and the cluster_nodes view
 
 Revision ID: 0020
-Revises: 0016
+Revises: 0021
 """
 
 from collections.abc import Sequence
@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 from app.storage.views import create_views, drop_views
 
 revision: str = "0020"
-down_revision: str | None = "0016"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
