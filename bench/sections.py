@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from bench import cleaner, consume, produce, spark, spark_datasource, transactional, wire
+from bench import (
+    cleaner,
+    cluster,
+    consume,
+    produce,
+    spark,
+    spark_datasource,
+    transactional,
+    wire,
+)
 from bench.section import Section
 
 SECTIONS: tuple[Section, ...] = (
@@ -10,6 +19,7 @@ SECTIONS: tuple[Section, ...] = (
     transactional.SECTION,
     consume.SECTION,
     wire.SECTION,
+    cluster.SECTION,
     cleaner.SECTION,
     spark.SECTION,
     spark_datasource.SECTION,
