@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from typing import Any
 
 import confluent_kafka as ck
@@ -214,6 +215,32 @@ def test_bad_input_is_refused_in_one_line_and_registers_nothing(
     assert _rows(Broker.connect(db_url)) == []
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"KIP98_NODE_SESSION_TIMEOUT_MS": "0"},
+         "KIP98_NODE_SESSION_TIMEOUT_MS must be at least 1000, not 0"),
+        ({"KIP98_NODE_SESSION_TIMEOUT_MS": "six"},
+         "KIP98_NODE_SESSION_TIMEOUT_MS must be a non-negative integer, got 'six'"),
+        ({"KIP98_DATABASE_URL": "postgresql+psycopg://kip98@127.0.0.1:1/none"},
+         "cannot register this node: (psycopg.OperationalError) connection failed"),
+    ],
+)  # fmt: skip
+def test_a_bad_setting_or_no_database_is_refused_in_one_line(
+    db_url: str, env: dict[str, str], message: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app.server", "--listen", f"127.0.0.1:{free_port()}"],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "KIP98_DATABASE_URL": db_url, **env},
+    )  # fmt: skip
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert _rows(Broker.connect(db_url)) == []
+
+
 @pytest.mark.parametrize("processes", ["1", "2"])
 def test_a_listener_that_cannot_bind_is_refused_in_one_line(db_url: str, processes: str) -> None:
     with nodes(db_url, 1) as [serve]:
@@ -236,7 +263,10 @@ def test_a_listener_that_cannot_bind_is_refused_in_one_line(db_url: str, process
 def test_two_processes_on_one_listener_are_two_nodes_and_both_answer(db_url: str) -> None:
     broker = Broker.connect(db_url)
     create_topic(broker, "t", 4)
-    serve = ServeProcess(db_url, args=("--processes", "2"))
+    metrics = _port_pair()
+    serve = ServeProcess(
+        db_url, args=("--processes", "2", "--metrics-listen", f"127.0.0.1:{metrics}")
+    )
     serve.start()
     try:
         pair = wait_until(
@@ -257,6 +287,10 @@ def test_two_processes_on_one_listener_are_two_nodes_and_both_answer(db_url: str
             return all(n.requests > 0 for n in live_nodes(db_url))
 
         wait_until(both_answered, "one process answered every connection")
+        # Each process counts its own requests for Prometheus, the i-th at PORT+i.
+        for port in (metrics, metrics + 1):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as page:
+                assert 'kip98_server_requests_total{api="metadata"}' in page.read().decode()
         producer = ck.Producer({"bootstrap.servers": serve.address, "enable.idempotence": True})
         for partition in range(4):
             assert [e for e, _ in delivered(producer, 5, topic="t", partition=partition)] == [
@@ -341,6 +375,17 @@ def _serve_once(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def _port_pair() -> int:
+    """A free port whose next one is free too."""
+    while True:
+        port = free_port()
+        try:
+            with socket.create_server(("127.0.0.1", port + 1)):
+                return port
+        except OSError:
+            continue
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -349,3 +394,19 @@ def _alive(pid: int) -> bool:
     # A zombie (not yet reaped by its new parent) has stopped serving all the same.
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().split(") ")[1][0] != "Z"
+
+
+def test_a_listener_on_port_0_registers_the_port_it_was_given(db_url: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.server", "--listen", "127.0.0.1:0"],
+        env={**os.environ, "KIP98_DATABASE_URL": db_url},
+    )
+    try:
+        [node] = wait_until(lambda: live_nodes(db_url), "the node never registered")
+        endpoint = node.endpoint("PLAINTEXT")
+        assert endpoint is not None and endpoint.port != 0
+        answer = _metadata(f"127.0.0.1:{endpoint.port}")
+        assert [(b.node_id, b.port) for b in answer.brokers] == [(0, endpoint.port)]
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0

@@ -8,12 +8,15 @@ from functools import partial
 
 import click
 
+from app.errors import KafkaException
 from app.protocol import ANY_NODE_ID
 from app.server import DEFAULT_LISTEN, Listener, ServeError, endpoints_of, serve
 from app.server.listener import check_tls
 from app.server.node import check_rack
 from app.server.processes import bind_all, cores, run
+from app.server.registration import check_session_timeout
 from app.server.tls import server_context
+from app.settings import BrokerSettings
 
 # Kafka's node ids are non-negative int32s.
 MAX_NODE_ID = 2**31 - 1
@@ -101,6 +104,12 @@ def serve_command(
     for principal in super_users:
         if not principal.startswith("User:") or principal == "User:":
             raise click.BadParameter(f"{principal!r} is not User:NAME", param_hint="--super-user")
+    try:
+        check_session_timeout(BrokerSettings.from_env())
+    except KafkaException as exc:
+        raise click.ClickException(exc.args[0].str()) from exc
+    except ServeError as exc:
+        raise click.ClickException(str(exc)) from exc
     if node_id is not None and node_id + processes - 1 > MAX_NODE_ID:
         raise click.BadParameter(
             f"node ids {node_id} to {node_id + processes - 1} go past {MAX_NODE_ID}",

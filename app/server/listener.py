@@ -155,7 +155,7 @@ class Server:
         try:
             if registration is not None:
                 registration.endpoints = tuple(self.advertised())
-                await loop.run_in_executor(None, registration.register)
+                await loop.run_in_executor(None, registration.join)
 
                 def on_lost(why: str) -> None:
                     lost.append(why)

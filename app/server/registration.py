@@ -30,12 +30,16 @@ from app.protocol import (
     UnregisterBrokerRequest,
 )
 from app.server.node import Member
+from app.settings import BrokerSettings
 
 log = logging.getLogger(__name__)
 
 # The longest pause between heartbeats, and the most of the session timeout one may take.
 MAX_HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEATS_PER_SESSION = 3
+# The shortest session timeout taken: below it a pause of the process or the database
+# (a collection, a checkpoint) would be taken for its death.
+MIN_SESSION_TIMEOUT_MS = 1_000
 
 
 class ServeError(Exception):
@@ -46,6 +50,17 @@ class ServeError(Exception):
     def cannot_listen(cls, where: object, exc: OSError) -> ServeError:
         reason = os.strerror(exc.errno) if exc.errno else str(exc)
         return cls(f"cannot listen on {where}: {reason}")
+
+
+def check_session_timeout(settings: BrokerSettings) -> int:
+    """``KIP98_NODE_SESSION_TIMEOUT_MS``; ServeError below ``MIN_SESSION_TIMEOUT_MS``."""
+    timeout_ms = settings.node_session_timeout_ms
+    if timeout_ms < MIN_SESSION_TIMEOUT_MS:
+        raise ServeError(
+            f"KIP98_NODE_SESSION_TIMEOUT_MS must be at least {MIN_SESSION_TIMEOUT_MS}, "
+            f"not {timeout_ms}"
+        )
+    return timeout_ms
 
 
 class Registration:
@@ -71,8 +86,19 @@ class Registration:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_lost: Callable[[str], None] = lambda why: None
-        timeout_s = broker.settings.node_session_timeout_ms / 1000
-        self.interval_s = min(MAX_HEARTBEAT_INTERVAL_S, timeout_s / HEARTBEATS_PER_SESSION)
+        timeout_ms = check_session_timeout(broker.settings)
+        self.interval_s = min(MAX_HEARTBEAT_INTERVAL_S, timeout_ms / 1000 / HEARTBEATS_PER_SESSION)
+
+    def join(self) -> None:
+        """The first registration: ServeError, in one line, if a live node holds the id
+        or the database cannot be reached."""
+        try:
+            self.register()
+        except ServeError:
+            raise
+        except Exception as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ServeError(f"cannot register this node: {first}") from exc
 
     def register(self, node_id: int | None = None) -> None:
         """Join the cluster as ``node_id`` (default: the id asked for); ServeError if a live
