@@ -127,14 +127,13 @@ class Server:
     async def start(self) -> None:
         """Listen on every endpoint; ServeError (nothing left listening) if one cannot."""
         for i, endpoint in enumerate(self.endpoints):
-            where: dict[str, object] = {"sock": self.sockets[i]} if self.sockets else {
-                "host": endpoint.listener.host, "port": endpoint.listener.port}  # fmt: skip
+            serve = functools.partial(self._connection, endpoint)
+            tls = self.tls if endpoint.listener.tls else None
             try:
-                server = await asyncio.start_server(
-                    functools.partial(self._connection, endpoint),
-                    ssl=self.tls if endpoint.listener.tls else None,
-                    **where,  # type: ignore[arg-type]
-                )
+                if self.sockets:
+                    server = await asyncio.start_server(serve, sock=self.sockets[i], ssl=tls)
+                else:
+                    server = await asyncio.start_server(serve, *endpoint.listener.address, ssl=tls)
             except OSError as exc:
                 for started in self._servers:
                     started.close()
