@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import uuid
 
+import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
@@ -22,6 +23,8 @@ from app.protocol import (
     NodeEndpoint,
     UnregisterBrokerRequest,
 )
+from app.server.node import Member
+from app.server.registration import Registration, ServeError
 from app.settings import BrokerSettings
 
 TIMEOUT_MS = 6_000
@@ -172,3 +175,47 @@ def test_describe_cluster_gives_each_nodes_registration(db_url: str) -> None:
     assert node.endpoint("SSL") is None
     assert (node.rack, node.host, node.pid) == ("r1", "h", 1111)
     assert node.expires_ms == node.registered_ms + TIMEOUT_MS
+
+
+def _node(broker: Broker, node_id: int = ANY_NODE_ID) -> Registration:
+    registration = Registration(broker, Member(), node_id)
+    registration.endpoints = (NodeEndpoint("PLAINTEXT", "127.0.0.1", 9092),)
+    registration.join()
+    return registration
+
+
+def test_a_node_cut_off_past_its_lease_registers_again_under_its_id_if_it_is_free(
+    db_url: str,
+) -> None:
+    clock = ManualClock()
+    broker = _broker(db_url, clock)
+    node = _node(broker)
+    clock.advance(TIMEOUT_MS)
+    assert _live(broker) == []
+    node.heartbeat()
+    assert node.member.node_id == 0 and _live(broker) == [0]
+
+
+def test_a_node_whose_id_was_taken_meanwhile_takes_another_if_the_database_chose_it(
+    db_url: str,
+) -> None:
+    clock = ManualClock()
+    broker = _broker(db_url, clock)
+    cut_off = _node(broker)
+    clock.advance(TIMEOUT_MS)
+    newcomer = _node(broker)
+    assert newcomer.member.node_id == 0
+    cut_off.heartbeat()
+    assert cut_off.member.node_id == 1 and _live(broker) == [0, 1]
+
+
+def test_a_node_whose_given_id_was_taken_meanwhile_stops(db_url: str) -> None:
+    clock = ManualClock()
+    broker = _broker(db_url, clock)
+    cut_off = _node(broker, 5)
+    clock.advance(TIMEOUT_MS)
+    _node(broker, 5)
+    with pytest.raises(ServeError, match="node id 5 is held by a live node"):
+        cut_off.heartbeat()
+    [(node_id, incarnation, _)] = _rows(broker)
+    assert node_id == 5 and incarnation != cut_off.incarnation
