@@ -63,6 +63,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
         "The message format version does not support the request",
     ),
     "UNSUPPORTED_COMPRESSION_TYPE": (76, False, "Unsupported compression type"),
+    "STALE_BROKER_EPOCH": (77, False, "Broker epoch has changed"),
     "INVALID_CONFIG": (40, False, "Configuration is invalid"),
     "OUT_OF_ORDER_SEQUENCE_NUMBER": (45, False, "Broker received an out of order sequence number"),
     "DUPLICATE_SEQUENCE_NUMBER": (46, False, "Broker received a duplicate sequence number"),
@@ -110,6 +111,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
         "There is a newer producer with the same transactionalId which fences the current one",
     ),
     "UNKNOWN_TOPIC_ID": (100, True, "Unknown topic id"),
+    "DUPLICATE_BROKER_REGISTRATION": (101, False, "This broker ID is already in use"),
     "TRANSACTIONAL_ID_NOT_FOUND": (105, False, "The transactionalId could not be found"),
     "LEADER_NOT_AVAILABLE": (5, True, "Leader not available"),
     "POLICY_VIOLATION": (44, False, "Policy violation"),
@@ -229,6 +231,8 @@ class KafkaError:
     GROUP_SUBSCRIBED_TO_TOPIC: int
     DUPLICATE_RESOURCE: int
     UNACCEPTABLE_CREDENTIAL: int
+    DUPLICATE_BROKER_REGISTRATION: int
+    STALE_BROKER_EPOCH: int
     _BAD_MSG: int
     _FAIL: int
     _TRANSPORT: int

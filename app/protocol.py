@@ -439,6 +439,107 @@ class FindCoordinatorResponse:
     error_message: str | None = None
 
 
+# ---------------------------------------------------------------- the cluster of kip98 serve nodes
+
+
+@dataclass(frozen=True)
+class NodeEndpoint:
+    """Where a node's clients of one listener connect: its advertised address, by the
+    listener's security protocol (which names the listener, as Kafka's default names do)."""
+
+    security_protocol: str
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class ClusterNode:
+    """A live ``kip98 serve`` node: its id, listeners and rack, where it runs (``host``,
+    ``pid``), since when, its last heartbeat and lease expiry (ms), and how many requests
+    it had answered at that heartbeat."""
+
+    node_id: int
+    endpoints: tuple[NodeEndpoint, ...]
+    rack: str | None = None
+    host: str = ""
+    pid: int = 0
+    registered_ms: int = 0
+    heartbeat_ms: int = 0
+    expires_ms: int = 0
+    requests: int = 0
+
+    def endpoint(self, security_protocol: str) -> NodeEndpoint | None:
+        return next((e for e in self.endpoints if e.security_protocol == security_protocol), None)
+
+
+# A BrokerRegistrationRequest's node id when the database is to assign one.
+ANY_NODE_ID = -1
+
+
+@dataclass(frozen=True)
+class BrokerRegistrationRequest(Request["BrokerRegistrationResponse"]):
+    """Kafka's BrokerRegistration (KIP-631): a node joins the cluster with ``node_id``
+    (``ANY_NODE_ID``: the smallest one free), refused with DUPLICATE_BROKER_REGISTRATION
+    while a live node holds it. ``incarnation`` (Kafka's incarnation id) tells this run of
+    the node from another holding the same id later; registering again with the same one
+    renews the registration."""
+
+    node_id: int
+    incarnation: str
+    endpoints: tuple[NodeEndpoint, ...]
+    rack: str | None = None
+    host: str = ""
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class BrokerRegistrationResponse:
+    error_code: int
+    node_id: int = -1
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokerHeartbeatRequest(Request["BrokerHeartbeatResponse"]):
+    """Kafka's BrokerHeartbeat: the registration's lease renewed, and the requests the
+    node has answered so far noted. STALE_BROKER_EPOCH if the registration is gone or has
+    lapsed (the node registers again)."""
+
+    node_id: int
+    incarnation: str
+    requests: int = 0
+
+
+@dataclass(frozen=True)
+class BrokerHeartbeatResponse:
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerRequest(Request["UnregisterBrokerResponse"]):
+    """Kafka's UnregisterBroker: the node leaves the cluster at once (a node stopping)."""
+
+    node_id: int
+    incarnation: str
+
+
+@dataclass(frozen=True)
+class UnregisterBrokerResponse:
+    error_code: int
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class DescribeClusterRequest(Request["DescribeClusterResponse"]):
+    """Kafka's DescribeCluster, for what every answer naming nodes needs: the live nodes."""
+
+
+@dataclass(frozen=True)
+class DescribeClusterResponse:
+    nodes: list[ClusterNode]
+
+
 # ---------------------------------------------------------------- group coordinator
 
 TopicPartitionKey = tuple[str, int]

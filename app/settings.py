@@ -71,6 +71,11 @@ class BrokerSettings:
     # counted as Kafka counts it, in UTF-16 code units); longer is OFFSET_METADATA_TOO_LARGE.
     offset_metadata_max_bytes: int = 4_096
 
+    # How long a ``kip98 serve`` node stays in the cluster without a heartbeat: a node
+    # killed outright drops out of Metadata (and its partitions' leadership moves) once
+    # this has passed since its last one. It heartbeats at most a second apart.
+    node_session_timeout_ms: int = 6_000
+
     @classmethod
     def from_env(cls) -> BrokerSettings:
         values: dict[str, int | str | bool] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bench import (
     cleaner,
+    cluster,
     consume,
     produce,
     replicas,
@@ -19,6 +20,7 @@ SECTIONS: tuple[Section, ...] = (
     transactional.SECTION,
     consume.SECTION,
     wire.SECTION,
+    cluster.SECTION,
     cleaner.SECTION,
     replicas.SECTION,
     spark.SECTION,

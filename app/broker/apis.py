@@ -16,6 +16,7 @@ from app.broker.admin import acls, configs, scram, topics, transactions
 from app.broker.authenticate import sasl_plain, sasl_scram
 from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
+from app.cluster import membership
 from app.coordinator.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -44,6 +45,8 @@ from app.protocol import (
     AddPartitionsToTxnRequest,
     AlterConfigsRequest,
     AlterUserScramCredentialsRequest,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -52,6 +55,7 @@ from app.protocol import (
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
+    DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
@@ -82,6 +86,7 @@ from app.protocol import (
     SaslScramRequest,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
+    UnregisterBrokerRequest,
     WriteTxnMarkersRequest,
 )
 from app.storage.context import BrokerContext
@@ -133,6 +138,10 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     DescribeProducersRequest:     transactions.describe_producers,
     FindHangingTransactionsRequest: transactions.find_hanging_transactions,
     AbortTransactionRequest:      transactions.abort_transaction,
+    BrokerRegistrationRequest:    membership.register,
+    BrokerHeartbeatRequest:       membership.heartbeat,
+    UnregisterBrokerRequest:      membership.unregister,
+    DescribeClusterRequest:       membership.describe_cluster,
 }  # fmt: skip
 
 

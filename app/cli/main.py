@@ -17,6 +17,7 @@ from app.cli.errors import debug_enabled, report_and_exit, to_cli_error
 # command name -> "module:attribute" of its click command or group
 COMMANDS: dict[str, str] = {
     "acls": "app.cli.acls:acls_group",
+    "cluster": "app.cli.cluster:cluster_group",
     "consume": "app.cli.console:consume",
     "coordinator": "app.cli.coordinator:coordinator_group",
     "db": "app.cli.db:db",

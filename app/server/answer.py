@@ -18,6 +18,10 @@ class Pending:
     again: Callable[[], dict[str, Any] | Pending]
 
 
+# Kafka's "authorized operations not asked for or not worked out" bitfield (groups', the
+# cluster's).
+NO_OPERATIONS = -(2**31)
+
 # A handler's answer: the response's values, None for no response (acks=0), or Pending.
 Answer = dict[str, Any] | None | Pending
 Handler = Callable[[Broker, Node, Any], Answer]

@@ -45,6 +45,7 @@ from app.protocol import (
 )
 from app.server import acl_apis, topic_apis, txn_apis, user_apis
 from app.server.answer import Handler, Pending
+from app.server.cluster_apis import cluster_view, describe_cluster
 from app.server.groups import (
     delete_groups,
     describe_groups,
@@ -55,7 +56,7 @@ from app.server.groups import (
     offset_delete,
     sync_group,
 )
-from app.server.node import NODE_ID, Node
+from app.server.node import Node
 from app.server.records import Served, encode_batches, produce_request
 from app.server.sasl import sasl_authenticate, sasl_handshake
 
@@ -71,7 +72,8 @@ def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     """Before v4 a request cannot say whether it allows auto-creation: Kafka takes it as
     allowed. From v10 a topic may be asked for by id (its name null): an id no topic has
-    is UNKNOWN_TOPIC_ID."""
+    is UNKNOWN_TOPIC_ID. The brokers are the live nodes, each partition's leader among them
+    (``cluster_apis``)."""
     asked = request.topics
     names = None if asked is None else [t.name for t in asked]
     unknown_ids: list[uuid.UUID] = []
@@ -87,20 +89,16 @@ def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
          "name": None if request.__version__ >= 12 else "", "is_internal": False}
         for topic_id in unknown_ids
     ]  # fmt: skip
+    view = cluster_view(broker, node)
     for t in found:
-        partitions = [
-            {"error_code": 0, "partition_index": p, "leader_id": NODE_ID, "leader_epoch": epoch,
-             "replica_nodes": [NODE_ID], "isr_nodes": [NODE_ID], "offline_replicas": []}
-            for p, epoch in enumerate(t.leader_epochs)
-        ]  # fmt: skip
         topics.append(
-            {"error_code": t.error_code, "name": t.topic, "partitions": partitions,
+            {"error_code": t.error_code, "name": t.topic,
+             "partitions": view.partitions(t.topic, t.leader_epochs),
              "topic_id": _uuid(t.topic_id), "is_internal": False}
         )  # fmt: skip
-    broker_entry = {"node_id": NODE_ID, "host": node.host, "port": node.port, "rack": None}
     return {
-        "brokers": [broker_entry], "cluster_id": node.cluster_id,
-        "controller_id": NODE_ID, "topics": topics,
+        "brokers": view.brokers(), "cluster_id": node.cluster_id,
+        "controller_id": view.controller_id, "topics": topics,
     }  # fmt: skip
 
 
@@ -289,16 +287,22 @@ def offset_for_leader_epoch(broker: Broker, node: Node, request: Any) -> dict[st
 
 
 def find_coordinator(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
-    """This node for every key; v4 asks for several keys at once."""
+    """Each key's coordinator among the live nodes (``cluster_apis``); v4 asks for several
+    keys at once. Any node serves any group or transactional id, so a client that asks
+    the wrong one is answered all the same."""
     key_type = getattr(request, "key_type", COORDINATOR_GROUP)
+    view = None
 
     def one(key: str) -> dict[str, Any]:
+        nonlocal view
         a = broker.handle(FindCoordinatorRequest(key, key_type))
         if a.error_code != KafkaError.NO_ERROR:
             return {"key": key, "error_code": a.error_code, "error_message": a.error_message,
                     "node_id": -1, "host": "", "port": -1}  # fmt: skip
-        return {"key": key, "error_code": 0, "node_id": NODE_ID, "host": node.host,
-                "port": node.port}  # fmt: skip
+        view = view or cluster_view(broker, node)
+        node_id, endpoint = view.coordinator(key_type, key)
+        return {"key": key, "error_code": 0, "node_id": node_id, "host": endpoint.host,
+                "port": endpoint.port}  # fmt: skip
 
     if request.__version__ >= 4:
         return {"coordinators": [one(key) for key in request.coordinator_keys]}
@@ -459,6 +463,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     47: (0, 0, offset_delete),
     50: (0, 0, user_apis.describe_user_scram_credentials),
     51: (0, 0, user_apis.alter_user_scram_credentials),
+    60: (0, 1, describe_cluster),
     61: (0, 0, txn_apis.describe_producers),
     65: (0, 0, txn_apis.describe_transactions),
     66: (0, 1, txn_apis.list_transactions),

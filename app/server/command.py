@@ -4,12 +4,22 @@ client."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import click
 
-from app.server import DEFAULT_LISTEN, Listener, endpoints_of, serve
+from app.errors import KafkaException
+from app.protocol import ANY_NODE_ID
+from app.server import DEFAULT_LISTEN, Listener, ServeError, endpoints_of, serve
 from app.server.listener import check_tls
+from app.server.node import check_rack
+from app.server.processes import bind_all, cores, run
+from app.server.registration import check_session_timeout
 from app.server.tls import server_context
+from app.settings import BrokerSettings
+
+# Kafka's node ids are non-negative int32s.
+MAX_NODE_ID = 2**31 - 1
 
 
 def _addresses(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> list[str]:
@@ -23,6 +33,22 @@ def _addresses(ctx: click.Context, param: click.Parameter, value: tuple[str, ...
 
 def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     return None if value is None else _addresses(ctx, param, (value,))[0]
+
+
+def _rack(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    try:
+        return None if value is None else check_rack(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def _processes(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    """A positive number, or ``auto``: the host's cores."""
+    if value == "auto":
+        return cores()
+    if not value.isdigit() or int(value) < 1:
+        raise click.BadParameter(f"{value!r} is not a positive number of processes, nor auto")
+    return int(value)
 
 
 @click.command("serve")
@@ -41,7 +67,17 @@ def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> s
 @click.option("--super-user", "super_users", multiple=True, metavar="User:NAME",
               help="A principal allowed everything (repeat; replaces KIP98_SUPER_USERS).")  # fmt: skip
 @click.option("--metrics-listen", default=None, metavar="HOST:PORT", callback=_address,
-              help="Serve this process's counters for Prometheus at /metrics there.")  # fmt: skip
+              help="Serve this process's counters for Prometheus at /metrics there (with "
+                   "--processes, the i-th process at PORT+i).")  # fmt: skip
+@click.option("--node-id", type=click.IntRange(0, MAX_NODE_ID), default=None,
+              help="This node's id in the database's cluster (default: the smallest one no "
+                   "live node holds). Refused while a live node holds it.")  # fmt: skip
+@click.option("--rack", default=None, callback=_rack,
+              help="The rack (or zone) Metadata gives for this node.")  # fmt: skip
+@click.option("--processes", default="1", show_default=True, metavar="N|auto",
+              callback=_processes,
+              help="Serve with N processes on the same listeners, each a node of its own "
+                   "(auto: one per core of the host).")  # fmt: skip
 @click.option("--replica-url", default=None, metavar="URL",
               help="A standby of the database: Fetch requests read their records there "
                    "(fetch from follower); everything else stays on the primary.")  # fmt: skip
@@ -52,13 +88,17 @@ def serve_command(
     tls_key: str | None,
     super_users: tuple[str, ...],
     metrics_listen: str | None,
+    node_id: int | None,
+    rack: str | None,
+    processes: int,
     replica_url: str | None,
 ) -> None:
-    """Serve the Kafka protocol until SIGTERM or SIGINT. SASL_* listeners ask SASL (PLAIN,
-    SCRAM-SHA-256, SCRAM-SHA-512) of each connection first (users: kip98 users add);
-    SSL and SASL_SSL ones need --tls-cert and --tls-key."""
+    """Serve the Kafka protocol until SIGTERM or SIGINT, as a node of the cluster of every
+    kip98 serve over the same database. SASL_* listeners ask SASL (PLAIN, SCRAM-SHA-256,
+    SCRAM-SHA-512) of each connection first (users: kip98 users add); SSL and SASL_SSL
+    ones need --tls-cert and --tls-key."""
     try:
-        endpoints = endpoints_of(listens, advertised)
+        endpoints = endpoints_of(listens, advertised, rack)
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("--tls-cert and --tls-key go together")
         tls = None if tls_cert is None or tls_key is None else server_context(tls_cert, tls_key)
@@ -68,10 +108,44 @@ def serve_command(
     for principal in super_users:
         if not principal.startswith("User:") or principal == "User:":
             raise click.BadParameter(f"{principal!r} is not User:NAME", param_hint="--super-user")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        check_session_timeout(BrokerSettings.from_env())
+    except KafkaException as exc:
+        raise click.ClickException(exc.args[0].str()) from exc
+    except ServeError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if node_id is not None and node_id + processes - 1 > MAX_NODE_ID:
+        raise click.BadParameter(
+            f"node ids {node_id} to {node_id + processes - 1} go past {MAX_NODE_ID}",
+            param_hint="--node-id",
+        )
+    shown = "%(asctime)s %(levelname)s %(message)s"
+    if processes > 1:
+        shown = "%(asctime)s %(levelname)s [%(process)d] %(message)s"
+    logging.basicConfig(level=logging.INFO, format=shown)
     # The state machine library logs every transition at INFO: detail for debugging, and
     # several lines per transaction under load.
     logging.getLogger("transitions").setLevel(logging.WARNING)
+    serving = partial(
+        serve, tls=tls, super_users=list(super_users), replica_url=replica_url,
+        node_id=ANY_NODE_ID if node_id is None else node_id,
+    )  # fmt: skip
+    try:
+        if processes == 1:
+            serving(endpoints, metrics_listen)
+            return
+        endpoints, sockets = bind_all(endpoints, processes)
+    except ServeError as exc:
+        raise click.ClickException(str(exc)) from exc
     for endpoint in endpoints:
-        click.echo(f"kip98 serve: listening on {endpoint.listener}", err=True)
-    serve(endpoints, metrics_listen, tls, list(super_users), replica_url)
+        click.echo(f"kip98 serve: {processes} processes on {endpoint.listener}", err=True)
+
+    def child(i: int) -> None:
+        metrics = None
+        if metrics_listen is not None:
+            metrics_at = Listener.parse(metrics_listen)
+            metrics = f"{metrics_at.host}:{metrics_at.port + i}"
+        first = ANY_NODE_ID if node_id is None else node_id + i
+        serving(endpoints, metrics, node_id=first, sockets=sockets[i])
+
+    raise SystemExit(run(processes, sockets, child))

@@ -37,14 +37,12 @@ from app.protocol import (
     TopicPartitionKey,
 )
 from app.server import codec
-from app.server.answer import Pending
+from app.server.answer import NO_OPERATIONS, Pending
 from app.server.node import Node
 
 CONSUMER = "consumer"
 # The group type of KIP-848's ListGroups filter: every group here is a classic one.
 CLASSIC = "classic"
-# Kafka's "authorized operations not asked for".
-NO_OPERATIONS = -(2**31)
 FIRST_PAUSE_S, LAST_PAUSE_S = 0.005, 0.25
 # A follower waits for its leader's plan at most this long; a leader that died is
 # noticed sooner, by its session timeout, and the wait ends in REBALANCE_IN_PROGRESS.

@@ -17,9 +17,10 @@ the connection stays open.
 A long poll (a fetch short of ``min_bytes``, a JoinGroup waiting for the other members,
 a follower's SyncGroup waiting for its leader) holds no worker while it waits: the
 connection's task sleeps between looks, and looks again at once after a request through
-this server that may have changed the answer. On SIGTERM the server stops accepting, lets each
-connection finish the request it is in (a long poll ends at once: a read has nothing to
-finish), and closes.
+this server that may have changed the answer. On SIGTERM the node leaves the cluster
+first (``registration``: the other nodes' next Metadata leaves it out), then the server
+stops accepting, lets each connection finish the request it is in (a long poll ends at
+once: a read has nothing to finish), and closes.
 """
 
 from __future__ import annotations
@@ -28,19 +29,22 @@ import asyncio
 import functools
 import logging
 import signal
+import socket
 import ssl
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from app.broker import Broker
 from app.errors import KafkaError
+from app.protocol import NodeEndpoint
 from app.server import codec
 from app.server.address import Listener
 from app.server.answer import Answer, Pending
 from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
 from app.server.failures import AnsweringBroker
 from app.server.node import Node, Session
+from app.server.registration import Registration, ServeError
 from app.server.sasl import BEFORE_AUTHENTICATION
 
 log = logging.getLogger(__name__)
@@ -79,14 +83,18 @@ class Server:
         workers: int = 16,
         max_request_bytes: int = MAX_REQUEST_BYTES,
         tls: ssl.SSLContext | None = None,
+        sockets: list[socket.socket] | None = None,
     ) -> None:
-        """``tls``: the context of the endpoints whose protocol is SSL or SASL_SSL."""
+        """``tls``: the context of the endpoints whose protocol is SSL or SASL_SSL;
+        ``sockets``: each endpoint's socket, bound and listening already (otherwise
+        ``start`` binds them)."""
         check_tls(endpoints, tls)
         self.endpoints, self.tls = endpoints, tls
+        self.sockets = sockets
+        # Every field of the broker given, the standby's engine (fetch from follower) too.
         self.broker: Broker = AnsweringBroker(
-            engine=broker.engine, clock=broker.clock, settings=broker.settings,
-            principal=broker.principal,
-        )  # fmt: skip
+            **{f.name: getattr(broker, f.name) for f in fields(broker)}
+        )
         self.max_request_bytes = max_request_bytes
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="kip98-serve")
         # What was answered, by API name; what was refused, by reason; the handlers that
@@ -110,25 +118,71 @@ class Server:
     def connections(self) -> int:
         return len(self._idle)
 
+    @property
+    def answered(self) -> int:
+        """Requests answered so far."""
+        return sum(self.requests.values())
+
+    def advertised(self) -> list[NodeEndpoint]:
+        """Each endpoint's advertised address, by protocol; once started, a listener on
+        port 0 that advertises itself gives the port it was bound to."""
+        shown = []
+        for endpoint, port in zip(self.endpoints, self.ports, strict=True):
+            node = endpoint.node
+            own = (node.host, node.port) == endpoint.listener.address
+            shown.append(
+                NodeEndpoint(endpoint.listener.security_protocol, node.host,
+                             port if own and node.port == 0 else node.port)
+            )  # fmt: skip
+        return shown
+
     async def start(self) -> None:
+        """Listen on every endpoint; ServeError (nothing left listening) if one cannot."""
         for i, endpoint in enumerate(self.endpoints):
-            server = await asyncio.start_server(
-                functools.partial(self._connection, endpoint),
-                *endpoint.listener.address,
-                ssl=self.tls if endpoint.listener.tls else None,
-            )
+            serve = functools.partial(self._connection, endpoint)
+            tls = self.tls if endpoint.listener.tls else None
+            try:
+                if self.sockets:
+                    server = await asyncio.start_server(serve, sock=self.sockets[i], ssl=tls)
+                else:
+                    server = await asyncio.start_server(serve, *endpoint.listener.address, ssl=tls)
+            except OSError as exc:
+                for started in self._servers:
+                    started.close()
+                raise ServeError.cannot_listen(endpoint.listener, exc) from exc
             self._servers.append(server)
             self.ports[i] = server.sockets[0].getsockname()[1]
 
-    async def serve_until_stopped(self) -> None:
-        """Serve until SIGTERM or SIGINT, then stop cleanly."""
+    async def serve_until_stopped(self, registration: Registration | None = None) -> None:
+        """Serve until SIGTERM or SIGINT, then stop cleanly. With ``registration``, join
+        the cluster once listening and leave it first when stopping; ServeError if the node
+        id is refused, or lost later to another node."""
         await self.start()
         stopped = asyncio.Event()
+        lost: list[str] = []
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stopped.set)
-        await stopped.wait()
-        await self.stop()
+        try:
+            if registration is not None:
+                registration.endpoints = tuple(self.advertised())
+                await loop.run_in_executor(None, registration.join)
+
+                def on_lost(why: str) -> None:
+                    lost.append(why)
+                    loop.call_soon_threadsafe(stopped.set)
+
+                registration.start(on_lost)
+            for endpoint in self.endpoints:
+                log.info("kip98 serve: node %d listening on %s",
+                         endpoint.node.member.node_id, endpoint.listener)  # fmt: skip
+            await stopped.wait()
+        finally:
+            if registration is not None:
+                await loop.run_in_executor(None, registration.stop)
+            await self.stop()
+        if lost:
+            raise ServeError(lost[0])
 
     async def stop(self) -> None:
         self._stopping = True

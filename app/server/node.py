@@ -4,19 +4,40 @@ Every wire handler takes a ``Node``; giving it a module of its own, beneath the 
 and the listener, keeps the server's imports running one way (the handler modules import
 this, never each other's modules for it).
 
-Every answer is this one node's: the storage is shared, so node 0 leads every partition
-and coordinates every group and transactional id.
+Every node of a cluster serves every partition, group and transactional id from the
+shared storage; Metadata and FindCoordinator spread clients over the live nodes
+(``cluster_apis``). A node's own id, which its registration holds (``Member``), matters
+only when no node is registered at all: it then names itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from scramp.core import ScramServer  # made by ScramMechanism.make_server, not exported
 
 NODE_ID = 0
+# A rack is named as Kafka names topics and ids: letters, digits, '.', '_', '-'.
+_RACK = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def check_rack(rack: str) -> str:
+    """``rack`` if it is a name Kafka takes (``_RACK``); ValueError otherwise."""
+    if not _RACK.fullmatch(rack):
+        raise ValueError(f"rack {rack!r}: use 1 to 249 letters, digits, '.', '_' or '-'")
+    return rack
+
+
+@dataclass(eq=False)
+class Member:
+    """This node's registration as it stands (``app.server.registration`` keeps it): its
+    node id, which a registration lost while the node was cut off may change, and rack."""
+
+    node_id: int = NODE_ID
+    rack: str | None = None
 
 
 @dataclass
@@ -40,13 +61,16 @@ class Session:
 
 @dataclass(frozen=True)
 class Node:
-    """The address clients are told to connect to (the advertised listener) and, for one
-    request, who sent it: the client id of its header and the address it connects from,
-    as Kafka's group coordinator records them, and its connection's SASL session."""
+    """The address clients are told to connect to (the advertised listener) and its
+    security protocol, the node's registration, and, for one request, who sent it: the
+    client id of its header and the address it connects from, as Kafka's group
+    coordinator records them, and its connection's SASL session."""
 
     host: str
     port: int
     cluster_id: str
+    security_protocol: str = "PLAINTEXT"
+    member: Member = field(default_factory=Member)
     client_id: str = ""
     client_host: str = ""
     session: Session | None = None

@@ -526,3 +526,29 @@ sasl_users = Table(
     Column("created_ms", BigInteger, nullable=False),
     CheckConstraint("mechanism IN ('PLAIN', 'SCRAM-SHA-256', 'SCRAM-SHA-512')", name="mechanism"),
 )
+
+# ---------------------------------------------------------------- cluster of kip98 serve nodes
+
+# The ``kip98 serve`` nodes sharing this database (Kafka's broker registrations): each
+# keeps its row alive with a lease it renews (a heartbeat), and the rows whose lease has
+# not lapsed are the live nodes Metadata lists and leadership is spread over. A row is
+# removed when its node stops, or by any node once its lease has lapsed; its node id is
+# then free again. ``incarnation`` tells a node its own row from a later holder of its id.
+broker_registrations = Table(
+    "broker_registrations",
+    metadata,
+    Column("node_id", Integer, primary_key=True, autoincrement=False),
+    Column("incarnation", UUID(as_uuid=True), nullable=False),
+    Column("rack", Text),
+    # The advertised address of each listener, by security protocol:
+    # {"PLAINTEXT": {"host": ..., "port": ...}, ...}.
+    Column("listeners", JSONB, nullable=False),
+    Column("host", Text, nullable=False),  # the machine it runs on, and its process id
+    Column("pid", Integer, nullable=False),
+    Column("registered_ms", BigInteger, nullable=False),
+    Column("heartbeat_ms", BigInteger, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    # Requests the node had answered at its last heartbeat.
+    Column("requests", BigInteger, nullable=False, server_default=text("0")),
+    CheckConstraint("node_id >= 0", name="node_id_not_negative"),
+)

@@ -68,6 +68,17 @@ VIEWS: dict[str, str] = {
         FROM group_offsets g
         JOIN partitions p ON p.topic = g.topic AND p.partition = g.partition
     """,
+    # The live ``kip98 serve`` nodes: registrations whose lease has not lapsed by the
+    # database's clock (a lapsed one is removed by the next live node's heartbeat).
+    "cluster_nodes": """
+        SELECT b.node_id, b.rack, b.listeners, b.host, b.pid,
+               to_timestamp(b.registered_ms / 1000.0) AS registered_at,
+               to_timestamp(b.heartbeat_ms / 1000.0) AS last_heartbeat_at,
+               to_timestamp(b.expires_ms / 1000.0) AS lease_expires_at,
+               b.requests
+        FROM broker_registrations b
+        WHERE b.expires_ms > (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    """,
 }
 
 VIEW_NAMES = frozenset(VIEWS)
