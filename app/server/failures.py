@@ -49,6 +49,8 @@ from app.protocol import (
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeConfigsResult,
@@ -131,6 +133,8 @@ _EVERY_ITEM: dict[type[Any], Failed] = {
     OffsetForLeaderEpochRequest: lambda r, c, m: OffsetForLeaderEpochResponse(
         [EpochEndOffset(q.topic, q.partition, c, error_message=m) for q in r.partitions]
     ),
+    # No live node read: whoever asked answers as its own node alone (cluster_apis).
+    DescribeClusterRequest: lambda r, c, m: DescribeClusterResponse([]),
     AlterUserScramCredentialsRequest: lambda r, c, m: AlterUserScramCredentialsResponse(
         [
             AlteredUser(u, c, m)
