@@ -11,6 +11,7 @@ import uuid
 import pytest
 from sqlalchemy import text
 
+from app import placement
 from app.broker import Broker
 from app.clock import ManualClock
 from app.errors import KafkaError
@@ -19,8 +20,10 @@ from app.protocol import (
     ANY_NODE_ID,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    CreatePartitionsRequest,
     DescribeClusterRequest,
     NodeEndpoint,
+    PartitionCount,
     UnregisterBrokerRequest,
 )
 from app.server.node import Member
@@ -118,7 +121,7 @@ def test_a_live_nodes_id_is_refused_and_nothing_is_written(db_url: str) -> None:
     assert [(n, i) for n, i, _ in _rows(broker)] == [(7, newer)]
 
 
-def test_a_lapsed_node_is_gone_for_every_reader_and_removed_by_the_next_heartbeat(
+def test_a_lapsed_node_is_removed_by_the_next_heartbeat_or_the_first_reader(
     db_url: str,
 ) -> None:
     clock = ManualClock()
@@ -129,10 +132,15 @@ def test_a_lapsed_node_is_gone_for_every_reader_and_removed_by_the_next_heartbea
     assert broker.handle(BrokerHeartbeatRequest(0, first, requests=12)).error_code == 0
     assert _live(broker) == [0, 1]
     clock.advance(1)  # node 1's lease lapses now; node 0's was renewed
-    assert _live(broker) == [0]
-    assert [n for n, _, _ in _rows(broker)] == [0, 1]  # still there, but not live
+    assert [n for n, _, _ in _rows(broker)] == [0, 1]  # nobody has looked yet
     assert broker.handle(BrokerHeartbeatRequest(0, first)).error_code == 0
     assert [n for n, _, _ in _rows(broker)] == [0]
+    _register(broker)
+    clock.advance(TIMEOUT_MS - 1)
+    assert broker.handle(BrokerHeartbeatRequest(0, first)).error_code == 0
+    clock.advance(1)  # node 1 (again) lapses; a reader sees it before any heartbeat
+    assert _live(broker) == [0]
+    assert [n for n, _, _ in _rows(broker)] == [0]  # the reader removed it first
     # The lapsed node's heartbeat is refused: it must register again.
     late = broker.handle(BrokerHeartbeatRequest(1, second))
     assert late.error_code == KafkaError.STALE_BROKER_EPOCH
@@ -175,6 +183,76 @@ def test_describe_cluster_gives_each_nodes_registration(db_url: str) -> None:
     assert node.endpoint("SSL") is None
     assert (node.rack, node.host, node.pid) == ("r1", "h", 1111)
     assert node.expires_ms == node.registered_ms + TIMEOUT_MS
+
+
+def _epochs(broker: Broker, topic: str) -> list[int]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT leader_epoch FROM partitions WHERE topic = :t ORDER BY partition"),
+            {"t": topic},
+        )
+        return [r.leader_epoch for r in rows]
+
+
+def _leaders(topic: str, partitions: int, nodes: list[int]) -> list[int]:
+    return placement.leaders(topic, partitions, nodes)
+
+
+def test_a_partitions_leader_epoch_moves_exactly_when_its_leader_does(db_url: str) -> None:
+    """Every change of the live nodes bumps the epoch of each partition whose leader it
+    moves, and of no other, in the change's own DB transaction: a Metadata answer never
+    shows a new leader under an old epoch. Fails if the bump is left out or given to every
+    partition."""
+    clock = ManualClock()
+    broker = _broker(db_url, clock)
+    create_topic(broker, "t", 24)
+    assert _epochs(broker, "t") == [0] * 24
+
+    def check(before: list[int], after: list[int], was: list[int]) -> list[int]:
+        old, new = _leaders("t", 24, before), _leaders("t", 24, after)
+        now = _epochs(broker, "t")
+        assert now == [e + (not old or not new or o != n) for e, o, n in
+                       zip(was, old or [None] * 24, new or [None] * 24, strict=True)]  # fmt: skip
+        return now
+
+    _, first, _ = _register(broker)  # no leader before: every partition gets one
+    epochs = check([], [0], [0] * 24)
+    _, second, _ = _register(broker)
+    epochs = check([0], [0, 1], epochs)
+    assert 0 < sum(epochs) - 24 < 24  # some moved to node 1, not all
+    _register(broker)
+    epochs = check([0, 1], [0, 1, 2], epochs)
+    broker.handle(UnregisterBrokerRequest(1, second))
+    epochs = check([0, 1, 2], [0, 2], epochs)
+    clock.advance(TIMEOUT_MS - 1)
+    assert broker.handle(BrokerHeartbeatRequest(0, first)).error_code == 0
+    clock.advance(1)  # node 2 lapses: the first reader removes it and bumps
+    assert _live(broker) == [0]
+    epochs = check([0, 2], [0], epochs)
+    with broker.engine.connect() as conn:
+        history = conn.execute(
+            text("SELECT count(*) FROM partition_leader_epochs WHERE topic = 't'")
+        ).scalar_one()
+    assert history == sum(e + 1 for e in epochs)  # each epoch noted with where it began
+
+
+def test_a_topic_growing_bumps_the_epoch_of_a_partition_whose_leader_it_moves(
+    db_url: str,
+) -> None:
+    """The leaders' bound grows with a topic: with five nodes, "t" growing from seven to
+    eight partitions moves one of the seven's leaders, which gets a new epoch; the others
+    keep theirs."""
+    broker = _broker(db_url, ManualClock())
+    create_topic(broker, "t", 7)
+    for _ in range(5):
+        _register(broker)
+    was, now = _leaders("t", 7, list(range(5))), _leaders("t", 8, list(range(5)))[:7]
+    assert sum(a != b for a, b in zip(was, now, strict=True)) == 1
+    before = _epochs(broker, "t")
+    grown = broker.handle(CreatePartitionsRequest([PartitionCount("t", 8)]))
+    assert grown.results[0].error_code == 0
+    after = _epochs(broker, "t")
+    assert after == [e + (a != b) for e, a, b in zip(before, was, now, strict=True)] + [0]
 
 
 def _node(broker: Broker, node_id: int = ANY_NODE_ID) -> Registration:

@@ -26,6 +26,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import (
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
+from sqlalchemy import text
 
 from app.broker import Broker
 from app.errors import KafkaError
@@ -127,18 +128,20 @@ def test_wire_clients_validate_their_positions_after_a_new_epoch(db_url: str) ->
     """Batches come stamped with the epoch they were written in; OffsetForLeaderEpoch over
     the wire answers from the history; a kafka-python consumer, then a librdkafka one,
     reading when the epoch moves asks it (counted by the server) and reads on, nothing
-    lost."""
+    lost. The server's node registering is a new leadership of the partition already."""
     broker = Broker.connect(db_url)
     create_topic(broker, "t", 1)
     _produce(broker, 3)
     metrics = free_port()
     with serving(db_url, "--metrics-listen", f"127.0.0.1:{metrics}") as server:
+        first = _epoch(broker)
+        assert first == 1  # the node's registration placed the partition's first leader
         kp = KafkaConsumer(bootstrap_servers=server, auto_offset_reset="earliest",
                            metadata_max_age_ms=300)  # fmt: skip
         try:
             kp.assign([KpTp("t", 0)])
             read = _kp_read(kp, 3)
-            assert _bump(broker) == 1
+            assert _bump(broker) == first + 1
             _produce(broker, 2)
             read += _kp_read(kp, 2, lambda: _requests(metrics, "offset_for_leader_epoch") >= 1)
         finally:
@@ -149,9 +152,9 @@ def test_wire_clients_validate_their_positions_after_a_new_epoch(db_url: str) ->
                           "topic.metadata.refresh.interval.ms": 300})  # fmt: skip
         try:
             rk.assign([ck.TopicPartition("t", 0, 3)])
-            seen = _rk_read(rk, 2)  # in epoch 1
+            seen = _rk_read(rk, 2)  # in epoch first + 1
             asked = _requests(metrics, "offset_for_leader_epoch")
-            assert _bump(broker) == 2
+            assert _bump(broker) == first + 2
             _produce(broker, 2)
             seen += _rk_read(rk, 2, lambda: _requests(metrics, "offset_for_leader_epoch") > asked)
         finally:
@@ -162,16 +165,29 @@ def test_wire_clients_validate_their_positions_after_a_new_epoch(db_url: str) ->
             max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20, isolation_level=0,
             topics=(FetchTopic(topic="t", partitions=(
                 FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20,
-                               current_leader_epoch=2),)),),
+                               current_leader_epoch=first + 2),)),),
             forgotten_topics_data=(), rack_id="",
         ))  # fmt: skip
         records = fetched.responses[0].partitions[0].records
-        assert _batch_epochs(bytes(records)) == [(0, 0), (3, 1), (5, 2)]
+        assert _batch_epochs(bytes(records)) == [(0, 0), (3, first + 1), (5, first + 2)]
         asked_epochs = exchange(server, 23, 4, WireEpochs(topics=(OffsetForLeaderTopic(
-            topic="t", partitions=(OffsetForLeaderPartition(partition=0, leader_epoch=1,
-                                                            current_leader_epoch=2),)),)))  # fmt: skip
+            topic="t", partitions=(OffsetForLeaderPartition(partition=0, leader_epoch=first + 1,
+                                                            current_leader_epoch=first + 2),)),)))  # fmt: skip
         [answer] = asked_epochs.topics[0].partitions
-        assert (answer.error_code.value, answer.leader_epoch, answer.end_offset) == (0, 1, 5)
+        assert (answer.error_code.value, answer.leader_epoch, answer.end_offset) == (
+            0,
+            first + 1,
+            5,
+        )
+
+
+def _epoch(broker: Broker) -> int:
+    with broker.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text("SELECT leader_epoch FROM partitions WHERE topic = 't' AND partition = 0")
+            ).scalar_one()
+        )
 
 
 def _kp_read(consumer: Any, n: int, also: Any = lambda: True) -> list[bytes]:

@@ -25,7 +25,8 @@ from sqlalchemy import Connection, Row
 
 from app.cluster import sql
 from app.errors import KafkaError, KafkaException, fail
-from app.placement import moved_leaders
+from app.log.leader_epoch import bump_leader_epochs
+from app.placement import leaders, moved_leaders
 from app.protocol import (
     ANY_NODE_ID,
     BrokerHeartbeatRequest,
@@ -149,11 +150,31 @@ def unregister(broker: BrokerContext, req: UnregisterBrokerRequest) -> Unregiste
     return UnregisterBrokerResponse(KafkaError.NO_ERROR)
 
 
+def partitions_added(conn: Connection, topic: str, before: int, after: int) -> None:
+    """``topic`` grew from ``before`` to ``after`` partitions in this DB transaction. The
+    leaders' bound grows with a topic (``placement.leader_cap``), which can move the leader
+    of a partition it had: each such gets a new leader epoch, as a change of nodes gives
+    (docs/design.md rule 40), with no change of nodes in between (``sql.HOLD_STILL``)."""
+    conn.execute(sql.HOLD_STILL)
+    nodes = [r.node_id for r in conn.execute(sql.ALL)]
+    if not nodes:  # no leader to move: the first node to register bumps every partition
+        return
+    was, now = leaders(topic, before, nodes), leaders(topic, after, nodes)
+    bump_leader_epochs(conn, [(topic, p) for p in range(before) if was[p] != now[p]])
+
+
 def describe_cluster(broker: BrokerContext, req: DescribeClusterRequest) -> DescribeClusterResponse:
-    """The live nodes, by node id."""
+    """The live nodes, by node id. A lapsed registration is removed before it is left out
+    (``remove_lapsed``), so no answer places leaders over a live set whose leader epochs
+    were not bumped yet (docs/design.md rule 40)."""
+    now = broker.clock.now_ms()
     with broker.engine.connect() as conn:
-        rows = conn.execute(sql.LIVE, {"now": broker.clock.now_ms()}).all()
-    return DescribeClusterResponse([cluster_node(r) for r in rows])
+        rows = conn.execute(sql.ALL).all()
+    if any(r.expires_ms <= now for r in rows):
+        remove_lapsed(broker)
+        with broker.engine.connect() as conn:
+            rows = conn.execute(sql.ALL).all()
+    return DescribeClusterResponse([cluster_node(r) for r in rows if r.expires_ms > now])
 
 
 def smallest_free(held: Sequence[int]) -> int:
@@ -189,8 +210,10 @@ def _where(row: Row[Any]) -> str:
 def _membership_changed(conn: Connection, before: list[int], after: list[int]) -> None:
     """Who is in the cluster changed from ``before`` (every registration there was, the
     set leadership was last placed over) to ``after``, in this DB transaction, under the
-    table lock: the partitions whose leader moved are noted here."""
+    table lock: each partition whose leader moved gets a new leader epoch, beginning at
+    its log end (docs/design.md rule 40), committed with the change itself."""
     topics = [(r.topic, r.num_partitions) for r in conn.execute(sql.TOPIC_PARTITIONS)]
     moved = moved_leaders(topics, before, after)
     if moved:
+        bump_leader_epochs(conn, moved)
         log.info("leadership of %d partitions moved (nodes %s -> %s)", len(moved), before, after)

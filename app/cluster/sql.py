@@ -16,6 +16,9 @@ COLUMNS = (
 )
 
 LOCK = text("LOCK TABLE broker_registrations IN SHARE ROW EXCLUSIVE MODE")
+# No change of who is in the cluster (LOCK) until the end of the DB transaction; others
+# reading it go on.
+HOLD_STILL = text("LOCK TABLE broker_registrations IN SHARE MODE")
 ALL = text(f"SELECT {COLUMNS} FROM broker_registrations ORDER BY node_id")
 LIVE = text(f"SELECT {COLUMNS} FROM broker_registrations WHERE expires_ms > :now ORDER BY node_id")
 DELETE_LAPSED = text("DELETE FROM broker_registrations WHERE expires_ms <= :now")

@@ -5,8 +5,9 @@ epoch with the offset its leader began at (Kafka's leader-epoch cache). Every re
 that answers with an epoch reads it from there: Metadata (``topics.metadata``), Fetch (a
 client's ``current_leader_epoch`` checked, each batch stamped with the epoch it was
 written in), ListOffsets and OffsetForLeaderEpoch. With one database every node serves
-every partition from the same rows, so the epoch changes only when leadership moves:
-``bump_leader_epoch`` is that one call (docs/design.md rule 40). The rules here are pure
+every partition from the same rows, so the epoch changes only when leadership moves (a
+change of the live nodes, or a topic's growth, ``app.cluster.membership``):
+``bump_leader_epoch(s)`` is that one call (docs/design.md rule 40). The rules here are pure
 but for the two functions that read or write the rows.
 """
 
@@ -29,7 +30,7 @@ from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
 
-__all__ = ["bump_leader_epoch", "current_epoch_refusal", "end_offset_for", "epoch_at",
+__all__ = ["bump_leader_epoch", "bump_leader_epochs", "current_epoch_refusal", "end_offset_for", "epoch_at",
            "leader_epoch_history", "offset_for_leader_epoch"]  # fmt: skip
 
 # Kafka's UNDEFINED_EPOCH and UNDEFINED_EPOCH_OFFSET.
@@ -88,6 +89,19 @@ def bump_leader_epoch(conn: Connection, topic: str, partition: int) -> int:
         raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"{topic} [{partition}] does not exist")
     epoch: int = row.leader_epoch
     return epoch
+
+
+def bump_leader_epochs(conn: Connection, partitions: Sequence[tuple[str, int]]) -> int:
+    """``bump_leader_epoch`` for each of ``partitions`` ((topic, partition)) in one
+    statement, their locks taken in one order; those no longer there are skipped. How many
+    were bumped."""
+    if not partitions:
+        return 0
+    rows = conn.execute(
+        sql.BUMP_LEADER_EPOCHS,
+        {"topics": [t for t, _ in partitions], "partitions": [p for _, p in partitions]},
+    ).all()
+    return len(rows)
 
 
 def offset_for_leader_epoch(

@@ -715,6 +715,27 @@ LEADER_EPOCHS = text(
 )
 # A new leadership: the epoch one higher, begun at the log end, noted in the history. The
 # UPDATE takes the partition lock, so no append is half-way through.
+# New leaderships of several partitions at once (:topics and :partitions, arrays of the
+# same length), their rows locked in one order so two bumps never deadlock each other.
+BUMP_LEADER_EPOCHS = text(
+    """
+    WITH asked AS (
+        SELECT p.topic, p.partition FROM partitions p
+        JOIN unnest(CAST(:topics AS text[]), CAST(:partitions AS int[])) AS a(topic, partition)
+          ON p.topic = a.topic AND p.partition = a.partition
+        ORDER BY p.topic, p.partition
+        FOR UPDATE OF p
+    ), bumped AS (
+        UPDATE partitions p SET leader_epoch = p.leader_epoch + 1
+        FROM asked a WHERE p.topic = a.topic AND p.partition = a.partition
+        RETURNING p.topic, p.partition, p.leader_epoch, p.next_offset
+    ), noted AS (
+        INSERT INTO partition_leader_epochs (topic, partition, leader_epoch, start_offset)
+        SELECT topic, partition, leader_epoch, next_offset FROM bumped
+    )
+    SELECT topic, partition, leader_epoch FROM bumped
+    """
+)
 BUMP_LEADER_EPOCH = text(
     """
     WITH bumped AS (

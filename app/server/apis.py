@@ -82,6 +82,9 @@ def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         names = [t.name if t.name is not None else known.get(t.topic_id) for t in asked]
         unknown_ids = [t.topic_id for t in asked if t.name is None and t.topic_id not in known]
         names = [n for n in names if n is not None]
+    # The live nodes before the epochs: a change of them commits its epochs' bumps with
+    # it, so a leader placed here is never newer than the epoch read after (rule 40).
+    view = cluster_view(broker, node)
     allow = getattr(request, "allow_auto_topic_creation", True)
     found = broker.handle(MetadataRequest(names, allow_auto_topic_creation=allow)).topics
     topics: list[dict[str, Any]] = [
@@ -89,7 +92,6 @@ def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
          "name": None if request.__version__ >= 12 else "", "is_internal": False}
         for topic_id in unknown_ids
     ]  # fmt: skip
-    view = cluster_view(broker, node)
     for t in found:
         topics.append(
             {"error_code": t.error_code, "name": t.topic,

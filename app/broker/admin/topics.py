@@ -7,6 +7,7 @@ the DB transaction that adds its partitions."""
 from __future__ import annotations
 
 from app.cleaner.cleaner import delete_records as delete_partition_records
+from app.cluster.membership import partitions_added
 from app.errors import KafkaError, KafkaException
 from app.groups.membership import topic_grew
 from app.groups.offsets import delete_topic_offsets
@@ -81,8 +82,9 @@ def create_partitions(
 @retry_conflicts
 def _grow(broker: BrokerContext, name: str, count: int, validate_only: bool) -> None:
     with broker.engine.begin() as conn:
-        create_partitions_in(conn, broker, name, count, validate_only)
+        had = create_partitions_in(conn, broker, name, count, validate_only)
         if not validate_only:
+            partitions_added(conn, name, had, count)
             topic_grew(conn, name, broker.clock.now_ms())
 
 
