@@ -18,10 +18,12 @@ from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import (
     ANY_NODE_ID,
+    COORDINATOR_GROUP,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreatePartitionsRequest,
     DescribeClusterRequest,
+    JoinGroupRequest,
     NodeEndpoint,
     PartitionCount,
     UnregisterBrokerRequest,
@@ -253,6 +255,39 @@ def test_a_topic_growing_bumps_the_epoch_of_a_partition_whose_leader_it_moves(
     assert grown.results[0].error_code == 0
     after = _epochs(broker, "t")
     assert after == [e + (a != b) for e, a, b in zip(before, was, now, strict=True)] + [0]
+
+
+def _heartbeats(broker: Broker) -> dict[str, int]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(text("SELECT group_id, last_heartbeat_ms FROM group_members"))
+        return {r.group_id: r.last_heartbeat_ms for r in rows}
+
+
+def test_a_group_whose_coordinator_moves_gives_its_members_a_fresh_session(
+    db_url: str,
+) -> None:
+    """As Kafka's new coordinator does when it loads a group: a member could not heartbeat
+    while its coordinator was gone, so the move starts its session afresh; a group whose
+    coordinator stayed keeps its members' last heartbeats. Fails without the refresh."""
+    clock = ManualClock()
+    broker = _broker(db_url, clock)
+    create_topic(broker, "t", 1)
+    _register(broker)
+    _, second, _ = _register(broker)
+    groups = [f"g{i}" for i in range(12)]
+    for g in groups:
+        assert broker.handle(JoinGroupRequest(g, "", ["t"], 30_000)).error_code == 0
+    joined = _heartbeats(broker)
+    moving = {
+        g for g in groups
+        if placement.coordinator(COORDINATOR_GROUP, g, [0, 1])
+        != placement.coordinator(COORDINATOR_GROUP, g, [0])
+    }  # fmt: skip
+    assert moving and moving != set(groups)
+    clock.advance(5_000)
+    broker.handle(UnregisterBrokerRequest(1, second))
+    now = clock.now_ms()
+    assert _heartbeats(broker) == {g: now if g in moving else joined[g] for g in groups}
 
 
 def _node(broker: Broker, node_id: int = ANY_NODE_ID) -> Registration:

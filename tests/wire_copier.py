@@ -6,23 +6,33 @@ A static member of group "copier" (a restarted copier takes its predecessor's pl
 once), reading read_committed, writing each record upper-cased to the same partition of
 DST with its source offsets in the same transaction. It exits once it has copied RECORDS
 records of SRC (the group's committed offsets add up to it) and is at the end of every
-partition; short of that it waits for more, as the test may still be adding to SRC.
+partition; short of that it waits for more, as the test may still be adding to SRC. Its
+session (30 s, Kafka's default is 45 s) outlasts a group coordinator's death, which a
+client sees for up to the node's session timeout before the cluster moves the group.
+
+librdkafka's send_offsets_to_transaction can wait past its timeout, for ever, for a group
+coordinator that left Metadata (its issues 5456 and 5511). The copier stands in for what
+an operator does with a hung process: past twice the call's own timeout it exits with
+``HUNG`` (3), for the test to start another, which fences it and goes on.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 
 import confluent_kafka as ck
 
 BATCH = 200
+HUNG = 3
 
 
 def main(bootstrap: str, src: str, dst: str, records_to_copy: int) -> None:
     consumer = ck.Consumer({
         "bootstrap.servers": bootstrap, "group.id": "copier", "group.instance.id": "copier-0",
         "isolation.level": "read_committed", "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+        "auto.offset.reset": "earliest", "session.timeout.ms": 30000,
         "heartbeat.interval.ms": 500, "enable.partition.eof": True,
     })  # fmt: skip
     producer = ck.Producer({"bootstrap.servers": bootstrap, "transactional.id": "copier",
@@ -48,11 +58,14 @@ def main(bootstrap: str, src: str, dst: str, records_to_copy: int) -> None:
             next_offsets: dict[int, int] = {}
             for m in records:
                 next_offsets[m.partition()] = m.offset() + 1
+            hung = threading.Timer(120, os._exit, (HUNG,))
+            hung.start()
             producer.send_offsets_to_transaction(
                 [ck.TopicPartition(src, p, o) for p, o in sorted(next_offsets.items())],
                 consumer.consumer_group_metadata(),
                 60,
             )
+            hung.cancel()
             producer.commit_transaction(60)
         elif consumer.assignment() and at_end >= {tp.partition for tp in consumer.assignment()}:
             committed = consumer.committed(consumer.assignment(), 60)

@@ -25,10 +25,12 @@ from sqlalchemy import Connection, Row
 
 from app.cluster import sql
 from app.errors import KafkaError, KafkaException, fail
+from app.groups.membership import coordinator_moved, group_ids
 from app.log.leader_epoch import bump_leader_epochs
-from app.placement import leaders, moved_leaders
+from app.placement import coordinator, leaders, moved_leaders
 from app.protocol import (
     ANY_NODE_ID,
+    COORDINATOR_GROUP,
     BrokerHeartbeatRequest,
     BrokerHeartbeatResponse,
     BrokerRegistrationRequest,
@@ -84,7 +86,7 @@ def _register(broker: BrokerContext, req: BrokerRegistrationRequest) -> int:
         ).first()  # fmt: skip
         if registered is None:  # unreachable under the lock; never overwrite another's row
             raise fail(KafkaError.DUPLICATE_BROKER_REGISTRATION, f"node id {node_id} is held")
-        _membership_changed(conn, [r.node_id for r in rows], [*live, node_id])
+        _membership_changed(conn, [r.node_id for r in rows], [*live, node_id], now)
     log.info("node %d registered (%s)", node_id, req.incarnation)
     return node_id
 
@@ -121,7 +123,10 @@ def remove_lapsed(broker: BrokerContext) -> list[int]:
         if lapsed:
             conn.execute(sql.DELETE_LAPSED, {"now": now})
             _membership_changed(
-                conn, [r.node_id for r in rows], [r.node_id for r in rows if r.expires_ms > now]
+                conn,
+                [r.node_id for r in rows],
+                [r.node_id for r in rows if r.expires_ms > now],
+                now,
             )
     if lapsed:
         log.info("nodes %s left the cluster: their registrations lapsed", lapsed)
@@ -145,7 +150,7 @@ def unregister(broker: BrokerContext, req: UnregisterBrokerRequest) -> Unregiste
         conn.execute(sql.UNREGISTER, {"node_id": req.node_id, "incarnation": req.incarnation})
         conn.execute(sql.DELETE_LAPSED, {"now": now})
         after = [r.node_id for r in rows if r.expires_ms > now and r.node_id != req.node_id]
-        _membership_changed(conn, [r.node_id for r in rows], after)
+        _membership_changed(conn, [r.node_id for r in rows], after, now)
     log.info("node %d unregistered", req.node_id)
     return UnregisterBrokerResponse(KafkaError.NO_ERROR)
 
@@ -207,13 +212,20 @@ def _where(row: Row[Any]) -> str:
     return f"{listeners}; process {row.pid} on {row.host}"
 
 
-def _membership_changed(conn: Connection, before: list[int], after: list[int]) -> None:
+def _membership_changed(conn: Connection, before: list[int], after: list[int], now: int) -> None:
     """Who is in the cluster changed from ``before`` (every registration there was, the
     set leadership was last placed over) to ``after``, in this DB transaction, under the
     table lock: each partition whose leader moved gets a new leader epoch, beginning at
-    its log end (docs/design.md rule 40), committed with the change itself."""
+    its log end (docs/design.md rule 40), and each group whose coordinator moved gives its
+    members a fresh session (rule 48), committed with the change itself."""
     topics = [(r.topic, r.num_partitions) for r in conn.execute(sql.TOPIC_PARTITIONS)]
     moved = moved_leaders(topics, before, after)
     if moved:
         bump_leader_epochs(conn, moved)
         log.info("leadership of %d partitions moved (nodes %s -> %s)", len(moved), before, after)
+    if before and after:
+        groups = [
+            g for g in group_ids(conn)
+            if coordinator(COORDINATOR_GROUP, g, before) != coordinator(COORDINATOR_GROUP, g, after)
+        ]  # fmt: skip
+        coordinator_moved(conn, groups, now)

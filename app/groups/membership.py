@@ -211,6 +211,18 @@ def topic_grew(conn: Connection, topic: str, now: int) -> list[str]:
     return grown
 
 
+def group_ids(conn: Connection) -> list[str]:
+    return [r.group_id for r in conn.execute(sql.GROUP_IDS)]
+
+
+def coordinator_moved(conn: Connection, group_ids: list[str], now: int) -> None:
+    """``group_ids`` have a new coordinator (a node died or joined): each member's session
+    starts afresh, as when Kafka's new coordinator loads a group, so the time its client
+    spent finding the new one does not expire it (docs/design.md rule 48)."""
+    if group_ids:
+        conn.execute(sql.FRESH_SESSIONS, {"group_ids": group_ids, "now": now})
+
+
 def _check_protocols(group: Any, others: list[Any], req: JoinGroupRequest) -> None:
     """A group serves one kind of member while it has any: native members (assigned by the
     coordinator) or classic ones of one protocol type, with a protocol in common."""

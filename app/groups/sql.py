@@ -191,6 +191,13 @@ UPSERT_MEMBER = text(
         last_heartbeat_ms = EXCLUDED.last_heartbeat_ms
     """
 )
+# A group's new coordinator gives each of its members a full session from now, as Kafka's
+# does when it loads the group: a member cannot heartbeat while its coordinator is gone.
+FRESH_SESSIONS = text(
+    "UPDATE group_members SET last_heartbeat_ms = GREATEST(last_heartbeat_ms, :now) "
+    "WHERE group_id = ANY(:group_ids)"
+)
+GROUP_IDS = text("SELECT group_id FROM consumer_groups ORDER BY group_id")
 HEARTBEAT = text(
     "UPDATE group_members SET last_heartbeat_ms = :now WHERE group_id = :group_id AND member_id = :member_id"
 )
