@@ -62,6 +62,7 @@ def register(broker: BrokerContext, req: BrokerRegistrationRequest) -> BrokerReg
 def _register(broker: BrokerContext, req: BrokerRegistrationRequest) -> int:
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        conn.execute(sql.LOCAL_COMMIT)
         rows = _lock_rows(conn)
         live = {r.node_id: r for r in rows if r.expires_ms > now}
         node_id = req.node_id
@@ -95,6 +96,7 @@ def heartbeat(broker: BrokerContext, req: BrokerHeartbeatRequest) -> BrokerHeart
     """The registration's lease renewed; lapsed registrations of other nodes removed."""
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        conn.execute(sql.LOCAL_COMMIT)
         row = conn.execute(
             sql.HEARTBEAT,
             {
@@ -118,6 +120,7 @@ def remove_lapsed(broker: BrokerContext) -> list[int]:
     """Remove the registrations whose lease has lapsed; their node ids."""
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        conn.execute(sql.LOCAL_COMMIT)
         rows = _lock_rows(conn)
         lapsed = [r.node_id for r in rows if r.expires_ms <= now]
         if lapsed:
@@ -138,6 +141,7 @@ def unregister(broker: BrokerContext, req: UnregisterBrokerRequest) -> Unregiste
     """The node leaves at once. Another's registration of the same id is left alone."""
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        conn.execute(sql.LOCAL_COMMIT)
         rows = _lock_rows(conn)
         mine = [
             r for r in rows if r.node_id == req.node_id and str(r.incarnation) == req.incarnation

@@ -15,6 +15,10 @@ COLUMNS = (
     "expires_ms, requests"
 )
 
+# A change of who is in the cluster commits on the primary alone: a node must register,
+# renew and leave whether the standbys answer or not, and one lost to a failover is made
+# again, to the same effect, by the node's next heartbeat or its lease's lapse.
+LOCAL_COMMIT = text("SET LOCAL synchronous_commit TO 'local'")
 LOCK = text("LOCK TABLE broker_registrations IN SHARE ROW EXCLUSIVE MODE")
 # No change of who is in the cluster (LOCK) until the end of the DB transaction; others
 # reading it go on.
