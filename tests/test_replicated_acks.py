@@ -18,7 +18,7 @@ from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.client import KafkaException, Producer
 from app.errors import KafkaError
-from app.log.topics import create_topic
+from app.log.topics import alter_topic_config, create_topic
 from app.protocol import (
     InitProducerIdRequest,
     ProduceBatchesRequest,
@@ -91,6 +91,32 @@ def test_too_few_standbys_refuse_acks_all_before_the_write_and_acks_1_goes_on(
 
     assert _one(broker, _batch("leader only"), acks=1)[0] == KafkaError.NO_ERROR
     assert read_values(broker, "t", 0, committed=False)[-1] == "leader only"
+
+
+def test_a_topics_min_insync_replicas_counts_the_primary_and_its_streaming_standbys(
+    replica_db: ReplicatedDatabase,
+) -> None:
+    """Kafka's min.insync.replicas, the leader's copy counted: with both standbys
+    streaming, three copies are in sync; a topic asking four is refused NOT_ENOUGH_REPLICAS
+    before anything is written, acks=1 goes on, and altering it to three lets acks=all in.
+    One standby stopped leaves two copies: the topic asking three is refused again."""
+    broker = _broker(replica_db)
+    create_topic(broker, "m", 1, {"min.insync.replicas": 4})
+
+    def one(value: str, acks: int = -1) -> int:
+        batch = ProduceRequest("m", 0, [RecordIn(None, value.encode(), 0)])
+        return broker.handle(ProduceBatchesRequest([batch], acks=acks)).batches[0].error_code
+
+    assert one("four") == NOT_ENOUGH
+    assert one("leader only", acks=1) == KafkaError.NO_ERROR
+    assert _one(broker, _batch("other topic"))[0] == KafkaError.NO_ERROR
+    alter_topic_config(broker, "m", {"min.insync.replicas": "3"})
+    assert one("three") == KafkaError.NO_ERROR
+    replica_db.standbys()[0].stop()
+    deadline = time.monotonic() + 120
+    while (code := one("one standby")) != NOT_ENOUGH:  # once the primary has seen it go
+        assert code == KafkaError.NO_ERROR and time.monotonic() < deadline
+    assert read_values(broker, "m", 0, committed=False)[:2] == ["leader only", "three"]
 
 
 def test_a_retry_is_answered_as_a_duplicate_only_once_the_standbys_confirm_it(

@@ -45,7 +45,7 @@ from app.log.topic_config import (
     validate_topic_config,
 )
 from app.log.topics import alter_topic_config, create_topic, describe_topic
-from app.protocol import FetchRequest
+from app.protocol import FetchRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.wire_client import consume_all, delivered, exchange, serving
 
 
@@ -145,6 +145,26 @@ def test_configs_are_stored_and_described_with_source_and_default(
                            "min.insync.replicas": 2}  # fmt: skip
     assert min_insync_replicas(info.config) == 2 and min_insync_replicas({}) == 1
     assert partition_columns(info.config).max_message_bytes == 2048
+
+
+def test_min_insync_replicas_above_the_copies_in_sync_refuses_acks_all_only(
+    broker: Broker,
+) -> None:
+    """Without standbys the primary's is the one copy: a topic asking two refuses acks=all
+    with NOT_ENOUGH_REPLICAS (retriable) and writes nothing; acks=1 is not held to it, as
+    in Kafka; the topic's default (1) lets acks=all in."""
+    create_topic(broker, "two", 1, {"min.insync.replicas": 2})
+    create_topic(broker, "one", 1)
+
+    def one(topic: str, acks: int) -> int:
+        batch = ProduceRequest(topic, 0, [RecordIn(None, b"v", 0)])
+        return broker.handle(ProduceBatchesRequest([batch], acks=acks)).batches[0].error_code
+
+    assert one("two", -1) == KafkaError.NOT_ENOUGH_REPLICAS
+    assert one("one", -1) == KafkaError.NO_ERROR
+    assert one("two", 1) == KafkaError.NO_ERROR
+    fetched = broker.handle(FetchRequest("two", 0, 0)).records
+    assert len(fetched) == 1  # only the acks=1 record
 
 
 def test_wire_clients_create_alter_and_describe_kafkas_configs(db_url: str) -> None:

@@ -29,6 +29,7 @@ from app.broker.commit import produce_and_end_txn
 from app.broker.commit_decision import answer
 from app.broker.work import Work
 from app.errors import KafkaError
+from app.log.insync import copies_needed
 from app.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -40,7 +41,7 @@ from app.protocol import (
 )
 from app.storage.context import BrokerContext
 from app.storage.engine import lazy_transaction, retry_conflicts
-from app.storage.replication import not_enough, replicas_short, unconfirmed
+from app.storage.replication import Replicas, not_enough, replicas_short, unconfirmed
 
 
 def produce(context: BrokerContext, req: ProduceRequest) -> ProduceResponse:
@@ -53,13 +54,20 @@ def produce_batches(context: BrokerContext, req: ProduceBatchesRequest) -> Produ
     if (why := acks_refusal(req)) is not None:
         refused = ProduceResponse(KafkaError.INVALID_REQUIRED_ACKS, error_message=why)
         return ProduceBatchesResponse([refused] * len(req.batches))
-    if req.acks == ACKS_ALL and (short := replicas_short(context.engine)) is not None:
+    if req.acks == ACKS_ALL and (short := _replicas_short(context, req)) is not None:
         if req.end is not None:
             raise not_enough(short)
         return _answered_all(req, KafkaError.NOT_ENOUGH_REPLICAS, short.describe())
     if req.end is not None:
         return produce_and_end_txn(context, req)
     return _produce(context, req)
+
+
+def _replicas_short(context: BrokerContext, req: ProduceBatchesRequest) -> Replicas | None:
+    """Too few in-sync copies for this acks=all request: the synchronous standbys the
+    server waits for, or its topics' min.insync.replicas (``log.insync``)."""
+    copies = copies_needed(context.engine, {b.topic for b in req.batches})
+    return replicas_short(context.engine, copies)
 
 
 # The durability each weaker acks asks of the request's commit (Kafka's acks=1 waits for

@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -107,17 +107,22 @@ class Replicas:
     streaming: int  # synchronous standbys (sync or quorum) streaming
     connected: int  # every walsender, whatever its state
     visible: int  # rows whose state this role may see (pg_read_all_stats)
+    copies: int = 1  # the in-sync copies asked for, the primary's own counted
 
     @property
     def enough(self) -> bool:
-        """Whether an acks=all commit can be confirmed. A role that may not see the
-        standbys' states counts every connected one (it cannot tell them apart)."""
-        if self.required == 0:
-            return True
+        """Whether an acks=all commit can be confirmed, with ``copies`` in sync. A role
+        that may not see the standbys' states counts every connected one (it cannot tell
+        them apart)."""
         seen = self.streaming if self.visible == self.connected else self.connected
-        return seen >= self.required
+        return seen >= self.required and 1 + seen >= self.copies
 
     def describe(self) -> str:
+        if self.copies > 1 + self.streaming:
+            return (
+                f"{1 + self.streaming} in-sync copies (the primary and {self.streaming} "
+                f"synchronous standbys streaming), fewer than min.insync.replicas {self.copies}"
+            )
         return f"{self.streaming} of {self.required} synchronous standbys streaming"
 
 
@@ -149,9 +154,10 @@ def look(conn: Connection) -> Replicas:
     return Replicas(required_standbys(names, sync_commit), streaming, connected, visible)
 
 
-def replicas_short(engine: Engine) -> Replicas | None:
+def replicas_short(engine: Engine, copies: int = 1) -> Replicas | None:
     """What is short, if too few synchronous standbys stream for an acks=all write to be
-    confirmed; None when it may go ahead (also for an engine not watched,
+    confirmed, or for ``copies`` in-sync copies (a topic's min.insync.replicas, the
+    primary's own counted); None when it may go ahead (also for an engine not watched,
     ``watch_commits``). Looks at the server at most once a second while enough stream."""
     health = _health.get(engine)
     if health is None:
@@ -163,6 +169,8 @@ def replicas_short(engine: Engine) -> Replicas | None:
             replicas = look(conn)
             conn.rollback()
         health.looked, health.at = replicas, now
+    if copies > 1:
+        replicas = replace(replicas, copies=copies)
     return None if replicas.enough else replicas
 
 
