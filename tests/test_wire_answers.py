@@ -313,3 +313,19 @@ def test_every_request_type_has_a_failed_answer() -> None:
         kind = _response_type(request)
         first = dataclasses.fields(kind)[0]
         assert first.name == "error_code", f"{request.__name__} has no failed answer"
+
+
+def test_a_coordinators_request_meets_a_lost_database_as_coordinator_not_available() -> None:
+    """As Kafka's coordinators answer a failed write to their log: clients find the
+    coordinator again and retry inside the call. Other requests keep their code."""
+    from app.errors import KafkaError
+    from app.protocol import EndTxnRequest, JoinGroupRequest, ListOffsetsRequest
+    from app.server.failures import coordinator_failure
+
+    lost = KafkaError(KafkaError._TRANSPORT, "database unreachable", retriable=True)
+    for request in (EndTxnRequest("t", 1, 0, True), JoinGroupRequest("g", "", ["t"], 10_000)):
+        answered = coordinator_failure(request, lost)
+        assert answered.code() == KafkaError.COORDINATOR_NOT_AVAILABLE and answered.retriable()
+    assert coordinator_failure(ListOffsetsRequest("t", 0, -1), lost) is lost
+    bug = KafkaError(KafkaError.UNKNOWN_SERVER_ERROR, "a bug")
+    assert coordinator_failure(EndTxnRequest("t", 1, 0, True), bug) is bug

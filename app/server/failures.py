@@ -155,6 +155,27 @@ def failure_code(exc: BaseException) -> KafkaError:
     return KafkaError(KafkaError.UNKNOWN_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
 
+# The coordinators' requests. Kafka's coordinators answer a failed write to their log
+# (timed out, too few replicas) with COORDINATOR_NOT_AVAILABLE, which clients meet by
+# finding the coordinator again and retrying inside the call; REQUEST_TIMED_OUT from an
+# EndTxn, say, reaches a librdkafka application as the call's failure.
+_COORDINATED = (
+    protocol.InitProducerIdRequest, protocol.AddPartitionsToTxnRequest,
+    protocol.AddOffsetsToTxnRequest, protocol.EndTxnRequest, protocol.TxnOffsetCommitRequest,
+    protocol.OffsetCommitRequest, protocol.OffsetFetchRequest, protocol.JoinGroupRequest,
+    protocol.SyncGroupRequest, protocol.HeartbeatRequest, protocol.LeaveGroupRequest,
+)  # fmt: skip
+_UNAVAILABLE = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
+
+
+def coordinator_failure(request: Request[Any], error: KafkaError) -> KafkaError:
+    """``error`` as a coordinator answers it: the database lost or out of time is
+    COORDINATOR_NOT_AVAILABLE (retriable) for a coordinator's request."""
+    if isinstance(request, _COORDINATED) and error.code() in _UNAVAILABLE:
+        return KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE, error.str(), retriable=True)
+    return error
+
+
 def failed_response(request: Request[R], error: KafkaError) -> R:
     """``request``'s response with every item of it answered ``error``."""
     code, message = error.code(), error.str()
@@ -188,7 +209,7 @@ class AnsweringBroker(Broker):
         try:
             return super().handle(request)
         except Exception as exc:  # the broker failed: answered, not raised
-            error = failure_code(exc)
+            error = coordinator_failure(request, failure_code(exc))
             log.warning(
                 "kip98 serve: %s failed; answered %s",
                 type(request).__name__,
