@@ -43,6 +43,7 @@ from app.protocol import (
     RecordIn,
 )
 from app.server.process import free_port
+from tests.cluster_nodes import wait_until
 from tests.wire_client import exchange, serving
 
 # Epochs 0, 2 and 5 began at offsets 0, 10 and 25 (epochs 1, 3, 4 led nothing).
@@ -134,8 +135,10 @@ def test_wire_clients_validate_their_positions_after_a_new_epoch(db_url: str) ->
     _produce(broker, 3)
     metrics = free_port()
     with serving(db_url, "--metrics-listen", f"127.0.0.1:{metrics}") as server:
-        first = _epoch(broker)
-        assert first == 1  # the node's registration placed the partition's first leader
+        # The node listens, then registers: its registration places the partition's first
+        # leader, a new epoch.
+        first = wait_until(lambda: _epoch(broker), "the node never registered")
+        assert first == 1
         kp = KafkaConsumer(bootstrap_servers=server, auto_offset_reset="earliest",
                            metadata_max_age_ms=300)  # fmt: skip
         try:

@@ -329,3 +329,45 @@ def test_a_coordinators_request_meets_a_lost_database_as_coordinator_not_availab
     assert coordinator_failure(ListOffsetsRequest("t", 0, -1), lost) is lost
     bug = KafkaError(KafkaError.UNKNOWN_SERVER_ERROR, "a bug")
     assert coordinator_failure(EndTxnRequest("t", 1, 0, True), bug) is bug
+
+
+def test_schemas_are_first_loaded_one_at_a_time(monkeypatch: Any) -> None:
+    """kio imports a schema's module on its first use, and its modules import each other:
+    two worker threads importing at once can meet Python's import deadlock, which failed a
+    request in a loaded run. Loads of distinct schemas started together never overlap,
+    and each is made once."""
+    import threading
+    import time
+
+    from app.server import codec
+
+    inside, most, calls = 0, 0, []
+    guard = threading.Lock()
+
+    def slow_load(api_key: int, api_version: int) -> type:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+            calls.append((api_key, api_version))
+        time.sleep(0.02)
+        with guard:
+            inside -= 1
+        return type(f"Schema{api_key}v{api_version}", (), {})
+
+    monkeypatch.setattr(codec, "_schemas", {})
+    monkeypatch.setattr(codec, "load_request_schema", slow_load)
+    start = threading.Barrier(8)
+
+    def ask(i: int) -> None:
+        start.wait()
+        for version in range(4):
+            codec.request_schema(1000 + i % 4, version)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most == 1
+    assert sorted(calls) == [(1000 + k, v) for k in range(4) for v in range(4)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import io
 import struct
+import threading
 import types
 import typing
 import uuid
@@ -44,10 +45,30 @@ def read_header(frame: bytes) -> tuple[int, int, int]:
     return api_key, api_version, correlation_id
 
 
+# kio imports a schema's module the first time it is asked for, and its modules import
+# each other: two worker threads importing them at once can meet Python's import deadlock
+# (_DeadlockError), which failed the request. The first load of each is made one at a
+# time, and kept.
+_schemas: dict[tuple[bool, int, int], type[Any]] = {}
+_loading = threading.Lock()
+
+
+def _schema(response: bool, api_key: int, api_version: int) -> type[Any]:
+    key = (response, api_key, api_version)
+    found = _schemas.get(key)
+    if found is None:
+        with _loading:
+            found = _schemas.get(key)
+            if found is None:
+                load = load_response_schema if response else load_request_schema
+                found = _schemas[key] = load(api_key, api_version)
+    return found
+
+
 def request_schema(api_key: int, api_version: int) -> type[Any] | None:
     """kio's request entity for this API and version; None if kio knows neither."""
     try:
-        return load_request_schema(api_key, api_version)
+        return _schema(False, api_key, api_version)
     except (UnknownAPIKey, UnknownEntity):
         return None
 
@@ -84,7 +105,7 @@ def encode_response(
     api_key: int, api_version: int, correlation_id: int, values: dict[str, Any]
 ) -> bytes:
     """The frame of a response, its size included."""
-    schema = load_response_schema(api_key, api_version)
+    schema = _schema(True, api_key, api_version)
     body = build(schema, values)
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
