@@ -316,9 +316,12 @@ against `acks=all`, each on a fresh database: the weaker acknowledgements commit
 `synchronous_commit` local and off, so they gain what a commit's WAL flush costs."""
 
 HANDLER_NOTE = """\
-**Handler produce vs its floor (target 0.8): 0.80 (0.79-0.81; runs 0.809, 0.803,
-0.788 in this table), at the target on the median (0.79 in 0.18.0's table, runs 0.792,
-0.793, 0.792; 0.794 in 0.17.0's, 0.796 in 0.16.0's, 0.8029 in 0.15.0's)**. In 0.19.0
+**Handler produce vs its floor (target 0.8): 0.83 (0.80-0.85) in 0.20.0's table, at
+the target on the median (0.80 in 0.19.0's, 0.79 in 0.18.0's).** 0.20.0 watches every
+engine for sessions stalled by a stopped client (docs/design.md rule 34) and bounds each
+commit's wait for standbys (rule 41); measured the same day, `--only handler --runs 3`,
+the commit before the watch gave 0.81 (0.79-0.82) and 0.20.0 0.86 (0.83-0.86): the
+produce path did not get slower. In 0.19.0
 a produce's DB transaction begins with its first statement
 (`storage.engine.lazy_transaction`), so a batch on a remembered row, whose query
 string commits itself, no longer starts and ends SQLAlchemy's transaction around it
