@@ -5,10 +5,11 @@ A registration is a row with a lease: its node renews it at least once a second,
 lapses ``node_session_timeout_ms`` after the last renewal. The live nodes are the rows
 whose lease has not lapsed, by the reader's clock, so a node killed outright drops out of
 every answer within the session timeout, whoever reads; a node that stops cleanly removes
-its row at once. Lapsed rows are removed by the next node to heartbeat (or register), in
-the same kind of DB transaction as a registration: every change of who is in the cluster
-is serialised by the table lock (``sql.LOCK``), so a free node id is claimed by one node
-only and each change sees the one before.
+its row at once. Lapsed rows are removed by the next node to heartbeat (or register), or
+by the first reader that finds one, in the same kind of DB transaction as a registration:
+every change of who is in the cluster is serialised by the table lock (``sql.LOCK``), so
+a free node id is claimed by one node only and each change sees the one before, and it
+commits the leader epochs and group sessions it moves (rules 40, 48).
 
 Time is the injectable clock's; the nodes sharing a database must keep their clocks
 close (within a fraction of the session timeout), as the coordinator loops' leases ask.
