@@ -203,6 +203,54 @@ def test_full_queue_raises_buffer_error(db_url: str, broker: Broker) -> None:
     assert len(stored(broker)) == 11
 
 
+def test_produce_batch_delivers_a_partitions_rows_in_order(db_url: str, broker: Broker) -> None:
+    """librdkafka's produce_batch: many records of one partition in one call, keys and
+    headers kept, in the order given, after a record produced one by one."""
+    reports, on_delivery = collector()
+    with Producer(
+        {"database.url": db_url, "on_delivery": on_delivery, "batch.num.messages": 7}
+    ) as producer:
+        producer.produce("t", value=b"first", partition=2)
+        values = [b"v%d" % i for i in range(30)]
+        keys = [None if i % 3 else b"k%d" % i for i in range(30)]
+        headers = [[("h", b"%d" % i)] if i % 2 else None for i in range(30)]
+        producer.produce_batch("t", 2, values, keys, headers)
+        assert producer.flush(30) == 0
+    rows = stored(broker)
+    assert [(p, o, k, v) for p, o, k, v, *_ in rows] == [(2, 0, None, b"first")] + [
+        (2, i + 1, k, v) for i, (k, v) in enumerate(zip(keys, values, strict=True))
+    ]
+    assert len(reports) == 31 and all(err is None for err, _ in reports)
+    assert [m.headers() for _, m in reports[1:3]] == [None, [("h", b"1")]]
+
+
+def test_produce_batch_queues_all_or_nothing(db_url: str, broker: Broker) -> None:
+    """No room for every record, one record too big, an unknown partition or topic:
+    refused whole, nothing queued."""
+    producer = make_producer(
+        db_url, queue_buffering_max_messages=10, linger_ms=60_000, allow_auto_create_topics=False
+    )
+    try:
+        producer.produce_batch("t", 0, [b"a"] * 8)
+        with pytest.raises(BufferError):
+            producer.produce_batch("t", 0, [b"b"] * 3)
+        assert len(producer) == 8
+        with pytest.raises(KafkaException) as too_big:
+            producer.produce_batch("t", 1, [b"c", b"x" * 2_000_000])
+        assert too_big.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+        with pytest.raises(KafkaException) as unknown:
+            producer.produce_batch("t", 3, [b"d"])
+        assert unknown.value.args[0].code() == KafkaError._UNKNOWN_PARTITION
+        with pytest.raises(KafkaException) as no_topic:
+            producer.produce_batch("no-such-topic", 0, [b"e"])
+        assert no_topic.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+        assert len(producer) == 8
+        assert producer.flush(30) == 0
+    finally:
+        producer.close()
+    assert [v for _, _, _, v, *_ in stored(broker)] == [b"a"] * 8
+
+
 def test_unknown_topic_is_a_delivery_error(db_url: str, broker: Broker) -> None:
     """Without auto-creation (the producer's allow.auto.create.topics off)."""
     reports, on_delivery = collector()

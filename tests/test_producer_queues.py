@@ -9,6 +9,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.client.batching import BatchLimits, PendingRecords, ProducerIdentity, RecordAccumulator
 from app.client.delivery import DeliveryReports, Outcome
@@ -208,3 +210,29 @@ def test_a_raising_callback_keeps_later_outcomes_in_order_with_their_errors() ->
         ("d", -1, KafkaError._MSG_TIMED_OUT), ("e", -1, KafkaError._MSG_TIMED_OUT),
         ("f", 23, None), ("g", 24, None),
     ]  # fmt: skip
+
+
+@given(st.lists(st.integers(1, 30), max_size=40), st.integers(0, 5))
+def test_append_many_cuts_runs_as_appending_one_by_one_does(sizes: list[int], before: int) -> None:
+    """``Producer.produce_batch``'s bulk append forms the same batches, after records
+    already queued one by one, as ``append`` would have formed."""
+    limits = BatchLimits(max_records=4, max_bytes=40, linger_s=0)
+    one, many = RecordAccumulator(limits), RecordAccumulator(limits)
+    with one.lock, many.lock:
+        for i in range(before):
+            append(one, b"b%d" % i, 7)
+            append(many, b"b%d" % i, 7)
+        for i, size in enumerate(sizes):
+            append(one, b"%d" % i, size)
+        many.append_many("t", 0, [record(b"%d" % i) for i in range(len(sizes))], sizes, 0.0)
+        assert one.queued() == many.queued()
+
+        def batches(acc: RecordAccumulator) -> list[list[bytes]]:
+            out = []
+            while acc.queued()[0]:
+                (batch,), _ = acc.drain(time.monotonic(), ProducerIdentity(1, 0))
+                out.append([r[1] for r in batch.records.records])
+                acc.complete(batch)
+            return out
+
+        assert batches(one) == batches(many)

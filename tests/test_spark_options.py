@@ -4,12 +4,21 @@ maxOffsetsPerTrigger and minPartitions."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from app.errors import KafkaError, KafkaException
-from app.spark.offsets import OffsetRange, from_json, rate_limit, split_ranges, to_json
+from app.spark.offsets import (
+    OffsetRange,
+    from_json,
+    pack_ranges,
+    rate_limit,
+    split_ranges,
+    to_json,
+)
 from app.spark.options import sink_options, source_options
 
 
@@ -139,3 +148,24 @@ def test_split_ranges_covers_each_range_exactly(spans: list[tuple[int, int]], n:
         assert covered == list(range(r.start, r.end))
     if n > len([r for r in ranges if r.size]):
         assert len(parts) >= min(n // 2, sum(r.size for r in ranges)) or not parts
+
+
+@given(
+    st.lists(st.integers(0, 300), min_size=0, max_size=12),
+    st.integers(1, 500),
+    st.one_of(st.none(), st.integers(1, 20)),
+)
+def test_pack_ranges_reads_each_range_once_in_order_within_the_task_size(
+    sizes: list[int], task_rows: int, min_partitions: int | None
+) -> None:
+    ranges = [OffsetRange("t", p, 10, 10 + size) for p, size in enumerate(sizes)]
+    tasks = pack_ranges(ranges, min_partitions, task_rows)
+    assert [r for task in tasks for r in task] == ranges
+    for task in tasks:
+        # A task holds one range, or ranges that together fit the task size.
+        assert len(task) == 1 or sum(r.size for r in task) <= task_rows
+    if min_partitions:
+        assert all(len(task) == 1 for task in tasks)
+    # Greedy: a task and the next range together are past the task size.
+    for task, after in itertools.pairwise(tasks):
+        assert sum(r.size for r in task) + after[0].size > task_rows or min_partitions

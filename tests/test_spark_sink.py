@@ -19,6 +19,7 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
+from app.client.partitioner import murmur2_partition
 from app.spark.sink import query_prefix
 from tests.client_helpers import create_topics
 from tests.spark_data import committed, plain, sql_rows, transactional, wait_for, write_transaction
@@ -74,6 +75,41 @@ def test_a_batch_write_is_visible_whole_with_every_column(spark: SparkSession, d
     assert sorted((t, p, bytes(k), bytes(v)) for t, p, k, v, _ in got) == want
     assert all(h == [{"key": "h", "value": "eA=="}] for *_, h in got)
     assert open_sink_transactions(db_url) == []
+
+
+def test_rows_go_to_the_partitions_kafkas_producer_chooses(
+    spark: SparkSession, db_url: str
+) -> None:
+    """A key's row on murmur2's partition (as every Kafka producer puts it), a row's own
+    partition when it has one (a negative one is the partitioner's), keyless rows all
+    written, each on a partition of the topic."""
+    create_topics(db_url, {"keyed": 5})
+    rows = [
+        (
+            None if i % 4 == 0 else f"key-{i}".encode(),
+            f"v{i}".encode(),
+            (i % 5) if i % 7 == 0 else (-1 if i % 11 == 0 else None),
+        )
+        for i in range(300)
+    ]
+    df = frame(spark, rows, "key binary, value binary, partition int").repartition(2)
+    df.write.format("kip98").option("database.url", db_url).option("topic", "keyed").mode(
+        "append"
+    ).save()
+    got = {
+        bytes(v): p
+        for p, v in sql_rows(
+            db_url, "SELECT partition, value FROM committed_records WHERE topic = 'keyed'"
+        )
+    }
+    assert len(got) == len(rows)
+    for key, value, partition in rows:
+        if partition is not None and partition >= 0:
+            assert got[value] == partition
+        elif key is not None:
+            assert got[value] == murmur2_partition(key, 5)
+        else:
+            assert 0 <= got[value] < 5
 
 
 def test_the_topic_option_overrides_the_column(spark: SparkSession, db_url: str) -> None:

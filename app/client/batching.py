@@ -282,6 +282,45 @@ class RecordAccumulator:
             or before // limits.max_bytes != after // limits.max_bytes
         )
 
+    def append_many(
+        self,
+        topic: str,
+        partition: int,
+        records: list[RecordFields],
+        sizes: list[int],
+        enqueued: float,
+    ) -> None:
+        """Queue many records of one partition at once (``Producer.produce_batch``), cut into
+        runs exactly as ``append`` would cut them one by one, with one wake-up at the end.
+        (``append`` keeps its own copy of the cut: it runs once per ``produce()``, where a
+        call more is a tenth of its time.)"""
+        limits = self.limits
+        queue = self._queues.get((topic, partition))
+        if queue is None:
+            queue = self._new_queue(topic, partition)
+        runs = queue.runs
+        run = runs[-1] if runs else None
+        for record, size in zip(records, sizes, strict=True):
+            if (
+                run is None
+                or len(run.records) >= limits.max_records
+                or run.size + size > limits.max_bytes
+            ):
+                run = PendingRecords()
+                runs.append(run)
+            run.records.append(record)
+            run.callbacks.append(None)
+            run.enqueued.append(enqueued)
+            run.size += size
+        added = sum(sizes)
+        before = queue.count
+        queue.size += added
+        queue.count += len(records)
+        self._queued_records += len(records)
+        self.queued_bytes += added
+        if self.sender_waiting and (before == 0 or self._full(queue) or limits.linger_s <= 0):
+            self._wake_waiting()
+
     def _new_queue(self, topic: str, partition: int) -> PartitionQueue:
         index = len(self._queues)
         queue = self._queues[(topic, partition)] = PartitionQueue(lane=index % self.lanes)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from app.broker import Broker
@@ -282,6 +282,73 @@ class Producer(Closing):
             # A sender thread will want the GIL back for its answer (app/client/handoff.py).
             self._handoff_at = now + HANDOFF_INTERVAL_S
             hand_off(0)
+
+    def produce_batch(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[HeadersIn] | None = None,
+    ) -> None:
+        """Queue many records for one partition in one call, as librdkafka's
+        ``rd_kafka_produce_batch``: one check of the local queue's room for all of them
+        (BufferError if it has none, with nothing queued), the records in the batches
+        ``produce()`` would form, timestamped now. No per-record callback: the config's
+        ``on_delivery``, if set, reports each record as for ``produce()``.
+
+        For callers holding rows by the thousand (Spark's kip98 sink): ``produce()``'s
+        per-call checks, partitioner and lock, a few microseconds each, cost more than the
+        record's write."""
+        if self._closed:
+            raise ClientClosedError("Producer")
+        txn = self._txn
+        if txn is not None and txn.manager.state != IN_TRANSACTION:
+            txn.check_can_produce()
+        count = self._partition_count(topic) if isinstance(topic, str) and topic else None
+        if count is None:
+            raise fail(KafkaError._INVALID_ARG, "topic must be a non-empty str without NUL")
+        if isinstance(count, KafkaError):
+            raise KafkaException(count)
+        if not 0 <= partition < count:
+            raise fail(
+                KafkaError._UNKNOWN_PARTITION,
+                f"partition {partition} does not exist: {topic!r} has {count} partitions",
+            )
+        n = len(values)
+        keys = [None] * n if keys is None else keys
+        if len(keys) != n or (headers is not None and len(headers) != n):
+            raise fail(KafkaError._INVALID_ARG, "values, keys and headers differ in length")
+        timestamp = self._now_ms()
+        records: list[RecordFields] = []
+        sizes: list[int] = []
+        for i, (key, value) in enumerate(zip(keys, values, strict=True)):
+            if key is not None and type(key) is not bytes:
+                key = to_bytes("key", key)
+            if value is not None and type(value) is not bytes:
+                value = to_bytes("value", value)
+            header = None if headers is None else headers[i]
+            stored = None if header is None else stored_headers(normalize_headers(header)) or None
+            size = record_size_bytes(key, value, stored)
+            if size > self._max_message_bytes:
+                raise fail(
+                    KafkaError.MSG_SIZE_TOO_LARGE,
+                    f"record of {size} bytes exceeds message.max.bytes={self._max_message_bytes}",
+                )
+            records.append((key, value, timestamp, stored))
+            sizes.append(size)
+        if not records:
+            return
+        accumulator = self._accumulator
+        reports = self._reports
+        with accumulator.lock:
+            outstanding = reports.outstanding
+            if outstanding + n > self._queue_max_messages or (
+                outstanding and accumulator.queued_bytes + sum(sizes) > self._queue_max_bytes
+            ):
+                raise BufferError("Local: Queue full")
+            reports.outstanding = outstanding + n
+            accumulator.append_many(topic, partition, records, sizes, time.monotonic())
 
     # --- serving delivery reports ---------------------------------------------------------
 

@@ -29,6 +29,7 @@ handed the earlier one fails whole. Leave it off for this sink, as it is by defa
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -56,8 +57,10 @@ from app.broker.prepared import Ended, PreparedTxn, end_prepared
 from app.client import Producer
 from app.errors import KafkaError, fail
 from app.faults import crash_point
+from app.protocol import MetadataRequest
 from app.settings import BrokerSettings
 from app.spark import sql
+from app.spark.murmur2 import partitions_of_keys
 from app.spark.offsets import bad_option
 from app.spark.options import SinkOptions
 from app.storage.driver import libpq_conninfo
@@ -75,6 +78,8 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 _TEXT_OR_BINARY = (StringType, BinaryType)
 # How long a task waits for deliveries when its Producer's local queue is full.
 QUEUE_FULL_WAIT_S = 1.0
+# Rows per ``produce_batch`` call: well within the local queue's room.
+PRODUCE_ROWS = 10_000
 
 
 def query_prefix(query_id: str) -> str:
@@ -182,13 +187,14 @@ def write_rows(
         "client.id": CLIENT_ID,
     }
     producer = Producer(config, broker=broker)
+    rows = RowWriter(producer, options.topic)
     try:
         producer.init_transactions()
         producer.begin_transaction()
         n = 0
         try:
             for batch in _chain(first, batches):
-                n += _produce_batch(producer, options.topic, batch)
+                n += rows.write(batch)
             state = producer.prepare_transaction()
             crash_point("spark.sink.prepared")
         except BaseException:
@@ -210,43 +216,124 @@ def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
-def _column(batch: pa.RecordBatch, name: str) -> list[Any]:
-    """A column as Python values (bytes for binary, str encoded), or Nones if absent."""
-    names = [n.lower() for n in batch.schema.names]
-    if name not in names:
-        return [None] * batch.num_rows
-    values = batch.column(names.index(name)).to_pylist()
-    if name in ("key", "value"):
-        return [v.encode() if isinstance(v, str) else v for v in values]
-    return values
+class RowWriter:
+    """Rows of Arrow batches (columns as Spark's Kafka sink takes them) into the task's
+    Producer, a partition's rows at a time (``Producer.produce_batch``).
 
+    Each row goes where Kafka's producer would send it: its ``partition`` column when set
+    (>= 0), else murmur2 of its key (``app.spark.murmur2``, column-wise, the same
+    partitions as ``app.client.partitioner``), else, keyless, to one partition per Arrow
+    batch, as Kafka's sticky partitioner keeps keyless records on one partition until a
+    batch fills."""
 
-def _produce_batch(producer: Producer, topic_option: str | None, batch: pa.RecordBatch) -> int:
-    """One Arrow batch of rows, each a record (columns as Spark's Kafka sink takes them)."""
-    keys, values = _column(batch, "key"), _column(batch, "value")
-    partitions, headers = _column(batch, "partition"), _column(batch, "headers")
-    topics = [topic_option] * batch.num_rows if topic_option else _column(batch, "topic")
-    produce = producer.produce
-    for topic, key, value, partition, header in zip(
-        topics, keys, values, partitions, headers, strict=True
-    ):
-        if not topic:
+    def __init__(self, producer: Producer, topic_option: str | None) -> None:
+        self.producer = producer
+        self.topic_option = topic_option
+        self._counts: dict[str, int] = {}
+        self._rng = random.Random()
+
+    def write(self, batch: pa.RecordBatch) -> int:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = [name.lower() for name in batch.schema.names]
+
+        def column(name: str) -> pa.Array | None:
+            return batch.column(names.index(name)) if name in names else None
+
+        if self.topic_option:
+            self._write_topic(self.topic_option, batch, column)
+            return batch.num_rows
+        topics = column("topic")
+        if topics is None or topics.null_count or pc.any(pc.equal(topics, "")).as_py():
             raise fail(
                 KafkaError._INVALID_ARG,
                 "a row has no topic: set the 'topic' option or give every row a 'topic'",
             )
-        record = {
-            "key": key,
-            "partition": -1 if partition is None else partition,
-            "headers": None if header is None else [(h["key"], h["value"]) for h in header],
-        }
-        try:
-            produce(topic, value, **record)
-        except BufferError:  # the local queue is full: wait for deliveries, as with librdkafka
-            producer.flush(QUEUE_FULL_WAIT_S)
-            produce(topic, value, **record)
-    producer.poll(0)
-    return batch.num_rows
+        for topic in pc.unique(topics).to_pylist():
+            rows = batch.filter(pc.equal(topics, pa.scalar(topic, topics.type)))
+            self._write_topic(topic, rows, _columns_of(rows, names))
+        return batch.num_rows
+
+    def _write_topic(self, topic: str, batch: pa.RecordBatch, column: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        count = self._partition_count(topic)
+        keys, values = _binary(column("key")), _binary(column("value"))
+        assert values is not None
+        chosen = column("partition")
+        if chosen is not None:  # a negative partition is the partitioner's to choose
+            chosen = pc.if_else(pc.less(chosen, 0), pa.scalar(None, pa.int32()), chosen)
+        if chosen is None or chosen.null_count:
+            sticky = pa.repeat(pa.scalar(self._rng.randrange(count), pa.int32()), len(values))
+            hashed = None if keys is None else partitions_of_keys(keys, count)
+            chosen = pc.coalesce(*(c for c in (chosen, hashed) if c is not None), sticky)
+        headers = column("headers")
+        for partition in pc.unique(chosen).to_pylist():
+            mask = pc.equal(chosen, partition)
+            self._produce(
+                topic,
+                partition,
+                values.filter(mask).to_pylist(),
+                None if keys is None else keys.filter(mask).to_pylist(),
+                None if headers is None else _headers(headers.filter(mask).to_pylist()),
+            )
+
+    def _produce(
+        self,
+        topic: str,
+        partition: int,
+        values: list[bytes | None],
+        keys: list[bytes | None] | None,
+        headers: list[Any] | None,
+    ) -> None:
+        for at in range(0, len(values), PRODUCE_ROWS):
+            part = slice(at, at + PRODUCE_ROWS)
+            while True:
+                try:
+                    self.producer.produce_batch(
+                        topic,
+                        partition,
+                        values[part],
+                        None if keys is None else keys[part],
+                        None if headers is None else headers[part],
+                    )
+                    break
+                except BufferError:  # the local queue is full: wait for deliveries
+                    self.producer.flush(QUEUE_FULL_WAIT_S)
+        self.producer.poll(0)
+
+    def _partition_count(self, topic: str) -> int:
+        count = self._counts.get(topic)
+        if count is None:
+            [found] = self.producer.broker.handle(MetadataRequest([topic])).topics
+            if found.error_code != KafkaError.NO_ERROR:
+                raise fail(
+                    found.error_code, f"topic {topic!r}: {KafkaError(found.error_code).str()}"
+                )
+            count = self._counts[topic] = found.num_partitions
+        return count
+
+
+def _columns_of(batch: pa.RecordBatch, names: list[str]) -> Any:
+    def column(name: str) -> pa.Array | None:
+        return batch.column(names.index(name)) if name in names else None
+
+    return column
+
+
+def _binary(array: pa.Array | None) -> pa.Array | None:
+    """A key or value column as binary (a string column's UTF-8 bytes)."""
+    import pyarrow as pa
+
+    if array is None or array.type == pa.binary():
+        return array
+    return array.cast(pa.binary())
+
+
+def _headers(rows: list[Any]) -> list[Any]:
+    return [None if h is None else [(e["key"], e["value"]) for e in h] for h in rows]
 
 
 def already_committed(database_url: str, query_id: str, batch_id: int) -> bool:
