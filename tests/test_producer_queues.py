@@ -212,7 +212,7 @@ def test_a_raising_callback_keeps_later_outcomes_in_order_with_their_errors() ->
     ]  # fmt: skip
 
 
-@given(st.lists(st.integers(1, 30), max_size=40), st.integers(0, 5))
+@given(st.lists(st.integers(1, 60), max_size=40), st.integers(0, 5))
 def test_append_many_cuts_runs_as_appending_one_by_one_does(sizes: list[int], before: int) -> None:
     """``Producer.produce_batch``'s bulk append forms the same batches, after records
     already queued one by one, as ``append`` would have formed."""

@@ -17,6 +17,8 @@ from pyspark.errors import PySparkException
 from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.cleaner.cleaner import clean, partitions_to_clean
+from app.spark.offsets import OffsetRange
+from app.spark.source import APPLICATION_NAME, ReadSettings, read_range, worker_connections
 from tests.client_helpers import create_topics
 from tests.spark_data import committed, plain, sql_rows, transactional, write_transaction
 
@@ -226,3 +228,31 @@ def test_bad_source_options_fail_before_anything_runs(
         finally:
             query.stop()
     assert named.lower() in str(info.value).lower()
+
+
+def test_a_workers_kept_connections_are_replaced_when_the_server_drops_them(
+    db_url: str,
+) -> None:
+    """A Python worker keeps its connections from one range to the next; ended by the
+    server in between (a restart, a failover, an administrator), they are made again and
+    the next range reads whole, instead of failing its task."""
+    create_topics(db_url, {"kept": 1})
+    plain(db_url, "kept", [b"v%d" % i for i in range(30)])
+    settings = ReadSettings(db_url, read_committed=True, fail_on_data_loss=True)
+
+    def values(start: int, end: int) -> list[bytes]:
+        r = OffsetRange("kept", 0, start, end)
+        return [v for batch in read_range(settings, r) for v in batch.column("value").to_pylist()]
+
+    assert values(0, 10) == [b"v%d" % i for i in range(10)]
+    first = worker_connections(db_url)
+    assert values(10, 20) == [b"v%d" % i for i in range(10, 20)]
+    assert worker_connections(db_url) is first  # kept, not made again
+    ended = sql_rows(
+        db_url,
+        "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity WHERE application_name = %(a)s",
+        {"a": APPLICATION_NAME},
+    )
+    assert len(ended) == 2
+    assert values(20, 30) == [b"v%d" % i for i in range(20, 30)]
+    assert worker_connections(db_url) is not first
