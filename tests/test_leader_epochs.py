@@ -8,12 +8,15 @@ OffsetForLeaderEpoch (KIP-320) and read on. Against a real ``kip98 serve``."""
 from __future__ import annotations
 
 import datetime
+import socket
 import struct
+import threading
 import time
 import urllib.request
 from typing import Any
 
 import confluent_kafka as ck
+import psycopg
 import pytest
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTp
@@ -42,7 +45,8 @@ from app.protocol import (
     ProduceRequest,
     RecordIn,
 )
-from app.server.process import free_port
+from app.server.process import ServeProcess, free_port
+from app.storage.driver import libpq_conninfo
 from tests.cluster_nodes import wait_until
 from tests.wire_client import exchange, serving
 
@@ -211,3 +215,48 @@ def _rk_read(consumer: Any, n: int, also: Any = lambda: True) -> list[bytes]:
         if m is not None and m.error() is None:
             got.append(m.value())
     return got
+
+
+def test_a_node_answers_nothing_before_it_has_registered(db_url: str) -> None:
+    """A node's registration moves the partitions' leader epochs, so a client answered
+    before it would hold epochs the partitions no longer have, and be fenced at its next
+    request (FENCED_LEADER_EPOCH, seen from librdkafka's list_offsets). With the
+    registration held up on a lock, the node's port takes no connection; once it has
+    joined, its first answer gives the new epoch."""
+    broker = Broker.connect(db_url)
+    create_topic(broker, "t", 1)
+    serve = ServeProcess(db_url)
+    starting = threading.Thread(target=serve.start, kwargs={"timeout": 600})
+    with psycopg.connect(libpq_conninfo(db_url)) as blocker:
+        blocker.execute("LOCK TABLE broker_registrations IN ACCESS EXCLUSIVE MODE")
+        starting.start()
+        try:
+            wait_until(lambda: _waiting_on_a_lock(broker), "the registration never waited")
+            with pytest.raises(OSError):
+                socket.create_connection((serve.host, serve.port), 5).close()
+        finally:
+            blocker.rollback()
+    starting.join()
+    try:
+        from kio.schema.metadata.v12 import request as metadata_v12
+
+        body = metadata_v12.MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        )
+        answer = exchange(serve.address, 3, 12, body)
+        [topic] = answer.topics
+        assert [p.leader_epoch for p in topic.partitions] == [_epoch(broker)] == [1]
+    finally:
+        assert serve.stop() == 0
+
+
+def _waiting_on_a_lock(broker: Broker) -> bool:
+    with broker.engine.connect() as conn:
+        return bool(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )

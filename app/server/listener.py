@@ -136,16 +136,22 @@ class Server:
             )  # fmt: skip
         return shown
 
-    async def start(self) -> None:
-        """Listen on every endpoint; ServeError (nothing left listening) if one cannot."""
+    async def start(self, serving: bool = True) -> None:
+        """Listen on every endpoint; ServeError (nothing left listening) if one cannot.
+        With ``serving`` false the sockets are bound (their ports known) but take no
+        connection until ``serve``."""
         for i, endpoint in enumerate(self.endpoints):
             serve = functools.partial(self._connection, endpoint)
             tls = self.tls if endpoint.listener.tls else None
             try:
                 if self.sockets:
-                    server = await asyncio.start_server(serve, sock=self.sockets[i], ssl=tls)
+                    server = await asyncio.start_server(
+                        serve, sock=self.sockets[i], ssl=tls, start_serving=serving
+                    )
                 else:
-                    server = await asyncio.start_server(serve, *endpoint.listener.address, ssl=tls)
+                    server = await asyncio.start_server(
+                        serve, *endpoint.listener.address, ssl=tls, start_serving=serving
+                    )
             except OSError as exc:
                 for started in self._servers:
                     started.close()
@@ -157,7 +163,10 @@ class Server:
         """Serve until SIGTERM or SIGINT, then stop cleanly. With ``registration``, join
         the cluster once listening and leave it first when stopping; ServeError if the node
         id is refused, or lost later to another node."""
-        await self.start()
+        # A registering node answers nothing until it has joined: the join moves the
+        # partitions' leader epochs, and an answer given before it would hand clients
+        # epochs the partitions no longer have (docs/design.md rule 40).
+        await self.start(serving=registration is None)
         stopped = asyncio.Event()
         lost: list[str] = []
         loop = asyncio.get_running_loop()
@@ -173,6 +182,8 @@ class Server:
                     loop.call_soon_threadsafe(stopped.set)
 
                 registration.start(on_lost)
+                for server in self._servers:
+                    await server.start_serving()
             for endpoint in self.endpoints:
                 log.info("kip98 serve: node %d listening on %s",
                          endpoint.node.member.node_id, endpoint.listener)  # fmt: skip
