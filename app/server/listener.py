@@ -139,7 +139,8 @@ class Server:
     async def start(self, serving: bool = True) -> None:
         """Listen on every endpoint; ServeError (nothing left listening) if one cannot.
         With ``serving`` false the sockets are bound (their ports known) but take no
-        connection until ``serve``."""
+        connection until each server's ``start_serving()`` (``serve_until_stopped``, once
+        the node has registered)."""
         for i, endpoint in enumerate(self.endpoints):
             serve = functools.partial(self._connection, endpoint)
             tls = self.tls if endpoint.listener.tls else None

@@ -237,10 +237,7 @@ class RowWriter:
         import pyarrow.compute as pc
 
         names = [name.lower() for name in batch.schema.names]
-
-        def column(name: str) -> pa.Array | None:
-            return batch.column(names.index(name)) if name in names else None
-
+        column = _columns_of(batch, names)
         if self.topic_option:
             self._write_topic(self.topic_option, batch, column)
             return batch.num_rows

@@ -5,8 +5,8 @@ subscribed partition's log start, high watermark and LSO in one statement and tu
 options into offset ranges ``[start, end)``, each end at most the partition's LSO
 (read_committed) or high watermark (read_uncommitted), so nothing of an open or aborted
 transaction is ever in range (docs/design.md rule 8). Spark's tasks read their ranges
-with psycopg in the Python workers, as Arrow batches (docs/design.md, "The kip98 data
-source": why not JDBC). Below a captured LSO nothing is added any more, so a range reads
+with ADBC's PostgreSQL driver in the Python workers, as Arrow batches (docs/design.md
+§9, "Reading": why not JDBC). Below a captured LSO nothing is added any more, so a range reads
 the same whenever a task (or its retry, or a replay of the micro-batch) reads it; only
 the cleaner may have removed records meanwhile, as for any consumer.
 
@@ -245,8 +245,8 @@ def read_range(settings: ReadSettings, r: OffsetRange) -> Iterator[pa.RecordBatc
     The few small statements (the partition's log start, the aborted transactions in
     range) go through psycopg, which also renders the range's read with its parameters;
     the read itself goes through ADBC's PostgreSQL driver, which streams the rows as Arrow
-    batches decoded in C++ (docs/design.md, "The kip98 data source": three times as fast as
-    psycopg's rows made into Arrow in Python)."""
+    batches decoded in C++ (docs/design.md §9, "Reading": three times as fast as psycopg's
+    rows made into Arrow in Python)."""
     params: dict[str, Any] = {"topic": r.topic, "partition": r.partition, "to_offset": r.end}
     conn, reader = worker_connections(settings.database_url)
     now = conn.execute(sql.PARTITION_NOW, params).fetchone()
