@@ -316,8 +316,10 @@ against `acks=all`, each on a fresh database: the weaker acknowledgements commit
 `synchronous_commit` local and off, so they gain what a commit's WAL flush costs."""
 
 HANDLER_NOTE = """\
-**Handler produce vs its floor (target 0.8): 0.83 (0.80-0.85) in 0.20.0's table, at
-the target on the median (0.80 in 0.19.0's, 0.79 in 0.18.0's).** 0.20.0 watches every
+**Handler produce vs its floor (target 0.8): 0.87 (0.81-0.94) in 0.22.0's table, 0.83
+(0.80-0.85) in 0.20.0's, at the target on the median (0.80 in 0.19.0's, 0.79 in
+0.18.0's).** 0.22.0's transactional one-query path (docs/design.md §3.12) adds to an
+idempotent request one check of its batches' transactional ids. 0.20.0 watches every
 engine for sessions stalled by a stopped client (docs/design.md rule 34) and bounds each
 commit's wait for standbys (rule 41); measured the same day, `--only handler --runs 3`,
 the commit before the watch gave 0.81 (0.79-0.82) and 0.20.0 0.86 (0.83-0.86): the

@@ -289,27 +289,35 @@ each commit; against the same loop without the offsets, `--txn-rounds` rounds ta
 turns to lead, each side on a fresh database, median of the rounds' ratios."""
 
 TXN_100MS_NOTE = """\
-**Transactions every 100 ms (target 0.97): 0.87 (0.84-0.88) in 0.20.0's table, below
+**Transactions every 100 ms (target 0.97): 0.91 (0.91-0.93) in 0.22.0's table, below
 the target; its floor, the idempotent Producer waiting for its records every 100 ms, is
-0.98, so no floor holds it there.** Timed by phase in 0.21.0 (300,000 records, rounds
-side by side): the commits are not the cost. The EndTxn always goes with the last
-batches, so a commit blocks no longer than a flush for the same records. One transaction
-over the whole run, with no commit in between, is just as slow (0.83-0.87). What costs
-is each produce request of a transaction: 7.0-7.5 µs of the sender's time per record
-against 6.3-6.4 µs for the idempotent producer, ~4.5 ms more per request of four
-1,000-record batches. The reason is the order of work. A transactional batch is admitted
-first, by reading its transactional id's row FOR SHARE (rule 6), so its request is no
-longer the first thing its DB transaction runs. It cannot go as the one query string
-that commits (§3.9) that an idempotent request takes; it takes the lock's way instead
-(lock, COPY, advance, commit). The client's coordinator loop costs ~1-2% more (passes of
-4-20 ms, one a second). Left to do: decide a transactional batch on the id's row as
-this process last left it, checking its version inside that one query string, as the
-commit's own query string does (§3.11, rule 33)."""
+0.98, so no floor holds it there; against that floor 0.95 (0.94-0.96).** Timed by
+phase in 0.21.0 (300,000 records, rounds side by side): the commits were not the
+cost. The EndTxn always goes with the last batches, so a commit blocks no longer than a
+flush for the same records, and one transaction over the whole run, with no commit in
+between, was just as slow (0.83-0.87). What cost was each produce request of a
+transaction: 7.0-7.5 µs of the sender's time per record against 6.3-6.4 µs for the
+idempotent producer. A transactional batch was admitted first, by reading its
+transactional id's row FOR SHARE (rule 6), so its request was no longer the first thing
+its DB transaction ran, and it took the lock's way (BEGIN, the row, the lock, COPY,
+advance, COMMIT) where an idempotent request is one query string (§3.9). In 0.22.0 the
+process remembers the id's row with its version, and a transaction's next requests go
+as that one query string, its first statement taking the row FOR SHARE and checking the
+version (§3.12, rule 53): the same run before and after, 0.90 (0.87-0.91) → 0.91
+(0.91-0.93) against the idempotent Producer, 0.89 (0.88-0.93) → 0.95 (0.94-0.96) against
+the floor. What is left per 100 ms: the transaction's first request, which registers its
+partitions (KIP-890) under the row's FOR UPDATE lock, and the commit, which goes the
+lock's way because the partitions hold the producer's own open transaction (§3.11 goes
+one query only when they do not: a row's LSO cannot tell whether another producer's
+transaction opened behind it); and the client's coordinator loop, ~1-2% (passes of 4-20
+ms, one a second)."""
 
 TRANSACTIONAL_NOTE = """\
-**Transactional / idempotent (target 0.85 on the median of rounds): 0.56 (0.55-0.56;
-0.57 in 0.18.0's table, 0.56 in 0.17.0's), from 0.69 in 0.16.0's; its floor 0.64
-(0.62-0.64), below the target; transactional / floor 0.87 (0.87-0.89).** Timed by
+**Transactional / idempotent (target 0.85 on the median of rounds): 0.55 (0.47-0.58)
+in 0.22.0's table (0.57 in 0.20.0's and 0.18.0's, 0.56 in 0.17.0's), from 0.69 in
+0.16.0's; its floor 0.61 (0.57-0.61), below the target; transactional / floor 0.92
+(0.82-0.93), 0.87 in 0.20.0's (a transaction's batches sent before its commit now go
+in one query string, §3.12).** Timed by
 phase in 0.19.0 (three runs of 200 transactions each): the transactional Producer's
 1000 `produce()` calls 1.38 ms against the flushing idempotent one's 1.21 ms, its
 commit 4.6 ms against the flush's 4.05 ms, of which ~0.3 ms more waiting on the

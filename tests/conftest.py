@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from app.storage import urls
 from app.storage.cluster import EmbeddedCluster
+from app.storage.context import BrokerContext
 from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.engine import dispose_engines
@@ -81,6 +83,15 @@ def db_url(server_url: str, template_db: str, monkeypatch: pytest.MonkeyPatch) -
     dispose_engines()
     with psycopg.connect(admin_conninfo(server_url), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def elsewhere(db_url: str) -> Iterator[BrokerContext]:
+    """A broker with an engine of its own: another process, as far as what a process
+    remembers of its rows goes (docs/design.md rules 32, 33, 53)."""
+    engine = create_engine(db_url)
+    yield BrokerContext(engine=engine)
+    engine.dispose()
 
 
 @pytest.fixture

@@ -26,7 +26,14 @@ from app.log import sql
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
 from app.storage.driver import driver_connection, in_transaction
-from app.storage.one_query import QueryCopies, as_prepared, call, prepare_once, prepared_call
+from app.storage.one_query import (
+    QueryCopies,
+    as_prepared,
+    call,
+    prepare_once,
+    prepared_call,
+    unprepared,
+)
 from tests.identities import hand_out
 
 PID = 11
@@ -222,6 +229,19 @@ def test_a_statement_is_prepared_once_per_connection(conn: Connection) -> None:
     prepare_once(conn, "scratch_twice", "SELECT $1::int * 2")  # a second PREPARE would fail
     raw = driver_connection(conn)
     assert raw.execute("EXECUTE scratch_twice(21)").fetchone() == (42,)
+
+
+def test_a_statement_still_there_after_its_name_was_forgotten_counts_as_prepared(
+    conn: Connection,
+) -> None:
+    """``unprepared`` forgets every name when one is found gone, though others may still
+    be on the session: preparing one of those again is taken as done, not an error."""
+    prepare_once(conn, "scratch_kept", "SELECT $1::int * 3")
+    unprepared(conn)
+    prepare_once(conn, "scratch_kept", "SELECT $1::int * 3")
+    assert conn.connection.info[("kip98_prepared", "scratch_kept")]
+    raw = driver_connection(conn)
+    assert raw.execute("EXECUTE scratch_kept(14)").fetchone() == (42,)
 
 
 # ------------------------------------------------------------------- the Produce handler

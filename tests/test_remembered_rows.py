@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from app.broker import Broker
 from app.broker.batches import append_batches
@@ -45,14 +44,6 @@ def broker(db_url: str) -> Broker:
     b = Broker.connect(db_url)
     create_topic(b, "t", 1)
     return b
-
-
-@pytest.fixture
-def elsewhere(db_url: str) -> Iterator[BrokerContext]:
-    """A broker with an engine of its own: another process, as far as remembering goes."""
-    engine = create_engine(db_url)
-    yield BrokerContext(engine=engine)
-    engine.dispose()
 
 
 def batch(producer_id: int, seq: int, *values: str) -> ProduceRequest:
@@ -245,8 +236,8 @@ def one_query_writes(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
     seen: list[int | None] = []
     original = append_module.append_remembered_committed
 
-    def spy(conn: Any, advances: Any, payloads: list[bytes]) -> list[str] | None:
-        versions = original(conn, advances, payloads)
+    def spy(conn: Any, advances: Any, payloads: list[bytes], guard: Any = None) -> list[str] | None:
+        versions = original(conn, advances, payloads, guard)
         seen.append(None if versions is None else len(versions))
         return versions
 

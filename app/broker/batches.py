@@ -8,8 +8,9 @@ from __future__ import annotations
 from app.broker.work import Work
 from app.coordinator.guard import check_produce, load_for_produce
 from app.coordinator.handlers import Registration, check_registration, record_registration
+from app.coordinator.txn_log import remembered_txn, share_version_query, version_matches
 from app.errors import KafkaError, KafkaException
-from app.log.append import append, check_request, refusal
+from app.log.append import append, append_guarded, check_request, refusal
 from app.log.copy_records import Columns
 from app.log.partition_lock import TopicPartition
 from app.protocol import (
@@ -20,6 +21,8 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.driver import in_transaction
+from app.storage.one_query import Guard
 
 
 def append_batches(
@@ -34,6 +37,10 @@ def append_batches(
             columns[i] = check_request(batch)
         except KafkaException as exc:
             responses[i] = refusal(exc)
+    if add is None and len(columns) == len(requests):
+        on_remembered = _append_on_remembered_txn(work, requests, columns)
+        if on_remembered is not None:
+            return None, on_remembered
     registered, registration = None, None
     if add is not None:
         registered, registration = _check_registration(work, add)
@@ -74,16 +81,55 @@ def _check_registration(
     return answer, registration
 
 
+def _append_on_remembered_txn(
+    work: Work, requests: list[ProduceRequest], columns: dict[int, Columns]
+) -> list[ProduceResponse] | None:
+    """The request's batches, all of one transactional id, admitted on the id's row as
+    this process last wrote or read it and appended on their remembered partition rows in
+    one query string whose first statement takes the id's row FOR SHARE and checks it is
+    still that version (docs/design.md §3.12, rule 53); None, with nothing written and no
+    DB transaction open, where the request must be decided under the locks: ACLs to read,
+    batches of other ids or none, a row not remembered or moved, a batch the remembered
+    row would refuse (a refusal is decided only on the row read under its lock), or any
+    case the log's one-query append does not take."""
+    conn = work.conn
+    tid = requests[0].transactional_id
+    if (
+        tid is None
+        or work.context.settings.authorization
+        or not work.commits
+        or in_transaction(conn)
+        or any(not (r.is_transactional and r.transactional_id == tid) for r in requests)
+    ):
+        return None
+    memory = remembered_txn(conn, tid)
+    if memory is None:
+        return None
+    try:
+        for req in requests:
+            check_produce(memory.leased.meta, req)
+    except KafkaException:
+        return None
+    guard = Guard(share_version_query(conn, tid), lambda read: version_matches(read, memory))
+    appended = append_guarded(work, {i: (r, columns[i]) for i, r in enumerate(requests)}, guard)
+    return None if appended is None else [appended[i] for i in range(len(requests))]
+
+
 def admit(work: Work, req: ProduceRequest) -> None:
     """The checks before any partition is locked: the ACLs and, for a transactional batch,
     its transaction (rule 6). A transactional id's row is read once per request, FOR SHARE,
-    for all its batches."""
+    for all its batches, with its version: the process remembers it once the request
+    commits (``Work.seen``)."""
     authorize_all(work.conn, work.context, needs.produce(req.topic, req.transactional_id))
     if req.is_transactional:
-        assert req.transactional_id is not None
-        if req.transactional_id not in work.loaded:
-            work.loaded[req.transactional_id] = load_for_produce(work.conn, req.transactional_id)
-        check_produce(work.loaded[req.transactional_id], req)
+        tid = req.transactional_id
+        assert tid is not None
+        if tid not in work.loaded:
+            loaded = load_for_produce(work.conn, tid)
+            work.loaded[tid] = None if loaded is None else loaded.leased.meta
+            if loaded is not None:
+                work.seen[tid] = loaded
+        check_produce(work.loaded[tid], req)
 
 
 def _refused_partitions(

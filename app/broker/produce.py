@@ -28,6 +28,7 @@ from app.broker.batches import append_batches
 from app.broker.commit import produce_and_end_txn
 from app.broker.commit_decision import answer
 from app.broker.work import Work
+from app.coordinator.txn_log import remember_txn, written_txn
 from app.errors import KafkaError
 from app.log.insync import copies_needed
 from app.protocol import (
@@ -101,11 +102,23 @@ def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatch
             work = Work(context, conn, commits=req.add is None)
             registered, batches = append_batches(work, req.batches, req.add)
             answered = ProduceBatchesResponse(batches, registered)
+            if req.add is not None and registered is not None and not registered.error_code:
+                _see_registered(work, req.add.transactional_id)
     except Exception as exc:
         if not unconfirmed(exc):
             raise
         return _unconfirmed(req, answered)
+    for memory in work.seen.values():  # committed: the next request may decide on them
+        remember_txn(conn, memory.xmin, memory.leased)
     return answered
+
+
+def _see_registered(work: Work, transactional_id: str) -> None:
+    """The id's row as the registration, written at once under its FOR UPDATE lock, leaves
+    it: the request's next batches are admitted on it (docs/design.md §3.12)."""
+    meta = work.loaded.get(transactional_id)
+    if meta is not None:
+        work.seen[transactional_id] = written_txn(work.conn, meta)
 
 
 def _answered_all(req: ProduceBatchesRequest, code: int, message: str) -> ProduceBatchesResponse:

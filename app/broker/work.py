@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.coordinator.metadata import TxnMetadata
-from app.coordinator.txn_log import Persist, TransitionBatch, persist
+from app.coordinator.txn_log import Persist, RememberedTxn, TransitionBatch, persist
 from app.log.partition_lock import PartitionRow, TopicPartition
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
@@ -31,6 +31,8 @@ class Work:
     transaction itself (``log.append``; docs/design.md §3.9). ``copies``: where the appends
     leave their COPY payloads instead of sending them, for a request that is decided in
     full before anything is sent (``broker.commit_remembered``; None: sent at once).
+    ``seen``: the transactional ids' rows as this DB transaction read or left them, with
+    their versions, for the process to remember once it commits (docs/design.md §3.12).
     """
 
     context: BrokerContext
@@ -41,6 +43,7 @@ class Work:
     writes: WriteBehind | None = None
     commits: bool = False
     copies: list[bytes] | None = None
+    seen: dict[str, RememberedTxn] = field(default_factory=dict)
 
     @property
     def record(self) -> Persist:

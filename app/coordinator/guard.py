@@ -14,16 +14,16 @@ from sqlalchemy import Connection
 from app.coordinator import machines as m
 from app.coordinator import sql
 from app.coordinator.metadata import TxnMetadata, check_producer
-from app.coordinator.txn_log import metadata_from_row
+from app.coordinator.txn_log import RememberedTxn, versioned
 from app.errors import KafkaError, KafkaException, fail
 from app.protocol import ProduceRequest
 
 
-def load_for_produce(conn: Connection, transactional_id: str) -> TxnMetadata | None:
-    """The transactional id's metadata, its row taken FOR SHARE until COMMIT (so it cannot
-    change under the produce: batches of one DB transaction may share one load)."""
+def load_for_produce(conn: Connection, transactional_id: str) -> RememberedTxn | None:
+    """The transactional id's row, taken FOR SHARE until COMMIT (so it cannot change under
+    the produce: batches of one DB transaction may share one load), with its version."""
     row = conn.execute(sql.LOAD_FOR_SHARE, {"tid": transactional_id}).first()
-    return None if row is None else metadata_from_row(row)
+    return None if row is None else versioned(row)
 
 
 def check_produce(meta: TxnMetadata | None, req: ProduceRequest) -> None:
@@ -52,7 +52,10 @@ def check_txn_offsets(
     """Refuse transactional offsets unless their transaction is ongoing, with this
     identity, and has added offsets (AddOffsetsToTxn). The id's row is taken FOR SHARE, so
     the offsets are ordered against EndTxn as a transactional batch is."""
-    meta = check_producer(load_for_produce(conn, transactional_id), producer_id, producer_epoch)
+    loaded = load_for_produce(conn, transactional_id)
+    meta = check_producer(
+        None if loaded is None else loaded.leased.meta, producer_id, producer_epoch
+    )
     if meta.state != m.BEGIN or not meta.has_offsets:
         raise fail(
             KafkaError.INVALID_TXN_STATE,

@@ -39,8 +39,29 @@ TXN_VERSION_WITH_LEASE = """
 """
 # The row's version as the DB transaction that has just written it leaves it (its own id).
 TXN_VERSION = "SELECT CAST(xmin AS text) FROM transactions WHERE transactional_id = %(tid)s"
+# A transactional produce's read (§3.4), with the row's version and its lease's epoch (read,
+# not locked: a produce writes no marker) for the process to remember (§3.12).
 LOAD_FOR_SHARE = text(
-    f"SELECT {TXN_COLUMNS}, txn_partition FROM transactions WHERE transactional_id = :tid FOR SHARE"
+    f"""
+    SELECT {TXN_COLUMNS}, t.txn_partition, CAST(t.xmin AS text) AS version,
+           COALESCE((SELECT l.coordinator_epoch FROM coordinator_leases l
+                     WHERE l.txn_partition = t.txn_partition), 0) AS lease_epoch
+    FROM transactions t WHERE t.transactional_id = :tid FOR SHARE OF t
+    """
+)
+# The same version and epoch, read by the DB transaction that has just written the row.
+TXN_VERSION_AND_LEASE = text(
+    """
+    SELECT CAST(t.xmin AS text) AS version,
+           COALESCE((SELECT l.coordinator_epoch FROM coordinator_leases l
+                     WHERE l.txn_partition = t.txn_partition), 0) AS lease_epoch
+    FROM transactions t WHERE t.transactional_id = :tid
+    """
+)
+# A produce on the remembered row's first statement (§3.12): the row FOR SHARE, as
+# LOAD_FOR_SHARE takes it, and its version for the caller to compare.
+TXN_VERSION_FOR_SHARE = (
+    "SELECT CAST(xmin AS text) FROM transactions WHERE transactional_id = %(tid)s FOR SHARE"
 )
 
 # The transition's event, inserted first in each statement that persists one.

@@ -67,7 +67,7 @@ def load_with_lease(conn: Connection, transactional_id: str) -> Leased:
 
 
 class RememberedTxn(NamedTuple):
-    """A transactional id's row as this process's last commit of it left it: its version
+    """A transactional id's row as this process last wrote or read it: its version
     (``xmin``) and what it holds with its lease's epoch, as ``load_with_lease`` would read
     them."""
 
@@ -75,11 +75,12 @@ class RememberedTxn(NamedTuple):
     leased: Leased
 
 
-# The transactional ids' rows this process's commits last wrote (docs/design.md §3.11), a
-# hint the next commit may decide on; its first statement checks the row is still that.
-# Every transition this process persists forgets its id's entry (the combined commit
-# remembers the row again once committed): a producer whose transactions register their
-# partitions before the commit does not try its commits on a row it has moved itself.
+# The transactional ids' rows as this process's last commit, registration or
+# transactional produce of them left or read them (docs/design.md §3.11, §3.12), a hint
+# the next commit or produce may decide on; its first statement checks the row is still
+# that. Every transition this process persists forgets its id's entry (the request
+# remembers the row again once committed): nothing is decided on a row the process has
+# moved without knowing its new version.
 _remembered: EngineMemory[str, RememberedTxn] = EngineMemory()
 
 
@@ -95,6 +96,30 @@ def remember_txn(conn: Connection, xmin: str, leased: Leased) -> None:
 
 def forget_txn(conn: Connection, transactional_id: str) -> None:
     _remembered.drop(conn, transactional_id)
+
+
+def versioned(row: Any) -> RememberedTxn:
+    """A row read with its ``version`` and ``lease_epoch`` (``sql.LOAD_FOR_SHARE``), as the
+    process would remember it."""
+    return RememberedTxn(row.version, Leased(metadata_from_row(row), int(row.lease_epoch)))
+
+
+def written_txn(conn: Connection, meta: TxnMetadata) -> RememberedTxn:
+    """The row of ``meta``'s id as this DB transaction, which has written it (it holds
+    ``meta``), leaves it: to remember once committed."""
+    row = conn.execute(sql.TXN_VERSION_AND_LEASE, {"tid": meta.transactional_id}).one()
+    return RememberedTxn(row.version, Leased(meta, int(row.lease_epoch)))
+
+
+def share_version_query(conn: Connection, transactional_id: str) -> bytes:
+    """TXN_VERSION_FOR_SHARE as a statement of a query string: takes the id's row as a
+    transactional produce does (§3.4), for ``version_matches``."""
+    return prepared_call(conn, sql.TXN_VERSION_FOR_SHARE, {"tid": transactional_id})
+
+
+def version_matches(result: pq.abc.PGresult, memory: RememberedTxn) -> bool:
+    """Whether ``share_version_query`` found the row still as ``memory`` has it."""
+    return result.ntuples == 1 and result.get_value(0, 0) == memory.xmin.encode()
 
 
 def txn_version_query(conn: Connection, transactional_id: str) -> bytes:

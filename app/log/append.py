@@ -51,7 +51,7 @@ from app.log.producer_state import (
 from app.protocol import NO_PRODUCER_ID, ProduceRequest, ProduceResponse, increment_sequence
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection, in_transaction
-from app.storage.one_query import QueryCopies
+from app.storage.one_query import Guard, QueryCopies
 
 
 def check_request(req: ProduceRequest) -> Columns:
@@ -172,6 +172,19 @@ def _rounds(admitted: Admitted) -> list[Admitted]:
     return rounds or [{}]
 
 
+def append_guarded(
+    work: Appending, admitted: Admitted, guard: Guard
+) -> dict[int, ProduceResponse] | None:
+    """The batches appended on their remembered rows in one query string that commits
+    (§3.9) behind ``guard``'s read, which goes first; None, with nothing written and no
+    DB transaction open, wherever that way does not take them all (the caller then
+    decides the request again under its locks). For a request whose admission was itself
+    decided on a remembered row (``broker.batches``, §3.12)."""
+    if len(_rounds(admitted)) != 1 or not admitted:
+        return None
+    return _append_on_remembered(work, admitted, guard)
+
+
 def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
     """``append`` for batches of distinct partitions."""
     conn, broker, locked = work.conn, work.context, work.locked
@@ -231,7 +244,9 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
     return responses
 
 
-def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse] | None:
+def _append_on_remembered(
+    work: Appending, admitted: Admitted, guard: Guard | None = None
+) -> dict[int, ProduceResponse] | None:
     """The batches (of distinct partitions) appended on the partition rows as this
     process's last appends to them left them (rule 32), without reading the rows: the
     advances go first and check each row is still that version, then the COPY. When the
@@ -244,9 +259,10 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
     or a row another transaction has written since. Only for batches with a producer id:
     a row last written by the same producer is likely still as it left it; plain batches,
     which may come from any of the process's writers, would pay a refused advance
-    whenever another wrote in between."""
+    whenever another wrote in between. ``guard``: only in one query string, its read
+    first (``append_guarded``)."""
     one_query = work.commits and not in_transaction(work.conn)
-    if len(admitted) > 1 and not one_query:
+    if (len(admitted) > 1 or guard is not None) and not one_query:
         return None  # an advance refused after another went would leave that one written
     hints: list[Remembered] = []
     for req, _ in admitted.values():  # every row first: no batch decided for nothing
@@ -273,7 +289,7 @@ def _append_on_remembered(work: Appending, admitted: Admitted) -> dict[int, Prod
         advances.append((advance, plan.entry, hint.version))
     if one_query:  # the whole request: one query
         payloads = copy_payloads_of([plan.encoded(req, cols) for _, req, cols, _, plan in planned])
-        versions = append_remembered_committed(work.conn, advances, payloads)
+        versions = append_remembered_committed(work.conn, advances, payloads, guard)
     else:
         [(advance, entry, version)] = advances
         [(_, req, columns, _, plan)] = planned

@@ -39,6 +39,7 @@ from app.log.producer_state import ProducerEntry
 from app.storage.driver import WriteBehind, driver_connection
 from app.storage.memory import EngineMemory
 from app.storage.one_query import (
+    Guard,
     QueryCopies,
     as_prepared,
     call,
@@ -247,13 +248,17 @@ RememberedAdvance = tuple[tuple[str, int, int, int], ProducerEntry, RowVersion]
 
 
 def append_remembered_committed(
-    conn: Connection, advances: Sequence[RememberedAdvance], payloads: list[bytes]
+    conn: Connection,
+    advances: Sequence[RememberedAdvance],
+    payloads: list[bytes],
+    guard: Guard | None = None,
 ) -> list[str] | None:
     """``advance_remembered`` for each partition, in the order given (the lock order,
     docs/design.md §3.3), and the COPYs of ``payloads`` sent as one query string and
     committed with it (``storage.one_query``; ``conn`` outside any transaction): each
-    row's new version, or None with nothing written (a row moved, or the prepared
-    statement was gone from the session).
+    row's new version, or None with nothing written (a row moved, ``guard``'s read, sent
+    before the advances, did not hold, or the prepared statement was gone from the
+    session).
 
     The payloads are built before the query is sent, not while the server runs the
     advances, though that would hide their encoding (~0.2 ms a 1000-record batch): from
@@ -266,7 +271,7 @@ def append_remembered_committed(
         sql.ADVANCE_REMEMBERED_NAME,
         as_prepared(sql.ADVANCE_REMEMBERED, sql.ADVANCE_REMEMBERED_PARAMS),
     )
-    statements = []
+    statements = [] if guard is None else [guard.statement]
     for advance, entry, version in advances:
         params = _remembered_params(advance, entry, version)
         values = [params[name] for name in sql.ADVANCE_REMEMBERED_PARAMS]
@@ -275,16 +280,20 @@ def append_remembered_committed(
         with QueryCopies(
             conn, sql.COPY_RECORDS, len(payloads), committed=True, statements=statements
         ) as copies:
-            if any(advanced.ntuples == 0 for advanced in copies.results):
+            advances_done = copies.results[len(statements) - len(advances) :]
+            if guard is not None and not guard.holds(copies.results[0]):
+                copies.refuse("the guarding row moved")
+                return None
+            if any(advanced.ntuples == 0 for advanced in advances_done):
                 copies.refuse("a partition row moved")
                 return None
             copies.write(payloads)
             crash_point("append.in_one_query")  # every COPY's data given, the last not ended
     except psycopg.errors.InvalidSqlStatementName:  # deallocated: prepared again next time
-        unprepared(conn, sql.ADVANCE_REMEMBERED_NAME)
+        unprepared(conn)  # the guard's too: psycopg deallocates all after a ROLLBACK
         return None
     versions = []
-    for advanced in copies.results:
+    for advanced in advances_done:
         version_after = advanced.get_value(0, 2)
         assert version_after is not None
         versions.append(version_after.decode())

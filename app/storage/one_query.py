@@ -29,9 +29,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import errors, generators, pq
 from sqlalchemy import Connection
@@ -60,7 +60,12 @@ def prepare_once(conn: Connection, name: str, statement: str, types: Sequence[st
         return
     raw = driver_connection(conn)
     declared = f"({', '.join(types)})" if types else ""
-    _run(raw, f"PREPARE {name}{declared} AS {statement}".encode())
+    try:
+        _run(raw, f"PREPARE {name}{declared} AS {statement}".encode())
+    except errors.DuplicatePreparedStatement:
+        # Still there from before ``unprepared`` forgot every name on finding one gone: a
+        # name stands for one statement (``prepared_call``'s are its hash), so it is this.
+        pass
     info[key] = True
 
 
@@ -147,6 +152,16 @@ def _type_of(value: Any) -> str:
     ):
         return "bigint[]"
     return "unknown"
+
+
+class Guard(NamedTuple):
+    """A locking read that goes first in a one-query write of another layer's rows, and
+    whether its answer lets the write go (``holds``; otherwise it is refused, nothing
+    written): a layer deciding on a row it remembers, as the log does on its partition
+    rows, has the row checked in the same implicit transaction (docs/design.md §3.12)."""
+
+    statement: bytes
+    holds: Callable[[pq.abc.PGresult], bool]
 
 
 class QueryCopies:
