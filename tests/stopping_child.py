@@ -5,7 +5,9 @@ argv: database URL, the workload, the number of rounds. Workloads, on topic ``t`
 ``idempotent`` (five records to partition 0, flushed, per round), ``spread`` (one record
 to each of partitions 0-3 per round), ``transactional`` (a transaction of five records to
 partition 0 per round, id ``stopper``, its records sent with the commit: one request),
-``bare`` (the same, the records sent first and the commit a bare EndTxn), ``offsets``
+``bare`` (the same, the records sent first and the commit a bare EndTxn), ``flushed``
+(the same, each record flushed on its own: the transaction's requests after its first go
+on the id's remembered row), ``offsets``
 (as ``transactional``, with the consumer offsets of group ``g`` sent in each
 transaction), ``fencer`` (only ``init_transactions`` of the id ``victim``, whose
 transaction another process left open). Prints ``acked <value>`` for every record the
@@ -55,7 +57,7 @@ def main() -> None:
         fencer.close()
         print("done", flush=True)
         return
-    transactional = workload in ("transactional", "bare", "offsets")
+    transactional = workload in ("transactional", "bare", "flushed", "offsets")
     if transactional:
         config["transactional.id"] = name
     if workload in ("transactional", "offsets"):
@@ -82,6 +84,8 @@ def main() -> None:
                 partition = i % len(partitions)
                 report = None if transactional else _acked
                 producer.produce("t", value.encode(), partition=partition, on_delivery=report)
+                if workload == "flushed":
+                    assert producer.flush(120) == 0
             if group is not None:
                 producer.send_offsets_to_transaction([TopicPartition("in", 0, n + 1)], group, 120)
             if workload == "bare":
