@@ -102,6 +102,21 @@ def test_a_transactions_later_batches_go_in_one_query(broker: Broker, ways: Ways
     assert read_values(broker, "t", 0) == ["a", "b", "c"]
 
 
+def test_a_commit_with_no_batches_left_ends_the_transaction(broker: Broker, ways: Ways) -> None:
+    """A commit request whose batches all went before it (none left to carry) ends the
+    transaction as a bare EndTxn would; the remembered row is not in its way."""
+    d = TxnDriver(broker, "tx")
+    assert d.init() == 0
+    assert d.send("t", 0, "a").error_code == 0
+    assert d.send("t", 0, "b", register=False).error_code == 0
+    r = d.commit_with([])
+    assert r.end is not None and r.end.error_code == 0
+    assert r.batches == []
+    assert ways.taken == [False, True, False]  # a commit's batches never go this way
+    assert ways.refused == 0
+    assert read_values(broker, "t", 0) == ["a", "b"]
+
+
 def test_a_registration_in_the_produce_request_is_remembered(broker: Broker, ways: Ways) -> None:
     """KIP-890's registration inside the produce request moves the row; the request reads
     the version it leaves, and the transaction's next request goes in one query."""

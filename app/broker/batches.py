@@ -93,14 +93,15 @@ def _append_on_remembered_txn(
     row would refuse (a refusal is decided only on the row read under its lock), or any
     case the log's one-query append does not take."""
     conn = work.conn
-    tid = requests[0].transactional_id
     if (
-        tid is None
-        or work.context.settings.authorization
+        not requests
         or not work.commits
+        or work.context.settings.authorization
         or in_transaction(conn)
-        or any(not (r.is_transactional and r.transactional_id == tid) for r in requests)
     ):
+        return None
+    tid = requests[0].transactional_id
+    if tid is None or any(not (r.is_transactional and r.transactional_id == tid) for r in requests):
         return None
     memory = remembered_txn(conn, tid)
     if memory is None:
