@@ -12,6 +12,7 @@ that does go this way writes what the lock's way writes.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
@@ -35,6 +36,8 @@ from tests.txn_driver import (
     read_values,
     state_of,
 )
+
+HANG_GUARD_S = 120  # only against a hang; nothing is asserted about how long things take
 
 
 @pytest.fixture
@@ -245,32 +248,43 @@ def test_a_fence_racing_the_batches_leaves_none_after_the_abort(
     broker: Broker, elsewhere: BrokerContext
 ) -> None:
     """A producer sends batch after batch, most in one query on the remembered row, while
-    another process's instance fences it once it has sent some (counted, not timed): every
-    batch of the old epoch in the log is below the abort marker, and each batch was
-    either written and acknowledged or refused and absent."""
+    another process's instance fences it once it has sent some (counted, not timed): a
+    batch sent after the fence committed is refused, every batch of the old epoch in the
+    log is below the abort marker, and each batch was either written and acknowledged or
+    refused and absent. The sender stops at its first refusal, however many batches that
+    takes."""
     d = TxnDriver(broker, "tx")
     assert d.init() == 0
     assert d.send("t", 0, "first").error_code == 0
     epoch = d.producer_epoch
     sent = threading.Semaphore(0)
+    fenced = threading.Event()
     acknowledged: list[str] = []
     refused: list[str] = []
+    accepted_after_the_fence: list[str] = []
 
     def keep_sending() -> None:
-        for i in range(10_000):
+        for i in itertools.count():
             value = f"v{i}"
+            after_the_fence = fenced.is_set()
             r = d.send("t", 0, value, register=False)
             (acknowledged if r.error_code == 0 else refused).append(value)
             sent.release()
             if r.error_code:
                 return
+            if after_the_fence:
+                accepted_after_the_fence.append(value)
+                return
 
     sender = threading.Thread(target=keep_sending)
     sender.start()
     for _ in range(20):
-        sent.acquire()
+        assert sent.acquire(timeout=HANG_GUARD_S), "the sender stopped"
     assert TxnDriver(elsewhere, "tx").init() == 0
-    sender.join()
+    fenced.set()
+    sender.join(HANG_GUARD_S)
+    assert not sender.is_alive()
+    assert accepted_after_the_fence == []
     assert len(refused) == 1
     rows = records_of(broker, 0)
     marker = next(offset for offset, _, control, _ in rows if control)
