@@ -23,7 +23,7 @@ from sqlalchemy import text
 from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.client import Consumer, Producer, TopicPartition
-from app.protocol import OffsetFetchRequest
+from app.protocol import DescribeGroupsRequest, OffsetFetchRequest
 from tests.txn_driver import read_values
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,10 +160,17 @@ def test_group_member_killed_mid_stream_loses_and_duplicates_nothing(db_url: str
     records = 20_000
     setup_topics(db_url)
     broker = Broker.connect(db_url)
-    produce_input(db_url, 0, records // 2)
     a = start_copier(db_url, "copier-a", "--batch-size", "100")
     b = start_copier(db_url, "copier-b", "--batch-size", "100")
     try:
+        # The input's first half comes once both hold partitions: had a been alone for
+        # longer than it takes to copy it, b would have nothing to copy and never commit.
+        wait_until(
+            lambda: a.poll() is not None or b.poll() is not None or both_hold_partitions(broker),
+            "both copiers holding partitions",
+        )
+        assert a.poll() is None and b.poll() is None, stderr_of(a if a.poll() else b)
+        produce_input(db_url, 0, records // 2)
         # b is killed once it has committed a transaction, before the second half of the
         # input exists: mid-stream, most likely inside its next transaction. a takes over
         # its partitions once b's session times out (6 s), from b's offsets as its open
@@ -180,6 +187,12 @@ def test_group_member_killed_mid_stream_loses_and_duplicates_nothing(db_url: str
                 proc.kill()
                 proc.wait()
     check_output(db_url, expected_output(records))
+
+
+def both_hold_partitions(broker: Broker) -> bool:
+    [group] = broker.handle(DescribeGroupsRequest(("copiers",))).groups
+    holders = {m.client_id for m in group.members if m.partitions}
+    return group.state == "Stable" and holders == {"copier-a-consumer", "copier-b-consumer"}
 
 
 def commits_of(broker: Broker, transactional_id: str) -> int:
