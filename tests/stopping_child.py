@@ -7,7 +7,9 @@ to each of partitions 0-3 per round), ``transactional`` (a transaction of five r
 partition 0 per round, id ``stopper``, its records sent with the commit: one request),
 ``bare`` (the same, the records sent first and the commit a bare EndTxn), ``flushed``
 (the same, each record flushed on its own: the transaction's requests after its first go
-on the id's remembered row), ``offsets``
+on the id's remembered row), ``early`` (the same, the first record flushed on its own: a
+transaction's first request registering its partition, on the rows the last commit
+left, the rest sent with the commit), ``offsets``
 (as ``transactional``, with the consumer offsets of group ``g`` sent in each
 transaction), ``fencer`` (only ``init_transactions`` of the id ``victim``, whose
 transaction another process left open). Prints ``acked <value>`` for every record the
@@ -57,10 +59,10 @@ def main() -> None:
         fencer.close()
         print("done", flush=True)
         return
-    transactional = workload in ("transactional", "bare", "flushed", "offsets")
+    transactional = workload in ("transactional", "bare", "flushed", "early", "offsets")
     if transactional:
         config["transactional.id"] = name
-    if workload in ("transactional", "offsets"):
+    if workload in ("transactional", "early", "offsets"):
         config["linger.ms"] = 30_000  # the records wait for the commit, which takes them
     producer = Producer(config)
     group = None
@@ -84,7 +86,7 @@ def main() -> None:
                 partition = i % len(partitions)
                 report = None if transactional else _acked
                 producer.produce("t", value.encode(), partition=partition, on_delivery=report)
-                if workload == "flushed":
+                if workload == "flushed" or (workload == "early" and i == 0):
                     assert producer.flush(120) == 0
             if group is not None:
                 producer.send_offsets_to_transaction([TopicPartition("in", 0, n + 1)], group, 120)

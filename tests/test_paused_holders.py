@@ -261,6 +261,7 @@ COMMIT_POINTS = [
     ("commit.in_one_query", "transactional", True),  # the second commit, one query string
     ("append.in_copy", "transactional", True),  # the first commit, the lock's way: its COPY
     ("append.in_one_query", "flushed", True),  # a batch on the id's remembered row (§3.12)
+    ("register.in_one_query", "early", True),  # a transaction's first batch, one query string
     ("commit_request.before_commit", "transactional", False),  # every write done
     ("end_txn.after_prepare", "transactional", False),  # PREPARE written, not committed
     ("complete.after_marker", "transactional", False),

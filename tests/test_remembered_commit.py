@@ -33,11 +33,11 @@ from sqlalchemy import text
 
 from app.broker import Broker
 from app.broker import commit as commit_module
+from app.broker import produce as produce_module
 from app.client import ConsumerGroupMetadata, KafkaException, Producer, TopicPartition
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.storage import one_query as one_query_module
-from app.storage.one_query import QueryCopies
 from tests.backends import conninfo, holding, terminate, wait_for_blocked_backend
 from tests.txn_driver import TxnDriver, partition_offsets, read_values
 
@@ -62,14 +62,18 @@ class Ways:
     """Which way each combined commit went: "one" (one query string) or "lock"; and how
     many one-query commits were refused on their reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: list[str]) -> None:
         self.taken: list[str] = []
-        self.refused = 0
+        self.refusals = refusals
+
+    @property
+    def refused(self) -> int:
+        return len(self.refusals)
 
 
 @pytest.fixture
-def ways(monkeypatch: pytest.MonkeyPatch) -> Ways:
-    seen = Ways()
+def ways(monkeypatch: pytest.MonkeyPatch, refusals: list[str]) -> Ways:
+    seen = Ways(refusals)
     original = commit_module.commit_on_remembered
 
     def spy(context: Any, req: Any) -> Any:
@@ -77,14 +81,7 @@ def ways(monkeypatch: pytest.MonkeyPatch) -> Ways:
         seen.taken.append("lock" if answered is None else "one")
         return answered
 
-    refuse = QueryCopies.refuse
-
-    def counted(self: QueryCopies, why: str) -> None:
-        seen.refused += 1
-        refuse(self, why)
-
     monkeypatch.setattr(commit_module, "commit_on_remembered", spy)
-    monkeypatch.setattr(QueryCopies, "refuse", counted)
     return seen
 
 
@@ -567,6 +564,7 @@ class World:
         self.main = self._transactional(self.main_id)
         self.other = self._transactional(self.other_id, 0)
         self.other_open = False
+        self.main_open = False  # a transaction begun by "early" sends, not yet ended
         self.plain = Producer({"database.url": db_url, "linger.ms": 0})
 
     def _transactional(self, transactional_id: str, linger_ms: int = 5_000) -> Producer:
@@ -580,7 +578,9 @@ class World:
     def apply(self, op: tuple[Any, ...]) -> None:
         kind = op[0]
         if kind in ("commit", "abort"):
-            self.main.begin_transaction()
+            if not self.main_open:
+                self.main.begin_transaction()
+            self.main_open = False
             for partition, count in sorted(op[1].items()):
                 for k in range(count):
                     value = f"{kind}-{partition}-{k}".encode()
@@ -593,6 +593,14 @@ class World:
                 self.main.commit_transaction()
             else:
                 self.main.abort_transaction()
+        elif kind == "early":  # records flushed before the commit: the first registers
+            if not self.main_open:
+                self.main.begin_transaction()
+                self.main_open = True
+            for k in range(op[2]):
+                value = f"early-{op[1]}-{k}".encode()
+                self.main.produce(self.topic, value=value, partition=op[1], timestamp=7)
+            assert self.main.flush(30) == 0
         elif kind == "plain":
             for _ in range(op[2]):  # a batch each, as both topics' must be alike
                 self.plain.produce(self.topic, value=b"p", partition=op[1], timestamp=7)
@@ -609,6 +617,7 @@ class World:
         elif kind == "fence":
             self.main.close()
             self.main = self._transactional(self.main_id)
+            self.main_open = False
 
     def close(self) -> None:
         for p in (self.main, self.other, self.plain):
@@ -624,6 +633,7 @@ _OPS = st.lists(
             st.booleans(),  # with offsets
         ),
         st.tuples(st.just("plain"), st.integers(0, 2), st.integers(1, 4)),
+        st.tuples(st.just("early"), st.integers(0, 2), st.integers(1, 3)),
         st.tuples(st.just("open_other"), st.integers(0, 2)),
         st.tuples(st.just("commit_other")),
         st.tuples(st.just("lease")),
@@ -643,12 +653,14 @@ _OPS = st.lists(
 def test_any_interleaving_leaves_what_the_lock_way_leaves(
     db_url: str, broker: Broker, ways: Ways, monkeypatch: pytest.MonkeyPatch, ops: list[Any]
 ) -> None:
-    """Random runs of the producer's commits and aborts, some with a group's offsets, with
-    another producer's plain appends, another transaction opened and committed on the same
-    partitions, the lease moving and the producer fenced by a new instance in between,
-    each applied to two topics at once: on one the producer's commits may go in one
-    query, on the other every commit takes the lock's way. Both leave the same rows, the
-    group's offsets and their events included."""
+    """Random runs of the producer's commits and aborts, some with a group's offsets or
+    with records sent before them (the transaction's first request registering its
+    partitions), with another producer's plain appends, another transaction opened and
+    committed on the same partitions, the lease moving and the producer fenced by a new
+    instance in between, each applied to two topics at once: on one the producer's
+    registrations and commits may go in one query, on the other every one takes the
+    lock's way. Both leave the same rows, the group's offsets and their events
+    included."""
     tag = f"w{len(ways.taken)}x{random.randrange(1 << 30)}"
     with broker.engine.begin() as conn:  # the leases as no example moved them
         conn.execute(text("DELETE FROM coordinator_leases"))
@@ -662,7 +674,15 @@ def test_any_interleaving_leaves_what_the_lock_way_leaves(
             return None
         return original(context, req)
 
+    registering = produce_module.register_on_remembered
+
+    def registering_on_one_query(context: Any, req: Any) -> Any:
+        if req.add.transactional_id == lock_way.main_id:
+            return None
+        return registering(context, req)
+
     monkeypatch.setattr(commit_module, "commit_on_remembered", only_on_one_query)
+    monkeypatch.setattr(produce_module, "register_on_remembered", registering_on_one_query)
     try:
         for op in [("commit", {0: 1, 1: 1, 2: 1}, False), *ops, ("commit", {0: 1}, True)]:
             if op[0] == "lease":
@@ -724,13 +744,13 @@ def _taken_for_prepared(conn: Any, name: str, statement: str, types: Any = ()) -
     conn.connection.info[("kip98_prepared", name)] = True
 
 
-def test_a_commit_after_batches_sent_early_takes_the_lock_way_without_trying(
+def test_a_commit_after_batches_sent_early_goes_in_one_query_too(
     broker: Broker, producers: Any, ways: Ways
 ) -> None:
     """A transaction whose first batch went before the commit (a flush) registered its
-    partition then, moving the transactional id's row: the process forgets the row as its
-    last commit left it, so the commit takes the lock's way without a query string
-    refused in vain; the next transaction sent whole with its commit goes in one query."""
+    partition then, in one query string on the rows the last commit left, which the
+    process remembers as that request left them; the commit, over a partition holding the
+    producer's own open transaction, goes in one query string too, with no refusal."""
     p = producers("tx")
     transaction(p, {0: ["a"], 1: ["b"]})
     p.begin_transaction()
@@ -739,7 +759,7 @@ def test_a_commit_after_batches_sent_early_takes_the_lock_way_without_trying(
     p.produce("t", value=b"d", partition=1)
     p.commit_transaction()
     transaction(p, {0: ["e"], 1: ["f"]})
-    assert ways.taken == ["lock", "lock", "one"]
+    assert ways.taken == ["lock", "one", "one"]
     assert ways.refused == 0
     assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
 

@@ -28,7 +28,6 @@ from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, EndTxnRequest
 from app.storage.context import BrokerContext
-from app.storage.one_query import QueryCopies
 from tests.txn_driver import (
     TxnDriver,
     produce_many,
@@ -51,14 +50,18 @@ class Ways:
     """Per transactional produce request tried on the remembered id row: whether it went
     that way; and how many one-query writes were refused on their reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, refusals: list[str]) -> None:
         self.taken: list[bool] = []
-        self.refused = 0
+        self.refusals = refusals
+
+    @property
+    def refused(self) -> int:
+        return len(self.refusals)
 
 
 @pytest.fixture
-def ways(monkeypatch: pytest.MonkeyPatch) -> Ways:
-    seen = Ways()
+def ways(monkeypatch: pytest.MonkeyPatch, refusals: list[str]) -> Ways:
+    seen = Ways(refusals)
     original = batches_module._append_on_remembered_txn
 
     def spy(work: Any, requests: Any, columns: Any) -> Any:
@@ -66,14 +69,7 @@ def ways(monkeypatch: pytest.MonkeyPatch) -> Ways:
         seen.taken.append(answered is not None)
         return answered
 
-    refuse = QueryCopies.refuse
-
-    def counted(self: QueryCopies, why: str) -> None:
-        seen.refused += 1
-        refuse(self, why)
-
     monkeypatch.setattr(batches_module, "_append_on_remembered_txn", spy)
-    monkeypatch.setattr(QueryCopies, "refuse", counted)
     return seen
 
 

@@ -45,12 +45,17 @@ def decide(
     """The request on ``leased`` (its id's metadata and lease epoch) and ``locked`` (its
     partitions, None if the id is unknown). Its transitions (registration, PREPARE,
     COMPLETE) and its last writes (the partitions' advance, the markers) are queued on
-    ``work``: the caller sends them together once the request is decided."""
+    ``work``: the caller sends them together once the request is decided. A request
+    without ``end`` (a transaction's first batches, registering their partitions) stops
+    after its batches: the registered metadata is then ``work.loaded``'s."""
     end, add = req.end, req.add
-    assert end is not None
-    work.loaded[end.transactional_id] = leased.meta
+    tid = end.transactional_id if end is not None else add.transactional_id if add else None
+    assert tid is not None
+    work.loaded[tid] = leased.meta
     work.locked = None if locked is None else locked.rows
     registered, responses = append_batches(work, req.batches, add)
+    if end is None:
+        return Decided(ProduceBatchesResponse(responses, registered))
     failed_batch = registered is not None and registered.error_code != KafkaError.NO_ERROR
     if failed_batch or any(r.error_code != KafkaError.NO_ERROR for r in responses):
         not_attempted = EndTxnResponse(KafkaError.OPERATION_NOT_ATTEMPTED, -1, -1, NOT_ATTEMPTED)

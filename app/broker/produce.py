@@ -27,6 +27,7 @@ from __future__ import annotations
 from app.broker.batches import append_batches
 from app.broker.commit import produce_and_end_txn
 from app.broker.commit_decision import answer
+from app.broker.commit_remembered import register_on_remembered
 from app.broker.work import Work
 from app.coordinator.txn_log import remember_txn, written_txn
 from app.errors import KafkaError
@@ -96,6 +97,10 @@ def acks_refusal(req: ProduceBatchesRequest) -> str | None:
 def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
     answered: ProduceBatchesResponse | None = None
     try:
+        if req.add is not None:
+            answered = register_on_remembered(context, req)
+            if answered is not None:
+                return answered
         with lazy_transaction(context.engine) as conn:
             if req.acks != ACKS_ALL:
                 conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])

@@ -16,10 +16,11 @@ After a wait for the locks, the producer's states are read once more (see
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg import pq
 from sqlalchemy import Connection
 
 from app.errors import KafkaError, fail
@@ -37,12 +38,16 @@ from app.log.partition_lock import (
 from app.log.producer_state import Marker, ProducerEntry, apply_marker, validate_marker
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
+from app.storage.one_query import prepared_call
 
 __all__ = [
     "Marker",
     "MarkerLocks",
+    "hidden_by_own",
     "lock_for_markers",
     "others_first_open",
+    "others_first_open_query",
+    "others_match",
     "write_txn_markers",
 ]
 
@@ -97,16 +102,58 @@ def lock_for_markers(
 
 
 def others_first_open(rows: dict[TopicPartition, PartitionRow]) -> dict[TopicPartition, int]:
-    """``MarkerLocks.others_first_open`` as it follows from rows where the producer has no
-    open transaction: by the LSO's invariant (``lso``), below the row's next offset exactly
-    when another's transaction is open, and then that transaction's first offset. (Every
-    write of a producer's state on a partition also writes the partition's row: while
-    the row is the version these came from, so are the other producers' states.)"""
+    """``MarkerLocks.others_first_open`` as it follows from rows holding the producer's
+    state, by the LSO's invariant (``lso``: the first offset of the earliest transaction
+    still open, else the next offset): below the producer's own open transaction's first
+    offset, or below the next offset where it has none, the LSO is another's, and its
+    first offset. Where the producer's own transaction is the earliest open, another's
+    opened after it does not show: ``hidden_by_own`` names those partitions, for the
+    caller to read them (``others_first_open_query``). (Every write of a producer's state
+    on a partition also writes the partition's row: while the row is the version these
+    came from, so are the other producers' states.)"""
     return {
         tp: row.last_stable_offset
         for tp, row in rows.items()
-        if row.last_stable_offset < row.next_offset
+        if row.last_stable_offset < _own_limit(row)
     }
+
+
+def hidden_by_own(rows: dict[TopicPartition, PartitionRow]) -> list[TopicPartition]:
+    """The partitions where the producer's own open transaction is the earliest: whether
+    another's is open behind it is not in the row (``others_first_open``)."""
+    return [
+        tp
+        for tp, row in rows.items()
+        if row.s_txn_first_offset is not None and row.last_stable_offset == row.s_txn_first_offset
+    ]
+
+
+def _own_limit(row: PartitionRow) -> int:
+    return row.next_offset if row.s_txn_first_offset is None else row.s_txn_first_offset
+
+
+def others_first_open_query(
+    conn: Connection, partitions: Sequence[TopicPartition], producer_id: int
+) -> bytes:
+    """FIRST_OPEN_TXN_OFFSETS as a statement of a query string (``storage.one_query``),
+    placed after the statement locking ``partitions``: what ``lock_for_markers`` reads,
+    for ``others_match``."""
+    params = {
+        "topics": [t for t, _ in partitions],
+        "partitions": [p for _, p in partitions],
+        "producer_id": producer_id,
+    }
+    return prepared_call(conn, sql.FIRST_OPEN_TXN_OFFSETS, params)
+
+
+def others_match(result: pq.abc.PGresult, expected: dict[TopicPartition, int]) -> bool:
+    """Whether ``others_first_open_query`` found exactly ``expected``."""
+    found = {}
+    for i in range(result.ntuples):
+        topic, partition, first = (result.get_value(i, c) for c in range(3))
+        assert topic is not None and partition is not None and first is not None
+        found[(topic.decode(), int(partition))] = int(first)
+    return found == expected
 
 
 @dataclass(frozen=True)
