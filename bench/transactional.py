@@ -289,35 +289,42 @@ each commit; against the same loop without the offsets, `--txn-rounds` rounds ta
 turns to lead, each side on a fresh database, median of the rounds' ratios."""
 
 TXN_100MS_NOTE = """\
-**Transactions every 100 ms (target 0.97): 0.91 (0.91-0.93) in 0.22.0's table, below
-the target; its floor, the idempotent Producer waiting for its records every 100 ms, is
-0.98, so no floor holds it there; against that floor 0.95 (0.94-0.96).** Timed by
-phase in 0.21.0 (300,000 records, rounds side by side): the commits were not the
-cost. The EndTxn always goes with the last batches, so a commit blocks no longer than a
-flush for the same records, and one transaction over the whole run, with no commit in
-between, was just as slow (0.83-0.87). What cost was each produce request of a
-transaction: 7.0-7.5 µs of the sender's time per record against 6.3-6.4 µs for the
-idempotent producer. A transactional batch was admitted first, by reading its
-transactional id's row FOR SHARE (rule 6), so its request was no longer the first thing
-its DB transaction ran, and it took the lock's way (BEGIN, the row, the lock, COPY,
-advance, COMMIT) where an idempotent request is one query string (§3.9). In 0.22.0 the
-process remembers the id's row with its version, and a transaction's next requests go
-as that one query string, its first statement taking the row FOR SHARE and checking the
-version (§3.12, rule 53): the same run before and after, 0.90 (0.87-0.91) → 0.91
-(0.91-0.93) against the idempotent Producer, 0.89 (0.88-0.93) → 0.95 (0.94-0.96) against
-the floor. What is left per 100 ms: the transaction's first request, which registers its
-partitions (KIP-890) under the row's FOR UPDATE lock, and the commit, which goes the
-lock's way because the partitions hold the producer's own open transaction (§3.11 goes
-one query only when they do not: a row's LSO cannot tell whether another producer's
-transaction opened behind it); and the client's coordinator loop, ~1-2% (passes of 4-20
-ms, one a second)."""
+**Transactions every 100 ms (target 0.97): 0.95 (0.89-1.00) in 0.23.0's table (five
+runs; two runs of three the same session: 0.96 and 0.97), at its floor, which keeps it
+at the target's edge: the idempotent Producer waiting for its records every 100 ms, as
+a commit makes the application wait, is 0.96 (0.92-1.03) of the idempotent Producer
+(0.95 and 0.97 in the other runs), and the transactional Producer is 0.96 (0.94-0.99)
+of that floor (1.00 and 0.97).** What a transaction adds beyond the wait is now within
+the rounds' spread; the wait itself is the floor's cost: while the application waits,
+the sender drains what it holds, then idles until the next batch fills or lingers out.
+How it got here. 0.21.0 timed it by phase: each produce request of a transaction cost
+more of the sender's time than an idempotent one (7.0-7.5 against 6.3-6.4 µs a
+record), because a transactional batch was admitted by reading its transactional id's
+row FOR SHARE (rule 6) before anything else, which kept it from the one query string
+(§3.9) and sent it the lock's way. 0.22.0 remembers the id's row with its version, and
+a transaction's later requests go as one query string that checks it (§3.12, rule 53):
+0.90 → 0.91 against the idempotent Producer, 0.89 → 0.95 against the floor. 0.23.0
+timed each kind of request (four rounds side by side with the floor, 100,000 records):
+the transactional sender spent 65 ms more than the floor's over ~0.7 s, all of it in
+two requests a transaction, its first, which registers its partitions (11.8 µs a record
+against 6.6 in a later request), and its commit (8.9 µs). Both still took the lock's
+way: ten and nine round trips, each of which waits for the application's thread, busy
+producing, to hand over the interpreter lock (`app/client/handoff.py`). Both now go in
+one query string on the rows the id's last request left (§3.11): the registration as a
+commit does, and a commit whose partitions hold its own open transaction with a read of
+the other producers' open transactions after its locks (rule 14). The same run before
+and after: 0.92 (0.90-0.94) → 0.95-0.97 against the idempotent Producer, 0.94
+(0.93-0.96) → 0.96-1.00 against the floor. The client's coordinator loop costs nothing
+measurable here (eight rounds with and without it: 0.96 both)."""
 
 TRANSACTIONAL_NOTE = """\
-**Transactional / idempotent (target 0.85 on the median of rounds): 0.55 (0.47-0.58)
-in 0.22.0's table (0.57 in 0.20.0's and 0.18.0's, 0.56 in 0.17.0's), from 0.69 in
-0.16.0's; its floor 0.61 (0.57-0.61), below the target; transactional / floor 0.92
-(0.82-0.93), 0.87 in 0.20.0's (a transaction's batches sent before its commit now go
-in one query string, §3.12).** Timed by
+**Transactional / idempotent (target 0.85 on the median of rounds): 0.57 (0.56-0.59)
+in 0.23.0's table (0.55 in 0.22.0's, 0.57 in 0.20.0's and 0.18.0's, 0.56 in 0.17.0's),
+from 0.69 in 0.16.0's; its floor 0.62 (0.61-0.63), below the target; transactional /
+floor 0.90 (0.88-0.91), 0.92 in 0.22.0's, 0.87 in 0.20.0's (a transaction's batches
+sent before its commit go in one query string, §3.12, and in 0.23.0 its first request
+and its commit too, §3.11: 0.22.0's code and 0.23.0's in the same session, 0.54 → 0.57,
+126,000 → 137,000 records/s).** Timed by
 phase in 0.19.0 (three runs of 200 transactions each): the transactional Producer's
 1000 `produce()` calls 1.38 ms against the flushing idempotent one's 1.21 ms, its
 commit 4.6 ms against the flush's 4.05 ms, of which ~0.3 ms more waiting on the
