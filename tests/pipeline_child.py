@@ -1,9 +1,9 @@
 """A process the session-bounds tests pause with SIGSTOP while a pipeline of its waits:
 ``markers`` locks partition t/0 for markers (``markers.lock_for_markers``) while the test
 holds that row, so its statement waits for the lock; ``writes`` sends a request's last
-writes (``WriteBehind``), the first of which takes a while; ``read`` does too, with a
-read after them in the same round trip (as a TxnOffsetCommit reads the version it
-leaves).
+writes (``WriteBehind``), the first of which waits for that row too; ``read`` does too,
+with a read after them in the same round trip (as a TxnOffsetCommit reads the version
+it leaves).
 
 argv: database URL, ``markers``, ``writes`` or ``read``. Prints its backend's pid, then
 waits.
@@ -28,7 +28,7 @@ def main() -> None:
             lock_for_markers(conn, [("t", 0)], producer_id=1)
         else:
             writes = WriteBehind()
-            writes.add("SELECT pg_sleep(2)", {})
+            writes.add("SELECT 1 FROM partitions WHERE topic = 't' FOR UPDATE", {})
             writes.add("SELECT 1", {})
             read = ("SELECT %(n)s", {"n": 7}) if sys.argv[2] == "read" else None
             assert writes.send(conn, read) == ((7,) if read else None)

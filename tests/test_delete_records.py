@@ -222,6 +222,15 @@ def _trim_repeatedly(db_url: str, stop: threading.Event, trims: list[int]) -> No
         time.sleep(0.01)
 
 
+def _trimmed(trims: list[int], least: int) -> None:
+    """Wait until the trimmer has trimmed ``least`` times (a hang guard only): the writer
+    goes on only then, so the trims land while it writes, however fast either runs."""
+    deadline = time.monotonic() + 120
+    while len(trims) < least:
+        assert time.monotonic() < deadline, f"the partition was trimmed {len(trims)} times"
+        time.sleep(0.01)
+
+
 def test_an_idempotent_librdkafka_producer_goes_on_exactly_once(
     db_url: str, broker: Broker
 ) -> None:
@@ -239,6 +248,8 @@ def test_an_idempotent_librdkafka_producer_goes_on_exactly_once(
             reports: list[Any] = []
             for round_ in range(30):
                 reports += delivered(producer, 20, topic="t", partition=0, key=str(round_))
+                if round_ % 10 == 9:  # a trim of what the last ten rounds wrote
+                    _trimmed(trims, round_ // 10 + 1)
         finally:
             stop.set()
             trimmer.join(30)
@@ -274,6 +285,8 @@ def test_a_transactional_librdkafka_producer_goes_on_exactly_once(
                 else:
                     producer.commit_transaction(30)
                     committed += values
+                if t in (8, 18):  # trims between the transactions, up to the last commit
+                    _trimmed(trims, 1 if t == 8 else 2)
             stop.set()
             trimmer.join(30)
             last = trims[-1] if trims else 0

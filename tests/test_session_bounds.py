@@ -156,8 +156,8 @@ def test_a_paused_transactional_producer_is_fenced_by_its_successor(
     ("mode", "waiting"),
     [
         ("markers", ("active", "Lock")),
-        ("writes", ("active", "Timeout")),
-        ("read", ("active", "Timeout")),
+        ("writes", ("active", "Lock")),
+        ("read", ("active", "Lock")),
     ],
 )
 def test_a_process_paused_while_its_pipeline_waits_is_bounded(
