@@ -169,7 +169,7 @@ def test_group_member_killed_mid_stream_loses_and_duplicates_nothing(db_url: str
             lambda: a.poll() is not None or b.poll() is not None or both_hold_partitions(broker),
             "both copiers holding partitions",
         )
-        assert a.poll() is None and b.poll() is None, stderr_of(a if a.poll() else b)
+        assert a.poll() is None and b.poll() is None, stderr_of(a if a.poll() is not None else b)
         produce_input(db_url, 0, records // 2)
         # b is killed once it has committed a transaction, before the second half of the
         # input exists: mid-stream, most likely inside its next transaction. a takes over
