@@ -79,12 +79,34 @@ def request_frame(api_key: int, version: int, body: Any) -> bytes:
     return struct.pack(">i", len(buffer.getvalue())) + buffer.getvalue()
 
 
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``, however many reads they take; fewer if it closes first.
+    (``recv(n, MSG_WAITALL)`` alone is not enough: a socket with a timeout is non-blocking
+    underneath, and there it returns what has arrived so far, so a large answer that
+    comes in pieces was read cut short, at random.)"""
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """One response frame (without its size); b"" if the connection closed instead."""
+    head = read_exactly(sock, 4)
+    if len(head) < 4:
+        return b""
+    return read_exactly(sock, struct.unpack(">i", head)[0])
+
+
 def read_response(sock: socket.socket, api_key: int, version: int) -> Any:
     from kio.index import load_response_schema
     from kio.serial import entity_reader
 
-    size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
-    frame = sock.recv(size, socket.MSG_WAITALL)
+    frame = read_frame(sock)
     schema = load_response_schema(api_key, version)
     _, offset = entity_reader(schema.__header_schema__)(frame, 0)
     return entity_reader(schema)(frame, offset)[0]

@@ -85,15 +85,22 @@ def create_acls(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         )
         for c in request.creations
     ]  # fmt: skip
-    hosts = [c.host for c in request.creations if not _any_host(c.host)]
-    if hosts:
-        message = f"ACLs hold for every host ({ANY_HOST}); refused: {hosts}"
-        results = [{"error_code": KafkaError.INVALID_REQUEST, "error_message": message}]
-        return {"results": results * len(bindings)}
+    if not all(_any_host(c.host) for c in request.creations):
+        return {"results": [_refused_for_host(c.host) for c in request.creations]}
     answers = broker.handle(CreateAclsRequest(bindings)).results
     return {
         "results": [{"error_code": a.error_code, "error_message": a.error_message} for a in answers]
     }
+
+
+def _refused_for_host(host: str | None) -> dict[str, Any]:
+    """A creation of a request that names a host: each result says its own reason only
+    (one that listed every refused host made an answer quadratic in the request)."""
+    if _any_host(host):
+        message = "not created: another ACL of the request names a host"
+    else:
+        message = f"ACLs hold for every host ({ANY_HOST}), not for host {host!r}"
+    return {"error_code": KafkaError.INVALID_REQUEST, "error_message": message}
 
 
 def describe_acls(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
