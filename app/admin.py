@@ -467,7 +467,10 @@ class AdminClient(Closing):
         r = self._send(OffsetFetchRequest(group_id))
         _check(r.error_code, r.error_message)
         return [
-            TopicPartition(t, p, om.offset, om.metadata) for (t, p), om in sorted(r.offsets.items())
+            TopicPartition(
+                t, p, om.offset, om.metadata, None if om.leader_epoch < 0 else om.leader_epoch
+            )
+            for (t, p), om in sorted(r.offsets.items())
         ]
 
     def delete_consumer_groups(self, group_ids: list[str], **_: Any) -> dict[str, Future[None]]:

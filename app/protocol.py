@@ -549,6 +549,9 @@ TopicPartitionKey = tuple[str, int]
 class OffsetAndMetadata:
     offset: int
     metadata: str | None = None
+    # KIP-320: the leader epoch of the last record consumed before ``offset``, kept with
+    # it and handed back by OffsetFetch so a consumer can detect a truncated log (-1: none).
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True)

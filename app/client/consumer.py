@@ -367,7 +367,13 @@ class Consumer(Closing):
             out.append(
                 TopicPartition(tp.topic, tp.partition, OFFSET_INVALID)
                 if om is None
-                else TopicPartition(tp.topic, tp.partition, om.offset, om.metadata)
+                else TopicPartition(
+                    tp.topic,
+                    tp.partition,
+                    om.offset,
+                    om.metadata,
+                    None if om.leader_epoch < 0 else om.leader_epoch,
+                )
             )
         return out
 

@@ -247,7 +247,9 @@ class GroupMember:
 
     def commit(self, offsets: list[TopicPartition]) -> list[TopicPartition]:
         values = {
-            (tp.topic, tp.partition): OffsetAndMetadata(tp.offset, tp.metadata)
+            (tp.topic, tp.partition): OffsetAndMetadata(
+                tp.offset, tp.metadata, -1 if tp.leader_epoch is None else tp.leader_epoch
+            )
             for tp in offsets
             if tp.offset >= 0
         }

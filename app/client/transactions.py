@@ -203,7 +203,9 @@ class Transactions:
                 )
             )
         offsets = {
-            (tp.topic, tp.partition): OffsetAndMetadata(tp.offset, tp.metadata)
+            (tp.topic, tp.partition): OffsetAndMetadata(
+                tp.offset, tp.metadata, -1 if tp.leader_epoch is None else tp.leader_epoch
+            )
             for tp in positions
             if tp.offset >= 0
         }

@@ -48,10 +48,14 @@ def metadata_length(metadata: str) -> int:
 
 
 def offset_refusal(om: OffsetAndMetadata, max_metadata: int) -> KafkaException | None:
-    """Pure checks of one partition's offset: a position (>= 0), and metadata that is a
+    """Pure checks of one partition's offset: a position (>= 0), a leader epoch (-1 for
+    none, KIP-320), and metadata that is a
     string Kafka's wire can carry (any, NUL included) within offset.metadata.max.bytes."""
     if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
         return fail(KafkaError.INVALID_REQUEST, f"offset {om.offset!r} must be >= 0")
+    epoch = om.leader_epoch
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not -1 <= epoch < 2**31:
+        return fail(KafkaError.INVALID_REQUEST, f"leader epoch {epoch!r} must be an int32 >= -1")
     metadata = om.metadata
     if metadata is None:
         return None
@@ -131,6 +135,7 @@ def _columns(offsets: dict[TopicPartitionKey, OffsetAndMetadata]) -> dict[str, l
         "partitions": [p for _, p in keys],
         "offsets": [offsets[k].offset for k in keys],
         "metadata": [stored_metadata(offsets[k].metadata) for k in keys],
+        "leader_epochs": [offsets[k].leader_epoch for k in keys],
     }
 
 
@@ -222,7 +227,7 @@ def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchR
             rows = conn.execute(sql.FETCH_COMMITTED, {"group_id": req.group_id}).all()
         found = {
             (r.topic, r.partition): OffsetAndMetadata(
-                r.committed_offset, metadata_of_stored(r.metadata)
+                r.committed_offset, metadata_of_stored(r.metadata), r.committed_leader_epoch
             )
             for r in rows
             if wanted is None or (r.topic, r.partition) in wanted

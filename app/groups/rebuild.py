@@ -27,7 +27,7 @@ def compute_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
     for e in conn.execute(sql.OFFSET_EVENTS):
         key = (e.group_id, e.topic, e.partition)
         if e.kind == "commit":
-            committed[key] = (*key, e.committed_offset, e.metadata, e.commit_ms)
+            committed[key] = (*key, e.committed_offset, e.metadata, e.commit_ms, _epoch(e))
         elif e.kind == "txn_pending":
             pending[(*key, e.producer_id)] = (
                 *key,
@@ -36,9 +36,10 @@ def compute_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
                 e.committed_offset,
                 e.metadata,
                 e.commit_ms,
+                _epoch(e),
             )
         elif e.kind == "txn_commit":
-            committed[key] = (*key, e.committed_offset, e.metadata, e.commit_ms)
+            committed[key] = (*key, e.committed_offset, e.metadata, e.commit_ms, _epoch(e))
             pending.pop((*key, e.producer_id), None)
         elif e.kind == "txn_abort":
             pending.pop((*key, e.producer_id), None)
@@ -52,6 +53,12 @@ def compute_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
         "group_offsets": sorted(committed.values()),
         "pending_txn_offsets": sorted(pending.values()),
     }
+
+
+def _epoch(event: Any) -> int:
+    """The leader epoch an event committed (events logged before it was kept have none)."""
+    epoch = event.committed_leader_epoch
+    return -1 if epoch is None else int(epoch)
 
 
 def live_group_offsets(conn: Connection) -> dict[str, list[tuple[Any, ...]]]:
@@ -69,7 +76,7 @@ def rebuild_group_offsets(
         conn.execute(
             sql.INSERT_GROUP_OFFSET,
             [
-                dict(zip(("g", "t", "p", "o", "m", "ts"), r, strict=True))
+                dict(zip(("g", "t", "p", "o", "m", "ts", "e"), r, strict=True))
                 for r in rows["group_offsets"]
             ],
         )
@@ -77,7 +84,7 @@ def rebuild_group_offsets(
         conn.execute(
             sql.INSERT_PENDING_TXN_OFFSET,
             [
-                dict(zip(("g", "t", "p", "pid", "ep", "o", "m", "ts"), r, strict=True))
+                dict(zip(("g", "t", "p", "pid", "ep", "o", "m", "ts", "e"), r, strict=True))
                 for r in rows["pending_txn_offsets"]
             ],
         )

@@ -10,22 +10,23 @@ from sqlalchemy import text
 LOG_PENDING_OUTCOME = text(
     """
     INSERT INTO offset_commit_log (group_id, topic, partition, kind, committed_offset, metadata,
-                                   producer_id, producer_epoch, commit_ms)
+                                   producer_id, producer_epoch, commit_ms, committed_leader_epoch)
     SELECT group_id, topic, partition, :kind, committed_offset, metadata, producer_id,
-           producer_epoch, :now
+           producer_epoch, :now, committed_leader_epoch
     FROM pending_txn_offsets WHERE producer_id = :producer_id
     ORDER BY group_id, topic, partition
     """
 )
 APPLY_PENDING = text(
     """
-    INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms)
-    SELECT group_id, topic, partition, committed_offset, metadata, :now
+    INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms,
+                               committed_leader_epoch)
+    SELECT group_id, topic, partition, committed_offset, metadata, :now, committed_leader_epoch
     FROM pending_txn_offsets WHERE producer_id = :producer_id
     ORDER BY group_id, topic, partition
     ON CONFLICT (group_id, topic, partition) DO UPDATE SET
         committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata,
-        commit_ms = EXCLUDED.commit_ms
+        commit_ms = EXCLUDED.commit_ms, committed_leader_epoch = EXCLUDED.committed_leader_epoch
     """
 )
 DROP_PENDING = text("DELETE FROM pending_txn_offsets WHERE producer_id = :producer_id")
@@ -97,39 +98,42 @@ EXISTING_PARTITIONS = text(
 LOG_COMMITS = text(
     """
     INSERT INTO offset_commit_log (group_id, topic, partition, kind, committed_offset, metadata,
-                                   producer_id, producer_epoch, commit_ms)
-    SELECT :group_id, t, p, :kind, o, m, :producer_id, :producer_epoch, :now
+                                   producer_id, producer_epoch, commit_ms, committed_leader_epoch)
+    SELECT :group_id, t, p, :kind, o, m, :producer_id, :producer_epoch, :now, e
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[]), CAST(:leader_epochs AS int[])) AS u(t, p, o, m, e)
     """
 )
 UPSERT_COMMITTED = text(
     """
-    INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms)
-    SELECT :group_id, t, p, o, m, :now
+    INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_ms,
+                               committed_leader_epoch)
+    SELECT :group_id, t, p, o, m, :now, e
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[]), CAST(:leader_epochs AS int[])) AS u(t, p, o, m, e)
     ORDER BY t, p
     ON CONFLICT (group_id, topic, partition) DO UPDATE SET
         committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata,
-        commit_ms = EXCLUDED.commit_ms
+        commit_ms = EXCLUDED.commit_ms, committed_leader_epoch = EXCLUDED.committed_leader_epoch
     """
 )
 UPSERT_PENDING = text(
     """
     INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch,
-                                     committed_offset, metadata, commit_ms)
-    SELECT :group_id, t, p, :producer_id, :producer_epoch, o, m, :now
+                                     committed_offset, metadata, commit_ms, committed_leader_epoch)
+    SELECT :group_id, t, p, :producer_id, :producer_epoch, o, m, :now, e
     FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]), CAST(:offsets AS bigint[]),
-                CAST(:metadata AS bytea[])) AS u(t, p, o, m)
+                CAST(:metadata AS bytea[]), CAST(:leader_epochs AS int[])) AS u(t, p, o, m, e)
     ORDER BY t, p
     ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET
         producer_epoch = EXCLUDED.producer_epoch, committed_offset = EXCLUDED.committed_offset,
-        metadata = EXCLUDED.metadata, commit_ms = EXCLUDED.commit_ms
+        metadata = EXCLUDED.metadata, commit_ms = EXCLUDED.commit_ms,
+        committed_leader_epoch = EXCLUDED.committed_leader_epoch
     """
 )
 FETCH_COMMITTED = text(
-    "SELECT topic, partition, committed_offset, metadata FROM group_offsets WHERE group_id = :group_id"
+    "SELECT topic, partition, committed_offset, metadata, committed_leader_epoch "
+    "FROM group_offsets WHERE group_id = :group_id"
 )
 PENDING_FOR_GROUP = text(
     "SELECT DISTINCT topic, partition FROM pending_txn_offsets WHERE group_id = :group_id"
@@ -261,23 +265,25 @@ TOPIC_PARTITIONS = text("SELECT topic, num_partitions FROM topics WHERE topic = 
 
 OFFSET_EVENTS = text(
     "SELECT group_id, topic, partition, kind, committed_offset, metadata, producer_id, "
-    "producer_epoch, commit_ms FROM offset_commit_log ORDER BY event_id"
+    "producer_epoch, commit_ms, committed_leader_epoch FROM offset_commit_log ORDER BY event_id"
 )
 LIVE_GROUP_OFFSETS = text(
-    "SELECT group_id, topic, partition, committed_offset, metadata, commit_ms FROM group_offsets"
+    "SELECT group_id, topic, partition, committed_offset, metadata, commit_ms, "
+    "committed_leader_epoch FROM group_offsets"
 )
 LIVE_PENDING_TXN_OFFSETS = text(
     "SELECT group_id, topic, partition, producer_id, producer_epoch, committed_offset, metadata, "
-    "commit_ms FROM pending_txn_offsets"
+    "commit_ms, committed_leader_epoch FROM pending_txn_offsets"
 )
 LOCK_OFFSET_PROJECTIONS = text("LOCK TABLE group_offsets, pending_txn_offsets IN EXCLUSIVE MODE")
 CLEAR_GROUP_OFFSETS = text("DELETE FROM group_offsets")
 CLEAR_PENDING_TXN_OFFSETS = text("DELETE FROM pending_txn_offsets")
 INSERT_GROUP_OFFSET = text(
     "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, "
-    "commit_ms) VALUES (:g, :t, :p, :o, :m, :ts)"
+    "commit_ms, committed_leader_epoch) VALUES (:g, :t, :p, :o, :m, :ts, :e)"
 )
 INSERT_PENDING_TXN_OFFSET = text(
     "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, "
-    "committed_offset, metadata, commit_ms) VALUES (:g, :t, :p, :pid, :ep, :o, :m, :ts)"
+    "committed_offset, metadata, commit_ms, committed_leader_epoch) "
+    "VALUES (:g, :t, :p, :pid, :ep, :o, :m, :ts, :e)"
 )

@@ -396,7 +396,8 @@ def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         by_topic.setdefault(topic, []).append(
             {"partition_index": partition, "error_code": code,
              "committed_offset": -1 if found is None else found.offset,
-             "committed_leader_epoch": -1, "metadata": None if found is None else found.metadata}
+             "committed_leader_epoch": -1 if found is None else found.leader_epoch,
+             "metadata": None if found is None else found.metadata}
         )  # fmt: skip
     topics = [{"name": t, "partitions": p} for t, p in by_topic.items()]
     return {"topics": topics, "error_code": a.error_code}
@@ -404,7 +405,9 @@ def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 
 def _offsets(topics: Any) -> dict[tuple[str, int], OffsetAndMetadata]:
     return {
-        (t.name, p.partition_index): OffsetAndMetadata(p.committed_offset, p.committed_metadata)
+        (t.name, p.partition_index): OffsetAndMetadata(
+            p.committed_offset, p.committed_metadata, getattr(p, "committed_leader_epoch", -1)
+        )
         for t in topics
         for p in t.partitions
     }

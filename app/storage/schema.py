@@ -325,6 +325,8 @@ offset_commit_log = Table(
     Column("producer_id", BigInteger),
     Column("producer_epoch", SmallInteger),
     Column("commit_ms", BigInteger, nullable=False),
+    # KIP-320's leader epoch committed with the offset (-1: none; NULL on 'delete' events).
+    Column("committed_leader_epoch", Integer),
 )
 
 group_offsets = Table(
@@ -336,6 +338,7 @@ group_offsets = Table(
     Column("committed_offset", BigInteger, nullable=False),
     Column("metadata", LargeBinary),
     Column("commit_ms", BigInteger, nullable=False),
+    Column("committed_leader_epoch", Integer, nullable=False, server_default=text("-1")),
     PrimaryKeyConstraint("group_id", "topic", "partition"),
 )
 
@@ -350,6 +353,7 @@ pending_txn_offsets = Table(
     Column("committed_offset", BigInteger, nullable=False),
     Column("metadata", LargeBinary),
     Column("commit_ms", BigInteger, nullable=False),
+    Column("committed_leader_epoch", Integer, nullable=False, server_default=text("-1")),
     PrimaryKeyConstraint("group_id", "topic", "partition", "producer_id"),
 )
 
