@@ -1129,6 +1129,9 @@ CLUSTER_NAME = "kafka-cluster"
 LITERAL = "literal"
 PREFIXED = "prefixed"
 PATTERN_TYPES = (LITERAL, PREFIXED)
+# A filter's pattern type only (Kafka's PatternType.MATCH): the ACLs that would decide
+# about the resource named, whatever their pattern (app.security.rules.filter_matches).
+MATCH = "match"
 
 READ = "read"
 WRITE = "write"
@@ -1216,7 +1219,7 @@ def validate_filter(acl_filter: object) -> AclBindingFilter:
         )
     for value, allowed, what in (
         (acl_filter.resource_type, RESOURCE_TYPES, "resource type"),
-        (acl_filter.pattern_type, PATTERN_TYPES, "pattern type"),
+        (acl_filter.pattern_type, (*PATTERN_TYPES, MATCH), "pattern type"),
         (acl_filter.operation, OPERATIONS, "operation"),
         (acl_filter.permission, PERMISSIONS, "permission"),
     ):

@@ -35,6 +35,7 @@ from app.protocol import (
     DESCRIBE,
     GROUP,
     LITERAL,
+    MATCH,
     OPERATIONS,
     PATTERN_TYPES,
     PERMISSIONS,
@@ -45,6 +46,7 @@ from app.protocol import (
     TRANSACTIONAL_ID,
     WRITE,
     AclBinding,
+    AclBindingFilter,
     check_text,
     validate_binding,
 )
@@ -52,10 +54,10 @@ from app.protocol import (
 __all__ = [
     "ALL", "ALLOW", "ALTER", "ANONYMOUS", "ANY_NAME", "ANY_PRINCIPAL", "CLUSTER",
     "CLUSTER_ACTION", "CLUSTER_NAME", "CREATE", "DELETE", "DENY", "DESCRIBE", "GROUP",
-    "LITERAL", "OPERATIONS", "PATTERN_TYPES", "PERMISSIONS", "PREFIXED", "READ",
+    "LITERAL", "MATCH", "OPERATIONS", "PATTERN_TYPES", "PERMISSIONS", "PREFIXED", "READ",
     "RESOURCE_TYPES", "TOPIC", "TRANSACTIONAL_ID", "WRITE", "AclBinding", "Check",
-    "applies_to", "check_text", "cluster_check", "denied", "is_allowed", "names_resource",
-    "principal_of", "refusal", "validate_binding",
+    "applies_to", "check_text", "cluster_check", "denied", "filter_matches", "is_allowed",
+    "names_resource", "principal_of", "refusal", "validate_binding",
 ]  # fmt: skip
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -91,6 +93,29 @@ def names_resource(acl: AclBinding, resource_type: str, name: str) -> bool:
     if acl.pattern_type == PREFIXED:
         return name.startswith(acl.resource_name)
     return acl.resource_name in (ANY_NAME, name)
+
+
+def filter_matches(f: AclBindingFilter, acl: AclBinding) -> bool:
+    """Whether DescribeAcls/DeleteAcls' filter ``f`` selects ``acl``, as Kafka's
+    ResourcePatternFilter and AccessControlEntryFilter decide: a field left None matches
+    any value, a field given matches only its own value, except the pattern type MATCH,
+    which selects the ACLs that would decide about the resource named: the literal ones
+    of that name or of ``*``, and the prefixed ones whose name the named one starts with
+    (with no name: every ACL). With no pattern type (Kafka's ANY) a name matches exactly,
+    whatever the pattern (docs/security.md)."""
+    for wanted, value in (
+        (f.principal, acl.principal), (f.resource_type, acl.resource_type),
+        (f.operation, acl.operation), (f.permission, acl.permission),
+    ):  # fmt: skip
+        if wanted is not None and wanted != value:
+            return False
+    if f.pattern_type not in (None, MATCH) and f.pattern_type != acl.pattern_type:
+        return False
+    if f.resource_name is None:
+        return True
+    if f.pattern_type != MATCH:
+        return f.resource_name == acl.resource_name
+    return names_resource(acl, acl.resource_type, f.resource_name)
 
 
 def applies_to(acl: AclBinding, principal: str) -> bool:

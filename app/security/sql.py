@@ -19,7 +19,8 @@ INSERT_ACL = text(
     ":pattern_type, :operation, :permission) ON CONFLICT DO NOTHING"
 )
 
-# A filter: a NULL parameter matches any value of its column.
+# A filter's candidates: a NULL parameter matches any value of its column. The name and
+# pattern type are left to ``rules.filter_matches`` (passed as NULL) for a MATCH filter.
 _FILTER = (
     "(CAST(:principal AS text) IS NULL OR principal = :principal) "
     "AND (CAST(:resource_type AS text) IS NULL OR resource_type = :resource_type) "
@@ -34,7 +35,14 @@ SELECT_ACLS = text(
     "ORDER BY resource_type, resource_name, pattern_type, principal, operation, permission"
 )
 
-DELETE_ACLS = text(f"DELETE FROM acls WHERE {_FILTER} RETURNING {_COLUMNS}")
+# The candidates of a deletion, locked until the chosen ones are deleted.
+LOCK_ACLS = text(f"SELECT {_COLUMNS} FROM acls WHERE {_FILTER} FOR UPDATE")
+
+DELETE_ACL = text(
+    "DELETE FROM acls WHERE principal = :principal AND resource_type = :resource_type "
+    "AND resource_name = :resource_name AND pattern_type = :pattern_type "
+    "AND operation = :operation AND permission = :permission"
+)
 
 
 # ---------------------------------------------------------------- SASL users (``users``)
