@@ -1,0 +1,235 @@
+"""Raw requests for the corner cases no client sends on purpose (a batch twice, a sequence
+out of order, an epoch from the past): kio entities built here, sent with
+``Target.raw``, one fresh connection each. Versions are ones both brokers serve."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+from tests.conformance.harness import Target
+
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+EARLIEST, LATEST = -2, -1
+
+
+def batch(
+    values: list[str],
+    producer_id: int = -1,
+    epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    keys: list[str | None] | None = None,
+) -> bytes:
+    """One record batch (magic 2, uncompressed) of ``values``, stamped now."""
+    builder = DefaultRecordBatchBuilder(
+        2, 0, int(transactional), producer_id, epoch, base_sequence, 1 << 20
+    )
+    now = int(time.time() * 1000)
+    for i, value in enumerate(values):
+        key = keys[i] if keys else None
+        builder.append(i, now, key.encode() if key is not None else None, value.encode(), [])
+    return bytes(builder.build())
+
+
+def produce(
+    target: Target,
+    topic: str,
+    records: bytes,
+    partition: int = 0,
+    transactional_id: str | None = None,
+    acks: int = -1,
+) -> Any:
+    """Produce v9 of one batch; the partition's answer (error_code, base_offset, …)."""
+    from kio.schema.produce.v9 import request as p
+
+    body = p.ProduceRequest(
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            p.TopicProduceData(
+                name=topic,
+                partition_data=(p.PartitionProduceData(index=partition, records=records),),
+            ),
+        ),
+    )
+    return target.raw(0, 9, body).responses[0].partition_responses[0]
+
+
+# Answers a client retries by itself, with the same request: a coordinator still loading
+# its log (Kafka, just after it started) or finishing a transaction's markers.
+RETRIABLE = frozenset({14, 15, 16, 51})  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE,
+# NOT_COORDINATOR, CONCURRENT_TRANSACTIONS
+
+
+def retried(call: Callable[[], Any], code: Callable[[Any], Any], timeout: float = 60) -> Any:
+    """``call()``'s answer once its error code is not one a client retries."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = call()
+        if int(code(answer).value) not in RETRIABLE or time.monotonic() >= deadline:
+            return answer
+        time.sleep(0.1)
+
+
+def init_producer_id(
+    target: Target,
+    transactional_id: str | None = None,
+    timeout_ms: int = 60_000,
+    producer_id: int = -1,
+    epoch: int = -1,
+    retry: bool = True,
+) -> Any:
+    """InitProducerId v4 (KIP-360: an existing id and epoch may be given); retried while
+    the answer is one a client retries, unless ``retry`` is False."""
+    from kio.schema.init_producer_id.v4 import request as r
+
+    body = r.InitProducerIdRequest(
+        transactional_id=transactional_id,
+        transaction_timeout=datetime.timedelta(milliseconds=timeout_ms),
+        producer_id=producer_id,
+        producer_epoch=epoch,
+    )
+    if not retry:
+        return target.raw(22, 4, body)
+    return retried(lambda: target.raw(22, 4, body), lambda a: a.error_code)
+
+
+def find_coordinator(target: Target, key: str, key_type: int = 1) -> Any:
+    """FindCoordinator v3 (key_type 0 a group, 1 a transactional id)."""
+    from kio.schema.find_coordinator.v3 import request as r
+
+    return target.raw(10, 3, r.FindCoordinatorRequest(key=key, key_type=key_type))
+
+
+def add_partitions(
+    target: Target, transactional_id: str, producer_id: int, epoch: int, topic: str,
+    partitions: tuple[int, ...] = (0,),
+) -> Any:  # fmt: skip
+    """AddPartitionsToTxn v3; the error of each partition, in order."""
+    from kio.schema.add_partitions_to_txn.v3 import request as r
+
+    body = r.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=transactional_id,
+        v3_and_below_producer_id=producer_id,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(r.AddPartitionsToTxnTopic(name=topic, partitions=partitions),),
+    )
+    answer = target.raw(24, 3, body)
+    return [
+        p.partition_error_code
+        for t in answer.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    ]
+
+
+def add_offsets(
+    target: Target, transactional_id: str, producer_id: int, epoch: int, group: str
+) -> Any:
+    """AddOffsetsToTxn v3; its error code."""
+    from kio.schema.add_offsets_to_txn.v3 import request as r
+
+    body = r.AddOffsetsToTxnRequest(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+        group_id=group,
+    )  # fmt: skip
+    return target.raw(25, 3, body).error_code
+
+
+def end_txn(
+    target: Target, transactional_id: str, producer_id: int, epoch: int, commit: bool
+) -> Any:
+    """EndTxn v3; its error code."""
+    from kio.schema.end_txn.v3 import request as r
+
+    body = r.EndTxnRequest(
+        transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+        committed=commit,
+    )  # fmt: skip
+    return target.raw(26, 3, body).error_code
+
+
+def txn_offset_commit(
+    target: Target, transactional_id: str, producer_id: int, epoch: int, group: str,
+    topic: str, offset: int, generation: int = -1, member_id: str = "",
+    group_instance_id: str | None = None, partition: int = 0,
+) -> Any:  # fmt: skip
+    """TxnOffsetCommit v3 of one partition's offset; that partition's error code."""
+    from kio.schema.txn_offset_commit.v3 import request as r
+
+    body = r.TxnOffsetCommitRequest(
+        transactional_id=transactional_id, group_id=group, producer_id=producer_id,
+        producer_epoch=epoch, generation_id=generation, member_id=member_id,
+        group_instance_id=group_instance_id,
+        topics=(r.TxnOffsetCommitRequestTopic(name=topic, partitions=(
+            r.TxnOffsetCommitRequestPartition(partition_index=partition, committed_offset=offset,
+                                              committed_metadata=""),)),),
+    )  # fmt: skip
+    return target.raw(28, 3, body).topics[0].partitions[0].error_code
+
+
+def offset_fetch(
+    target: Target, group: str, topic: str, require_stable: bool, partition: int = 0
+) -> Any:
+    """OffsetFetch v7; (error code of the request, error of the partition, offset)."""
+    from kio.schema.offset_fetch.v7 import request as r
+
+    body = r.OffsetFetchRequest(
+        group_id=group, require_stable=require_stable,
+        topics=(r.OffsetFetchRequestTopic(name=topic, partition_indexes=(partition,)),),
+    )  # fmt: skip
+    answer = target.raw(9, 7, body)
+    part = answer.topics[0].partitions[0]
+    return answer.error_code, part.error_code, part.committed_offset
+
+
+def fetch(
+    target: Target, topic: str, offset: int = 0, isolation: int = READ_UNCOMMITTED,
+    partition: int = 0, max_bytes: int = 1 << 20,
+) -> Any:  # fmt: skip
+    """Fetch v12 of one partition, answered at once; the partition's data."""
+    from kio.schema.fetch.v12 import request as r
+
+    body = r.FetchRequest(
+        max_wait=datetime.timedelta(milliseconds=0), min_bytes=0, max_bytes=max_bytes,
+        isolation_level=isolation, session_id=0, session_epoch=-1,
+        topics=(r.FetchTopic(topic=topic, partitions=(r.FetchPartition(
+            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes),)),),
+        forgotten_topics_data=(),
+    )  # fmt: skip
+    return target.raw(1, 12, body).responses[0].partitions[0]
+
+
+def list_offsets(
+    target: Target, topic: str, timestamp: int, isolation: int = READ_UNCOMMITTED,
+    partition: int = 0,
+) -> Any:  # fmt: skip
+    """ListOffsets v7 of one partition; its answer (error_code, offset, …)."""
+    from kio.schema.list_offsets.v7 import request as r
+
+    body = r.ListOffsetsRequest(
+        replica_id=-1, isolation_level=isolation,
+        topics=(r.ListOffsetsTopic(name=topic, partitions=(
+            r.ListOffsetsPartition(partition_index=partition, timestamp=timestamp),)),),
+    )  # fmt: skip
+    return target.raw(2, 7, body).topics[0].partitions[0]
+
+
+def describe_transactions(target: Target, *transactional_ids: str) -> Any:
+    from kio.schema.describe_transactions.v0 import request as r
+
+    return target.raw(65, 0, r.DescribeTransactionsRequest(transactional_ids=transactional_ids))
+
+
+def describe_producers(target: Target, topic: str, partition: int = 0) -> Any:
+    from kio.schema.describe_producers.v0 import request as r
+
+    body = r.DescribeProducersRequest(
+        topics=(r.TopicRequest(name=topic, partition_indexes=(partition,)),)
+    )
+    return target.raw(61, 0, body).topics[0].partitions[0]
