@@ -1395,6 +1395,22 @@ class DeleteAclsResponse:
 
 # -------------------------------- transactions (KIP-664)
 
+# Kafka's names (its TransactionState) for the coordinator's transaction states, the one
+# mapping: the wire (ListTransactions, DescribeTransactions) and the CLI's tables show
+# these, as kafka-transactions.sh does; the SQL views and the CLI's JSON keep the KIP's
+# (app/coordinator/machines.py). Kafka's PrepareEpochFence has no state here: a fenced
+# transaction goes to PREPARE_ABORT.
+KAFKA_STATES = {
+    "EMPTY": "Empty",
+    "BEGIN": "Ongoing",
+    "PREPARE_COMMIT": "PrepareCommit",
+    "PREPARE_ABORT": "PrepareAbort",
+    "COMPLETE_COMMIT": "CompleteCommit",
+    "COMPLETE_ABORT": "CompleteAbort",
+    "DEAD": "Dead",
+}
+STATES_BY_KAFKA_NAME = {kafka: name for name, kafka in KAFKA_STATES.items()}
+
 
 @dataclass(frozen=True)
 class TransactionDescription:

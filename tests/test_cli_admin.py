@@ -133,7 +133,7 @@ def test_produce_consume_round_trip(db_url: str) -> None:
     # Without --from-beginning a consumer starts at the end: nothing to print.
     assert ok("consume", "--topic", "t", "--timeout", "0.3") == ""
 
-    fails("produce", "--topic", "nope", expect="UNKNOWN_TOPIC_OR_PARTITION", stdin="x\n")
+    # A consumer does not create a missing topic (a producer does: test_cli_console.py).
     fails("consume", "--topic", "nope", expect="UNKNOWN_TOPIC_OR_PARTITION")
     fails("produce", "-t", "t", "-p", "5", expect="partition 5 does not exist", stdin="x\n")
     missing_key = run("produce", "-t", "t", "--key-separator", ":", stdin="ok:1\nnokey\n")
@@ -165,16 +165,20 @@ def test_transactions_list_and_describe_after_a_producer(db_url: str) -> None:
 
     header, rows = table(ok("transactions", "list"))
     assert header == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
-    assert rows[0][0:2] == ["app-1", "0"] and rows[0][3] == "COMPLETE_COMMIT"
+    # The table names states as kafka-transactions.sh does; JSON as the KIP does.
+    assert rows[0][0:2] == ["app-1", "0"] and rows[0][3] == "CompleteCommit"
     (listed,) = ok_json("transactions", "list")
+    assert listed["transaction_state"] == "COMPLETE_COMMIT"
     assert ok_json("transactions", "list", "--state", "BEGIN") == []
+    assert ok_json("transactions", "list", "--state", "CompleteCommit") == [listed]
 
     described = ok_json("transactions", "describe", "--transactional-id", "app-1")
     assert described["transactional_id"] == "app-1"
     assert described["producer_id"] == listed["producer_id"]
     assert described["transaction_state"] == "COMPLETE_COMMIT"
     assert described["coordinator_id"] == 0
-    header, _ = table(ok("transactions", "describe", "--transactional-id", "app-1"))
+    header, described_rows = table(ok("transactions", "describe", "app-1"))
+    assert described_rows[0][4] == "CompleteCommit"
     assert header == [
         "CoordinatorId",
         "TransactionalId",
@@ -257,7 +261,11 @@ def test_find_hanging_then_abort_moves_the_lso(db_url: str) -> None:
     assert [t["transactional_id"] for t in open_ids] == ["stuck", "young"]
     described = ok_json("transactions", "describe", "--transactional-id", "stuck")
     assert described["transaction_state"] == "BEGIN"
-    assert described["topic_partitions"] == "t-0"
+    assert described["topic_partitions"] == [{"topic": "t", "partition": 0}]
+    _, rows = table(ok("transactions", "describe", "stuck"))
+    assert rows[0][4] == "Ongoing" and rows[0][-1] == "t-0"
+    _, rows = table(ok("transactions", "list", "--state", "Ongoing"))
+    assert [(r[0], r[3]) for r in rows] == [("stuck", "Ongoing"), ("young", "Ongoing")]
     assert described["transaction_duration_ms"] >= 10_000
     partitions = ok_json("topics", "describe", "t")["partitions"]
     assert (partitions[0]["high_watermark"], partitions[0]["last_stable_offset"]) == (2, 0)
@@ -306,8 +314,11 @@ def test_groups_describe_agrees_with_committed_offsets(db_url: str) -> None:
     ]
     assert (rows[0]["log_end_offset"], rows[0]["lag"]) == (3, 2)
     header, table_rows = table(ok("groups", "describe", "g"))
-    assert header[:6] == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
-    assert table_rows[0][:6] == ["g", "t", "0", "1", "3", "2"]
+    assert header[:7] == [
+        "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LSO", "LAG",
+    ]  # fmt: skip
+    assert table_rows[0][:7] == ["g", "t", "0", "1", "3", "3", "2"]
+    assert rows[0]["last_stable_offset"] == 3
 
     # A console consumer in a group commits where it stopped.
     ok("consume", "-t", "t", "--group", "g2", "--from-beginning", "--max-messages", "4",

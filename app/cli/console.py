@@ -18,6 +18,7 @@ import click
 
 from app.broker import Broker
 from app.cli.errors import CliError, one_line
+from app.cli.names import name_argument, topic_option
 from app.cli.output import emit
 from app.client import (
     OFFSET_BEGINNING,
@@ -34,10 +35,15 @@ from app.protocol import MetadataRequest
 CONSUME_FORMATS = ("plain", "table", "json")
 
 
-def _check_partition(topic: str, partition: int | None) -> int:
+def _check_partition(topic: str, partition: int | None, *, producing: bool = False) -> int:
     """The topic's partition count, failing early (one line) on an unknown topic or
-    partition rather than once per record."""
-    [found] = Broker.connect().handle(MetadataRequest([topic])).topics
+    partition rather than once per record. A producer's Metadata asks for a missing topic
+    to be created, as a Kafka producer's does (allow_auto_topic_creation); whether it is
+    made is the broker's one decision (``app.log.topics.metadata``: KIP98_AUTO_CREATE_TOPICS,
+    KIP98_NUM_PARTITIONS, the principal's Create). A consumer never creates, as Kafka's
+    consumers do not by default (allow.auto.create.topics=false)."""
+    request = MetadataRequest([topic], allow_auto_topic_creation=producing)
+    [found] = Broker.connect().handle(request).topics
     if found.error_code != KafkaError.NO_ERROR:
         raise KafkaException(KafkaError(found.error_code, f"topic {topic!r} does not exist"))
     count = found.num_partitions
@@ -103,7 +109,8 @@ def _produce_lines(
 
 
 @click.command()
-@click.option("--topic", "-t", required=True)
+@click.argument("topic_arg", metavar="TOPIC", required=False)
+@topic_option
 @click.option(
     "--key-separator", default=None, help="Split each line at its first SEP into key and value."
 )
@@ -114,12 +121,18 @@ def _produce_lines(
     help="Write all lines in one transaction, committed only if every record is delivered.",
 )
 def produce(
-    topic: str, key_separator: str | None, partition: int | None, transactional_id: str | None
+    topic_arg: str | None,
+    topic: str | None,
+    key_separator: str | None,
+    partition: int | None,
+    transactional_id: str | None,
 ) -> None:
-    """Write one record per stdin line to TOPIC."""
+    """Write one record per stdin line to TOPIC, creating TOPIC if it does not exist and
+    the broker auto-creates topics (KIP98_AUTO_CREATE_TOPICS, KIP98_NUM_PARTITIONS)."""
     if key_separator == "":
         raise CliError("--key-separator must not be empty")
-    _check_partition(topic, partition)
+    topic = name_argument(topic_arg, topic, "TOPIC", "--topic")
+    _check_partition(topic, partition, producing=True)
     config: dict[str, Any] = {"client.id": "kip98-console-producer", "linger.ms": 5}
     if transactional_id:
         config["transactional.id"] = transactional_id
@@ -217,7 +230,8 @@ def _consumer(
 
 
 @click.command()
-@click.option("--topic", "-t", required=True)
+@click.argument("topic_arg", metavar="TOPIC", required=False)
+@topic_option
 @click.option(
     "--isolation",
     type=click.Choice(["read_committed", "read_uncommitted"]),
@@ -247,7 +261,8 @@ def _consumer(
     help="plain: values, one per line; json: one object per line; table: at the end.",
 )
 def consume(
-    topic: str,
+    topic_arg: str | None,
+    topic: str | None,
     isolation: str,
     from_beginning: bool,
     max_messages: int | None,
@@ -259,7 +274,9 @@ def consume(
     separator: str,
     output: str,
 ) -> None:
-    """Print records of TOPIC (read_committed unless told otherwise)."""
+    """Print records of TOPIC (read_committed unless told otherwise). A missing TOPIC is an
+    error: a consumer does not create topics."""
+    topic = name_argument(topic_arg, topic, "TOPIC", "--topic")
     consumer = _consumer(topic, isolation, from_beginning, group, partition)
     collected: list[dict[str, Any]] = []
     seen = 0

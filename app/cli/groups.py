@@ -1,7 +1,7 @@
 """``kip98 groups``: kafka-consumer-groups.sh's list and describe.
 
-Lag is measured against the high watermark, as Kafka's tool does; the LSO is shown too
-(JSON), because a read_committed group cannot get past it and lag up to the high
+Lag is measured against the high watermark, as Kafka's tool does; the LSO is shown too,
+because a read_committed group cannot get past it and lag up to the high
 watermark may be an open transaction rather than a slow consumer.
 """
 
@@ -57,6 +57,7 @@ DESCRIBE_COLUMNS = [
     "partition",
     "current_offset",
     "log_end_offset",
+    "last_stable_offset",
     "lag",
     "consumer_id",
     "client_id",
@@ -107,4 +108,4 @@ def describe(group: str, output: str) -> None:
     ]
     if output == "table":
         rows = [{k: "-" if v is None else v for k, v in row.items()} for row in rows]
-    emit(rows, output, columns=DESCRIBE_COLUMNS)
+    emit(rows, output, columns=DESCRIBE_COLUMNS, headers={"last_stable_offset": "LSO"})

@@ -8,6 +8,8 @@ Command groups live in their own modules and are imported only when used, so
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from typing import Any
 
 import click
@@ -53,6 +55,8 @@ class RootGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except BrokenPipeError:
+            closed_pipe()
         except Exception as exc:
             if debug_enabled():
                 raise
@@ -65,9 +69,29 @@ def cli() -> None:
     """Kafka's exactly-once transactional messaging (KIP-98) on PostgreSQL."""
 
 
+# The status of a command whose reader went away (``kip98 consume t | head -1``): what a
+# shell reports for a Unix tool ended by SIGPIPE (128 + 13), as ``yes | head -1`` does.
+CLOSED_PIPE_STATUS = 141
+
+
+def closed_pipe() -> None:
+    """End quietly when stdout's reader has gone: no traceback, no error line. Output still
+    buffered would fail again when the interpreter flushes it at exit, so stdout is pointed
+    at /dev/null first (Python's documented recipe for SIGPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(CLOSED_PIPE_STATUS)
+
+
 def main() -> None:
     try:
-        cli.main(prog_name="kip98")
+        try:
+            cli.main(prog_name="kip98")
+        finally:
+            sys.stdout.flush()  # a closed pipe shows here for output a command left buffered
+    except BrokenPipeError:
+        closed_pipe()
     except Exception as exc:  # raised while parsing or loading commands, outside invoke
         if debug_enabled():
             raise

@@ -18,6 +18,7 @@ from app.admin import AdminClient, ConfigResource, NewPartitions, NewTopic
 from app.broker import Broker
 from app.cleaner.cleaner import clean_partition, partitions_to_clean
 from app.cli.errors import CliError
+from app.cli.names import name_argument, topic_option
 from app.cli.output import emit, output_option, stderr_console
 from app.client.message import TopicPartition
 from app.log.topics import authorize_alter, describe_topic
@@ -76,9 +77,20 @@ def list_(output: str) -> None:
 
 @topics_group.command()
 @click.argument("name")
+@click.option(
+    "--configs",
+    "configs",
+    is_flag=True,
+    help="List every config instead: its value, whether it is the default, and its source.",
+)
 @output_option
-def describe(name: str, output: str) -> None:
-    """Per-partition log start, high watermark, last stable offset and open transactions."""
+def describe(name: str, configs: bool, output: str) -> None:
+    """Per-partition log start, high watermark, last stable offset and open transactions;
+    with --configs, every config of NAME with its value, whether it is the default and its
+    source (DescribeConfigs' DYNAMIC_TOPIC_CONFIG: set on the topic; DEFAULT_CONFIG)."""
+    if configs:
+        _describe_configs(name, output)
+        return
     broker = Broker.connect()
     info = describe_topic(broker, name)
     with broker.engine.connect() as conn:
@@ -112,6 +124,21 @@ def describe(name: str, output: str) -> None:
         rows,
         output,
         headers={"last_stable_offset": "LSO", "log_start_offset": "LOG-START-OFFSET"},
+    )
+
+
+def _describe_configs(name: str, output: str) -> None:
+    """What the broker's DescribeConfigs answers for the topic, through the AdminClient."""
+    resource = ConfigResource("topic", name)
+    with AdminClient() as admin:
+        entries = admin.describe_configs([resource])[resource].result()
+    emit(
+        [
+            {"name": e.name, "value": e.value, "is_default": e.is_default, "source": e.source}
+            for e in sorted(entries.values(), key=lambda e: e.name)
+        ],
+        output,
+        headers={"is_default": "DEFAULT"},
     )
 
 
@@ -156,7 +183,8 @@ def alter(
 
 
 @topics_group.command("delete-records")
-@click.option("--topic", "-t", required=True)
+@click.argument("topic_arg", metavar="TOPIC", required=False)
+@topic_option
 @click.option("--partition", "-p", type=int, required=True)
 @click.option(
     "--offset", "-o", "offset", type=int, required=True,
@@ -164,9 +192,12 @@ def alter(
 )  # fmt: skip
 @click.option("--output", "output", type=click.Choice(("table", "json")), default="table",
               show_default=True, help="Render as a table or as JSON.")  # fmt: skip
-def delete_records(topic: str, partition: int, offset: int, output: str) -> None:
-    """Delete the records of one partition below an offset (kafka-delete-records.sh): its
-    log start moves there, as retention moves it."""
+def delete_records(
+    topic_arg: str | None, topic: str | None, partition: int, offset: int, output: str
+) -> None:
+    """Delete the records of one partition of TOPIC below an offset
+    (kafka-delete-records.sh): its log start moves there, as retention moves it."""
+    topic = name_argument(topic_arg, topic, "TOPIC", "--topic")
     tp = TopicPartition(topic, partition, offset)
     with (
         AdminClient() as admin,

@@ -4,6 +4,10 @@ Kafka's names are kept so runbooks written for Kafka read the same here. There i
 coordinator (the database), so the coordinator id is always 0; ``find-hanging`` and
 ``abort`` are the way out when a partition's LSO is stuck behind a transaction nobody
 will finish (docs/design.md rule 10).
+
+States are named as Kafka names them in the tables (Ongoing, CompleteCommit, ...), as
+kafka-transactions.sh shows them; the JSON and the SQL views keep the KIP's names (BEGIN,
+COMPLETE_COMMIT, ...), the coordinator's own. ``--state`` takes either.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import click
 
 from app.admin import AdminClient
 from app.cli.errors import CliError
+from app.cli.names import name_argument, topic_option
 from app.cli.output import emit, output_option
 from app.client import TopicPartition
 from app.coordinator.inspect import TransactionDescription
 from app.coordinator.machines import OPEN_STATES, TXN_STATES
 from app.log.inspect import HangingTransaction, ProducerDescription
+from app.protocol import KAFKA_STATES, STATES_BY_KAFKA_NAME
 
 COORDINATOR_ID = 0
 
@@ -64,6 +70,19 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _for_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Kafka's state names for people; JSON keeps the KIP's, as the SQL views do."""
+    return [
+        {
+            **row,
+            "transaction_state": KAFKA_STATES.get(
+                row["transaction_state"], row["transaction_state"]
+            ),
+        }
+        for row in rows
+    ]
+
+
 def _describe_row(d: TransactionDescription, now_ms: int) -> dict[str, Any]:
     is_open = d.state in OPEN_STATES
     return {
@@ -75,7 +94,7 @@ def _describe_row(d: TransactionDescription, now_ms: int) -> dict[str, Any]:
         "transaction_timeout_ms": d.timeout_ms,
         "current_transaction_start_time_ms": d.txn_start_ms if is_open else None,
         "transaction_duration_ms": max(now_ms - d.txn_start_ms, 0) if is_open else None,
-        "topic_partitions": ",".join(f"{t}-{p}" for t, p in d.partitions),
+        "topic_partitions": [{"topic": t, "partition": p} for t, p in d.partitions],
     }
 
 
@@ -117,14 +136,17 @@ def transactions_group() -> None:
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(TXN_STATES),
-    help="Only transactional ids in this state (repeatable).",
+    type=click.Choice([*KAFKA_STATES.values(), *TXN_STATES]),
+    help="Only transactional ids in this state (repeatable; Kafka's name or the KIP's).",
 )
 @output_option
 def list_(states: tuple[str, ...], output: str) -> None:
-    """Every transactional id the coordinator knows."""
+    """Every transactional id the coordinator knows. The table names states as Kafka does
+    (Ongoing, CompleteCommit, ...); JSON as the KIP and the SQL views do (BEGIN,
+    COMPLETE_COMMIT, ...)."""
+    wanted = sorted({STATES_BY_KAFKA_NAME.get(s, s) for s in states})
     with AdminClient() as admin:
-        found = admin.list_transactions(list(states) or None)
+        found = admin.list_transactions(wanted or None)
     rows = [
         {
             "transactional_id": d.transactional_id,
@@ -134,26 +156,40 @@ def list_(states: tuple[str, ...], output: str) -> None:
         }
         for d in found
     ]
+    if output == "table":
+        rows = _for_table(rows)
     emit(rows, output, columns=list(LIST_HEADERS), headers=LIST_HEADERS)
 
 
 @transactions_group.command()
-@click.option("--transactional-id", "transactional_id", required=True)
+@click.argument("id_arg", metavar="TRANSACTIONAL_ID", required=False)
+@click.option("--transactional-id", "transactional_id", default=None, hidden=True)
 @output_option
-def describe(transactional_id: str, output: str) -> None:
-    """The state of one transactional id and its current transaction."""
+def describe(id_arg: str | None, transactional_id: str | None, output: str) -> None:
+    """The state of TRANSACTIONAL_ID and its current transaction (the table names the
+    state as Kafka does, JSON as the KIP does)."""
+    tid = name_argument(id_arg, transactional_id, "TRANSACTIONAL_ID", "--transactional-id")
     with AdminClient() as admin:
-        found = admin.describe_transactions([transactional_id])
-    row = _describe_row(found[transactional_id], _now_ms())
+        found = admin.describe_transactions([tid])
+    row = _describe_row(found[tid], _now_ms())
+    if output == "table":
+        [row] = _for_table([row])
+        row["topic_partitions"] = ",".join(
+            f"{tp['topic']}-{tp['partition']}" for tp in row["topic_partitions"]
+        )
     emit([row] if output == "table" else row, output, list(DESCRIBE_HEADERS), DESCRIBE_HEADERS)
 
 
 @transactions_group.command("describe-producers")
-@click.option("--topic", required=True)
-@click.option("--partition", type=int, required=True)
+@click.argument("topic_arg", metavar="TOPIC", required=False)
+@topic_option
+@click.option("--partition", "-p", type=int, required=True)
 @output_option
-def describe_producers(topic: str, partition: int, output: str) -> None:
-    """Producer state kept by one partition: sequences, epochs, open transaction."""
+def describe_producers(
+    topic_arg: str | None, topic: str | None, partition: int, output: str
+) -> None:
+    """Producer state kept by one partition of TOPIC: sequences, epochs, open transaction."""
+    topic = name_argument(topic_arg, topic, "TOPIC", "--topic")
     tp = TopicPartition(topic, partition)
     with AdminClient() as admin:
         producers = admin.describe_producers([tp])[tp]
@@ -199,11 +235,14 @@ def find_hanging(
 
 
 @transactions_group.command()
-@click.option("--topic", required=True)
-@click.option("--partition", type=int, required=True)
+@click.argument("topic_arg", metavar="TOPIC", required=False)
+@topic_option
+@click.option("--partition", "-p", type=int, required=True)
 @click.option("--start-offset", type=int, required=True, help="Where the transaction begins.")
-def abort(topic: str, partition: int, start_offset: int) -> None:
-    """Write an abort marker for the transaction that starts at START_OFFSET."""
+def abort(topic_arg: str | None, topic: str | None, partition: int, start_offset: int) -> None:
+    """Write an abort marker for the transaction that starts at START_OFFSET on a partition
+    of TOPIC."""
+    topic = name_argument(topic_arg, topic, "TOPIC", "--topic")
     with AdminClient() as admin:
         written = admin.abort_transaction(topic, partition, start_offset)
     if written:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import UTC, datetime
 
 import click
 
@@ -35,12 +36,16 @@ def delete(name: str) -> None:
     click.echo(f"deleted user {name}")
 
 
+def iso_time(epoch_ms: int) -> str:
+    """An epoch-milliseconds time as ISO-8601 UTC, to the millisecond."""
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 @users_group.command("list")
 @output_option
 def list_(output: str) -> None:
-    """The users, with their mechanism and when they were created (epoch ms)."""
-    emit(
-        [asdict(u) for u in list_users(Broker.connect())],
-        output,
-        columns=["name", "mechanism", "created_ms"],
-    )
+    """The users, with their mechanism and when they were created: an ISO-8601 UTC time in
+    the table; JSON gives both ``created`` (ISO-8601) and ``created_ms`` (epoch ms)."""
+    rows = [{**asdict(u), "created": iso_time(u.created_ms)} for u in list_users(Broker.connect())]
+    emit(rows, output, columns=["name", "mechanism", "created"])

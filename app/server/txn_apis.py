@@ -8,23 +8,13 @@ from typing import Any
 
 from app.broker import Broker
 from app.protocol import (
+    KAFKA_STATES,
+    STATES_BY_KAFKA_NAME,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
     ListTransactionsRequest,
 )
 from app.server.node import Node
-
-# The coordinator's state names, and Kafka's for the same states.
-KAFKA_STATES = {
-    "EMPTY": "Empty",
-    "BEGIN": "Ongoing",
-    "PREPARE_COMMIT": "PrepareCommit",
-    "PREPARE_ABORT": "PrepareAbort",
-    "COMPLETE_COMMIT": "CompleteCommit",
-    "COMPLETE_ABORT": "CompleteAbort",
-    "DEAD": "Dead",
-}
-_STATES_BY_KAFKA_NAME = {kafka: name for name, kafka in KAFKA_STATES.items()}
 
 
 def _kafka_state(state: str) -> str:
@@ -34,8 +24,8 @@ def _kafka_state(state: str) -> str:
 def list_transactions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     """An empty state or producer filter is no filter, as in Kafka."""
     asked = list(request.state_filters)
-    unknown = [s for s in asked if s not in _STATES_BY_KAFKA_NAME]
-    states = [_STATES_BY_KAFKA_NAME[s] for s in asked if s in _STATES_BY_KAFKA_NAME]
+    unknown = [s for s in asked if s not in STATES_BY_KAFKA_NAME]
+    states = [STATES_BY_KAFKA_NAME[s] for s in asked if s in STATES_BY_KAFKA_NAME]
     if asked and not states:  # only unknown states: none matches
         return {"error_code": 0, "unknown_state_filters": unknown, "transaction_states": []}
     a = broker.handle(
