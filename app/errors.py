@@ -98,6 +98,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "OPERATION_NOT_ATTEMPTED": (55, False, "Operation not attempted"),
     "UNKNOWN_PRODUCER_ID": (59, False, "Unknown producer id"),
     "GROUP_ID_NOT_FOUND": (69, False, "Group id not found"),
+    "MEMBER_ID_REQUIRED": (79, False, "Member id required to join the group"),
     "FENCED_INSTANCE_ID": (
         82,
         False,
@@ -217,6 +218,7 @@ class KafkaError:
     OPERATION_NOT_ATTEMPTED: int
     UNKNOWN_PRODUCER_ID: int
     GROUP_ID_NOT_FOUND: int
+    MEMBER_ID_REQUIRED: int
     FENCED_INSTANCE_ID: int
     INVALID_RECORD: int
     UNSTABLE_OFFSET_COMMIT: int

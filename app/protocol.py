@@ -633,6 +633,9 @@ class JoinGroupRequest(Request["JoinGroupResponse"]):
     protocol_type: str | None = None
     protocols: tuple[GroupProtocol, ...] = ()
     rebalance_timeout_ms: int = -1
+    # KIP-394 (JoinGroup v4 and later): a dynamic member joining without a member id is
+    # handed one with MEMBER_ID_REQUIRED, pending until it joins again with it.
+    require_known_member_id: bool = False
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,47 @@ def test_a_member_that_does_not_rejoin_within_the_rebalance_timeout_is_removed(
     assert [m.member_id for m in done.members] == [b.member_id]
 
 
+def _required(broker: Broker, session_timeout_ms: int = 10_000) -> str:
+    """KIP-394: a JoinGroup v4+ without a member id is handed one, and is no member yet."""
+    r = broker.handle(
+        JoinGroupRequest(
+            "g", "", [], session_timeout_ms, protocol_type="consumer", protocols=(RANGE,),
+            rebalance_timeout_ms=60_000, require_known_member_id=True,
+        )
+    )  # fmt: skip
+    assert (r.error_code, r.generation_id) == (KafkaError.MEMBER_ID_REQUIRED, -1)
+    assert r.member_id
+    return r.member_id
+
+
+def test_a_member_id_is_required_and_the_pending_member_joins_with_it(broker: Broker) -> None:
+    pending = _required(broker)
+    described = broker.handle(DescribeGroupsRequest(("g",))).groups[0]
+    assert (described.state, described.members) == ("Empty", [])
+    a = join(broker, pending)
+    assert (a.error_code, a.member_id, a.leader_id, a.rebalancing) == (0, pending, pending, False)
+    # A Stable group is not rebalanced by a member given its id, only by its join.
+    broker.handle(SyncGroupRequest("g", a.member_id, a.generation_id, plan()))
+    second = _required(broker)
+    assert broker.handle(HeartbeatRequest("g", a.member_id, a.generation_id)).error_code == 0
+    assert join(broker, second).rebalancing
+
+
+def test_a_pending_member_holds_the_join_phase_until_its_session_times_out(
+    broker: Broker, clock: ManualClock
+) -> None:
+    a = join(broker)
+    broker.handle(SyncGroupRequest("g", a.member_id, a.generation_id, plan()))
+    _required(broker, session_timeout_ms=3_000)  # given an id, never seen again
+    # The leader rejoins (a rebalance): the join phase waits for the pending member too.
+    assert join(broker, a.member_id).rebalancing
+    clock.advance(2_000)
+    assert join(broker, a.member_id).rebalancing
+    clock.advance(2_000)
+    done = join(broker, a.member_id)
+    assert not done.rebalancing and [m.member_id for m in done.members] == [a.member_id]
+
+
 def test_static_member_leaves_by_instance_id(broker: Broker) -> None:
     a = join(broker, instance="i-1")
     assert broker.handle(LeaveGroupRequest("g", "", "nope")).error_code == (

@@ -138,11 +138,15 @@ def test_every_served_version_of_the_group_apis(server: str, broker: Broker) -> 
         # of the same number, up to their highest, so every served version is used.
         for version in range(0, 10):
             group = f"v{version}"
-            joined = _call(s, 11, version, {
+            request = {
                 "group_id": group, "session_timeout": 60_000, "rebalance_timeout": 60_000,
                 "member_id": "", "protocol_type": "consumer",
                 "protocols": [{"name": "range", "metadata": b"\0\0"}],
-            })  # fmt: skip
+            }  # fmt: skip
+            joined = _call(s, 11, version, request)
+            if version >= 4:  # KIP-394: a member id first, then the join with it
+                assert joined.error_code == KafkaError.MEMBER_ID_REQUIRED and joined.member_id
+                joined = _call(s, 11, version, {**request, "member_id": joined.member_id})
             assert joined.error_code == 0 and joined.leader == joined.member_id
             assert [m.metadata for m in joined.members] == [b"\0\0"]
             assert version < 7 or joined.protocol_name == "range"
@@ -168,3 +172,42 @@ def test_every_served_version_of_the_group_apis(server: str, broker: Broker) -> 
             assert v < 3 or [m.error_code for m in left.members] == [0]
             gone = _call(s, 12, min(version, 4), ids)
             assert gone.error_code == KafkaError.UNKNOWN_MEMBER_ID
+
+
+def test_a_join_without_member_id_is_handed_one_and_leaves_no_member_behind(
+    server: str, broker: Broker
+) -> None:
+    """KIP-394: JoinGroup v4+ without a member id is answered MEMBER_ID_REQUIRED with an id
+    at once, and no member; a client that lost that answer and asks again leaves only an
+    id nobody uses, which expires with its session timeout. The join with the id is the
+    member, and the group's only one."""
+    host, port = server.split(":")
+    request = {
+        "group_id": "kip394", "session_timeout": 6_000, "rebalance_timeout": 60_000,
+        "member_id": "", "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b"\0\0"}],
+    }  # fmt: skip
+    with socket.create_connection((host, int(port)), 10) as s:
+        lost = _call(s, 11, 5, request)
+        given = _call(s, 11, 5, request)
+        assert [lost.error_code, given.error_code] == [KafkaError.MEMBER_ID_REQUIRED] * 2
+        assert lost.member_id and given.member_id and lost.member_id != given.member_id
+        assert not _call(s, 15, 5, {"groups": ["kip394"]}).groups[0].members
+        joined = _call(s, 11, 5, {**request, "member_id": given.member_id})
+        assert (joined.error_code, joined.member_id) == (0, given.member_id)
+        assert [m.member_id for m in joined.members] == [given.member_id]
+        described = _call(s, 15, 5, {"groups": ["kip394"]}).groups[0]
+        assert [m.member_id for m in described.members] == [given.member_id]
+    # librdkafka takes the id and joins with it.
+    create_topic(broker, "kip394", 2)
+    c = ck.Consumer({"bootstrap.servers": server, "group.id": "rk394", **FAST_GROUP})
+    try:
+        c.subscribe(["kip394"])
+        deadline = time.monotonic() + 120
+        while not c.assignment() and time.monotonic() < deadline:
+            c.poll(0.2)
+        assert sorted(tp.partition for tp in c.assignment()) == [0, 1]
+        with socket.create_connection((host, int(port)), 10) as s:
+            assert len(_call(s, 15, 5, {"groups": ["rk394"]}).groups[0].members) == 1
+    finally:
+        c.close()

@@ -133,6 +133,18 @@ def _maybe_complete(conn: Connection, group: Any, generation: int, now: int) -> 
         return EMPTY
     if any(mem.generation_id != generation for mem in members):
         return PREPARING_REBALANCE
+    rebalance_ends = group.rebalance_started_ms + max(
+        m.rebalance_timeout_ms or m.session_timeout_ms for m in members
+    )
+    if (
+        now < rebalance_ends
+        and conn.execute(
+            sql.PENDING_MEMBERS_LEFT, {"group_id": group.group_id, "now": now}
+        ).scalar()
+    ):
+        # KIP-394: a member handed its id is waited for (as Kafka does, to its session
+        # timeout or the rebalance timeout, whichever comes first).
+        return PREPARING_REBALANCE
     if group.join_deadline_ms is not None and now < group.join_deadline_ms:
         return PREPARING_REBALANCE
     if group.protocol_type is None:
@@ -175,8 +187,12 @@ def _expire(conn: Connection, group: Any, now: int) -> Any:
     rejoining; a loss outside a rebalance starts one. A held first rebalance whose delay
     is over ends its join phase now. The group row as it is after."""
     gone = conn.execute(sql.EXPIRE_MEMBERS, {"group_id": group.group_id, "now": now}).all()
+    conn.execute(sql.EXPIRE_PENDING_MEMBERS, {"group_id": group.group_id, "now": now})
     if not gone:
-        if group.join_deadline_ms is None or now < group.join_deadline_ms:
+        # A join phase held by pending members (KIP-394) ends once they are gone or the
+        # rebalance timeout passes: looked at while it runs.
+        due = group.join_deadline_ms is not None and now >= group.join_deadline_ms
+        if not due and group.state != PREPARING_REBALANCE:
             return group
         _maybe_complete(conn, group, group.generation_id, now)
         return _group(conn, group.group_id)
@@ -297,6 +313,21 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
             member_id = req.member_id or f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
             current = {mem.member_id: mem for mem in _members(conn, req.group_id)}
             _check_protocols(group, [m for i, m in current.items() if i != member_id], req)
+            if req.require_known_member_id and not req.member_id and not req.group_instance_id:
+                # KIP-394: the id first, the membership with the next JoinGroup, so a join
+                # whose answer the client never read leaves no member behind.
+                conn.execute(
+                    sql.ADD_PENDING_MEMBER,
+                    {"group_id": req.group_id, "member_id": member_id,
+                     "expires_ms": now + req.session_timeout_ms},
+                )  # fmt: skip
+                return JoinGroupResponse(
+                    KafkaError.MEMBER_ID_REQUIRED, member_id,
+                    error_message="join again with the member id given",
+                )  # fmt: skip
+            conn.execute(
+                sql.DROP_PENDING_MEMBER, {"group_id": req.group_id, "member_id": member_id}
+            )
             if req.group_instance_id:
                 replaced = conn.execute(
                     sql.REPLACE_STATIC_MEMBER,

@@ -205,6 +205,22 @@ GROUP_IDS = text("SELECT group_id FROM consumer_groups ORDER BY group_id")
 HEARTBEAT = text(
     "UPDATE group_members SET last_heartbeat_ms = :now WHERE group_id = :group_id AND member_id = :member_id"
 )
+# KIP-394's pending members: handed an id, not joined with it yet.
+ADD_PENDING_MEMBER = text(
+    "INSERT INTO group_pending_members (group_id, member_id, expires_ms) "
+    "VALUES (:group_id, :member_id, :expires_ms) ON CONFLICT DO NOTHING"
+)
+DROP_PENDING_MEMBER = text(
+    "DELETE FROM group_pending_members WHERE group_id = :group_id AND member_id = :member_id"
+)
+EXPIRE_PENDING_MEMBERS = text(
+    "DELETE FROM group_pending_members WHERE group_id = :group_id AND expires_ms < :now "
+    "RETURNING member_id"
+)
+PENDING_MEMBERS_LEFT = text(
+    "SELECT EXISTS (SELECT 1 FROM group_pending_members WHERE group_id = :group_id "
+    "AND expires_ms >= :now)"
+)
 REPLACE_STATIC_MEMBER = text(
     "DELETE FROM group_members WHERE group_id = :group_id AND group_instance_id = :group_instance_id "
     "AND member_id <> :member_id RETURNING member_id"

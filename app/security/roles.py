@@ -40,6 +40,7 @@ CLIENT_WRITES: dict[str, tuple[str, ...]] = {
     "pending_txn_offsets": ("INSERT", "UPDATE", "DELETE"),
     "consumer_groups": ("INSERT", "UPDATE"),
     "group_members": ("INSERT", "UPDATE", "DELETE"),
+    "group_pending_members": ("INSERT", "DELETE"),
     "spark_sink_commits": ("INSERT",),  # a Spark sink's batches, committed with them
 }
 

@@ -59,7 +59,7 @@ def join_group(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pen
         session_ms, client_id=node.client_id, client_host=node.client_host,
         group_instance_id=getattr(request, "group_instance_id", None),
         protocol_type=request.protocol_type, protocols=protocols,
-        rebalance_timeout_ms=rebalance_ms,
+        rebalance_timeout_ms=rebalance_ms, require_known_member_id=request.__version__ >= 4,
     )  # fmt: skip
     deadline = time.monotonic() + rebalance_ms / 1000 + session_ms / 1000
     return _join_pass(broker, join, deadline, FIRST_PAUSE_S)

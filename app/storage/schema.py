@@ -410,6 +410,18 @@ group_members = Table(
     ForeignKeyConstraint(["group_id"], ["consumer_groups.group_id"], ondelete="CASCADE"),
 )
 
+# KIP-394: the member ids a classic group handed out with MEMBER_ID_REQUIRED, until their
+# member joins with one (a member then) or its session timeout passes (forgotten).
+group_pending_members = Table(
+    "group_pending_members",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("member_id", Text, nullable=False),
+    Column("expires_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("group_id", "member_id"),
+    ForeignKeyConstraint(["group_id"], ["consumer_groups.group_id"], ondelete="CASCADE"),
+)
+
 # ---------------------------------------------------------------- read_committed materialisation
 # Maintained by app.spark.materialize; the column list of read_committed_records is part
 # of the public contract (docs/design.md, the Spark materialisation). Rows only ever arrive
