@@ -636,6 +636,9 @@ class JoinGroupRequest(Request["JoinGroupResponse"]):
     # KIP-394 (JoinGroup v4 and later): a dynamic member joining without a member id is
     # handed one with MEMBER_ID_REQUIRED, pending until it joins again with it.
     require_known_member_id: bool = False
+    # KIP-345's JoinGroup v9: a static leader restarted into a Stable group may be told to
+    # skip the assignment (else it is named a follower, and syncs for its own).
+    skip_assignment_supported: bool = False
 
 
 @dataclass(frozen=True)
@@ -663,6 +666,7 @@ class JoinGroupResponse:
     protocol_type: str | None = None
     protocol_name: str | None = None
     members: list[GroupMember] = field(default_factory=list)
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)

@@ -212,6 +212,49 @@ def test_a_pending_member_holds_the_join_phase_until_its_session_times_out(
     assert not done.rebalancing and [m.member_id for m in done.members] == [a.member_id]
 
 
+def test_a_static_member_restarted_into_a_stable_group_keeps_its_place_and_assignment(
+    broker: Broker,
+) -> None:
+    """KIP-345: a known group.instance.id joining with no member id takes its old
+    member's place under a new id, in the same generation, and syncs its old assignment;
+    only a restart that would change the group's protocol rebalances."""
+    a = join(broker, instance="a")
+    b = join(broker, instance="b")
+    a = join(broker, a.member_id, instance="a")
+    gen = a.generation_id
+    leader_plan = plan(**{a.member_id: b"A", b.member_id: b"B"})
+    broker.handle(SyncGroupRequest("g", a.member_id, gen, leader_plan))
+    assert broker.handle(SyncGroupRequest("g", b.member_id, gen)).member_assignment == b"B"
+
+    b2 = join(broker, instance="b")
+    assert (b2.error_code, b2.generation_id, b2.rebalancing) == (0, gen, False)
+    assert b2.member_id != b.member_id and (b2.leader_id, b2.members) == (a.member_id, [])
+    assert broker.handle(SyncGroupRequest("g", b2.member_id, gen)).member_assignment == b"B"
+    assert broker.handle(HeartbeatRequest("g", a.member_id, gen)).error_code == 0
+    assert broker.handle(HeartbeatRequest("g", b.member_id, gen)).error_code == (
+        KafkaError.UNKNOWN_MEMBER_ID
+    )
+    # The leader restarts: before JoinGroup v9 it is named a follower (its old id leads),
+    # so it only syncs for its own assignment.
+    a2 = join(broker, instance="a")
+    assert (a2.generation_id, a2.leader_id, a2.members) == (gen, a.member_id, [])
+    assert broker.handle(SyncGroupRequest("g", a2.member_id, gen)).member_assignment == b"A"
+    # From v9 it leads, and is told to skip the assignment.
+    a3 = broker.handle(
+        JoinGroupRequest(
+            "g", "", [], 10_000, group_instance_id="a", protocol_type="consumer",
+            protocols=(RANGE, ROUNDROBIN), rebalance_timeout_ms=60_000,
+            skip_assignment_supported=True,
+        )
+    )  # fmt: skip
+    assert (a3.generation_id, a3.leader_id, a3.skip_assignment) == (gen, a3.member_id, True)
+    assert sorted(m.member_id for m in a3.members) == sorted([a3.member_id, b2.member_id])
+    assert broker.handle(SyncGroupRequest("g", a3.member_id, gen)).member_assignment == b"A"
+    # A restart with protocols that change the group's choice rebalances.
+    b3 = join(broker, protocols=(ROUNDROBIN,), instance="b")
+    assert b3.rebalancing and b3.generation_id == gen + 1
+
+
 def test_static_member_leaves_by_instance_id(broker: Broker) -> None:
     a = join(broker, instance="i-1")
     assert broker.handle(LeaveGroupRequest("g", "", "nope")).error_code == (

@@ -211,3 +211,45 @@ def test_a_join_without_member_id_is_handed_one_and_leaves_no_member_behind(
             assert len(_call(s, 15, 5, {"groups": ["rk394"]}).groups[0].members) == 1
     finally:
         c.close()
+
+
+def test_a_static_member_restarts_without_rebalancing_the_group(
+    server: str, broker: Broker
+) -> None:
+    """KIP-345 (librdkafka's 0102): a static member that closes (sending no LeaveGroup) and
+    comes back with its group.instance.id gets its old partitions back, and the other
+    member, polling all along, is never asked to revoke or take new ones."""
+    create_topic(broker, "static", 4)
+    config = {"bootstrap.servers": server, "group.id": "static", **FAST_GROUP,
+              "session.timeout.ms": 60_000}  # fmt: skip
+    rebalances: list[str] = []
+    one = ck.Consumer({**config, "group.instance.id": "one"})
+    one.subscribe(
+        ["static"],
+        on_assign=lambda c, tps: rebalances.append("assign"),
+        on_revoke=lambda c, tps: rebalances.append("revoke"),
+    )
+
+    def assigned(consumer: ck.Consumer) -> list[int]:
+        deadline = time.monotonic() + 120
+        while len(consumer.assignment()) != 2 and time.monotonic() < deadline:
+            consumer.poll(0.1)
+            one.poll(0.1)
+        return sorted(tp.partition for tp in consumer.assignment())
+
+    two = ck.Consumer({**config, "group.instance.id": "two"})
+    try:
+        two.subscribe(["static"])
+        before = assigned(two)
+        while len(one.assignment()) != 2:
+            one.poll(0.1)
+            two.poll(0.1)
+        two.close()  # a static member leaves no LeaveGroup behind
+        seen = list(rebalances)
+        two = ck.Consumer({**config, "group.instance.id": "two"})
+        two.subscribe(["static"])
+        assert assigned(two) == before
+        assert rebalances == seen
+    finally:
+        two.close()
+        one.close()

@@ -9,7 +9,7 @@ runs one every member supports, and one member, the leader, sends everybody's as
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 
 def shares_protocol(others: Sequence[Sequence[str]], joiner: Sequence[str]) -> bool:
@@ -33,6 +33,20 @@ def choose_protocol(preferences: Sequence[Sequence[str]]) -> str:
     votes = Counter(next(n for n in names if n in common) for names in preferences)
     first = [n for n in preferences[0] if n in common]
     return max(first, key=lambda name: (votes[name], -first.index(name)))
+
+
+def keeps_protocol(
+    current: str | None, leader: str | None, protocols: Mapping[str, Sequence[str]]
+) -> bool:
+    """Whether a Stable group, with a static member's protocols replaced by those it
+    restarted with, would still choose ``current``: then the restart takes its old
+    member's place without a rebalance (KIP-345; Kafka rebalances only when the selected
+    protocol would change). ``protocols``: each member's, in its order of preference."""
+    order = [m for m in protocols if m == leader] + [m for m in protocols if m != leader]
+    preferences = [protocols[m] for m in order]
+    if current is None or not preferences or not shares_protocol(preferences[1:], preferences[0]):
+        return False
+    return choose_protocol(preferences) == current
 
 
 def choose_leader(previous: str | None, members_by_join: Sequence[str]) -> str:

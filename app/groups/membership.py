@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -28,7 +29,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.assignor import range_assign
-from app.groups.classic import choose_leader, choose_protocol, shares_protocol
+from app.groups.classic import choose_leader, choose_protocol, keeps_protocol, shares_protocol
 from app.protocol import (
     DescribedGroup,
     DescribedMember,
@@ -328,6 +329,9 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
             conn.execute(
                 sql.DROP_PENDING_MEMBER, {"group_id": req.group_id, "member_id": member_id}
             )
+            old = _restarted_static_member(group, current, req, member_id)
+            if old is not None:
+                return _replace_static_member(conn, group, old, req, member_id, now)
             if req.group_instance_id:
                 replaced = conn.execute(
                     sql.REPLACE_STATIC_MEMBER,
@@ -392,6 +396,54 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
             return _joined(conn, req.group_id, member_id)
     except KafkaException as exc:
         return JoinGroupResponse(exc.error.code(), error_message=exc.error.str())
+
+
+def _restarted_static_member(
+    group: Any, current: dict[str, Any], req: JoinGroupRequest, member_id: str
+) -> Any | None:
+    """The member a static one restarted into a Stable classic group replaces without a
+    rebalance (KIP-345), or None: Kafka rebalances when the group would choose another
+    protocol with its new protocols, and in any other state."""
+    if not req.group_instance_id or member_id in current or group.state != STABLE:
+        return None
+    if group.protocol_type is None or group.protocol_type != req.protocol_type:
+        return None
+    old = next((m for m in current.values() if m.group_instance_id == req.group_instance_id), None)
+    if old is None:
+        return None
+    protocols = {m.member_id: list(m.protocol_names or []) for m in current.values()}
+    protocols[old.member_id] = [p.name for p in req.protocols]
+    return old if keeps_protocol(group.protocol, group.leader_id, protocols) else None
+
+
+def _replace_static_member(
+    conn: Connection, group: Any, old: Any, req: JoinGroupRequest, member_id: str, now: int
+) -> JoinGroupResponse:
+    """The restarted static member takes ``old``'s place under its new id: same
+    generation, same assignment (its SyncGroup hands it back), its new protocols kept for
+    the next rebalance. A leader that can skip the assignment (JoinGroup v9) is told to;
+    an older one is named a follower (the old id leads), so it only syncs."""
+    conn.execute(
+        sql.REKEY_STATIC_MEMBER,
+        {
+            "group_id": req.group_id, "member_id": member_id, "old_member_id": old.member_id,
+            "topics": json.dumps(sorted(set(req.topics))),
+            "protocol_names": [p.name for p in req.protocols] or None,
+            "protocol_metadata": [p.metadata for p in req.protocols] or None,
+            "session_timeout_ms": req.session_timeout_ms,
+            "rebalance_timeout_ms": (
+                req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else None
+            ),
+            "now": now,
+        },
+    )  # fmt: skip
+    if group.leader_id != old.member_id:
+        return _joined(conn, req.group_id, member_id)
+    conn.execute(sql.SET_LEADER_ID, {"group_id": req.group_id, "leader_id": member_id})
+    joined = _joined(conn, req.group_id, member_id)
+    if req.skip_assignment_supported:
+        return replace(joined, skip_assignment=True)
+    return replace(joined, leader_id=old.member_id, members=[])
 
 
 @retry_conflicts

@@ -221,6 +221,18 @@ PENDING_MEMBERS_LEFT = text(
     "SELECT EXISTS (SELECT 1 FROM group_pending_members WHERE group_id = :group_id "
     "AND expires_ms >= :now)"
 )
+# KIP-345: a static member restarted into a Stable group takes its old member's place
+# under its new id, with the old member's generation and assignment.
+REKEY_STATIC_MEMBER = text(
+    """
+    UPDATE group_members SET member_id = :member_id, topics = CAST(:topics AS jsonb),
+        protocol_names = :protocol_names, protocol_metadata = :protocol_metadata,
+        session_timeout_ms = :session_timeout_ms, rebalance_timeout_ms = :rebalance_timeout_ms,
+        last_heartbeat_ms = :now
+    WHERE group_id = :group_id AND member_id = :old_member_id
+    """
+)
+SET_LEADER_ID = text("UPDATE consumer_groups SET leader_id = :leader_id WHERE group_id = :group_id")
 REPLACE_STATIC_MEMBER = text(
     "DELETE FROM group_members WHERE group_id = :group_id AND group_instance_id = :group_instance_id "
     "AND member_id <> :member_id RETURNING member_id"

@@ -60,6 +60,7 @@ def join_group(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pen
         group_instance_id=getattr(request, "group_instance_id", None),
         protocol_type=request.protocol_type, protocols=protocols,
         rebalance_timeout_ms=rebalance_ms, require_known_member_id=request.__version__ >= 4,
+        skip_assignment_supported=request.__version__ >= 9,
     )  # fmt: skip
     deadline = time.monotonic() + rebalance_ms / 1000 + session_ms / 1000
     return _join_pass(broker, join, deadline, FIRST_PAUSE_S)
@@ -80,7 +81,7 @@ def _join_pass(
     return {
         "error_code": answer.error_code, "generation_id": answer.generation_id,
         "protocol_type": answer.protocol_type, "protocol_name": answer.protocol_name or "",
-        "leader": answer.leader_id, "skip_assignment": False,
+        "leader": answer.leader_id, "skip_assignment": answer.skip_assignment,
         "member_id": answer.member_id or join.member_id,
         "members": [
             {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
