@@ -8,6 +8,7 @@ a ``kip98 serve`` over the test's fresh database (tests/conftest.py's ``db_url``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,9 +39,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.conformance)
 
 
+class RunningKafka:
+    """A Kafka broker someone else runs (``KIP98_CONFORMANCE_KAFKA=host:port``), reused
+    across test sessions while writing scenarios."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+
 @pytest.fixture(scope="session")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker | RunningKafka]:
     """Apache Kafka 4.4, one broker+controller for the whole session."""
+    running = os.environ.get("KIP98_CONFORMANCE_KAFKA")
+    if running:
+        warm_up(Target("kafka", running))
+        yield RunningKafka(running)
+        return
     broker = KafkaBroker(workdir=tmp_path_factory.mktemp("kafka"))
     broker.start()
     try:
@@ -72,7 +86,7 @@ def kip98_target(db_url: str) -> Iterator[Target]:
 
 
 @pytest.fixture
-def kafka_target(kafka: KafkaBroker) -> Target:
+def kafka_target(kafka: KafkaBroker | RunningKafka) -> Target:
     return Target("kafka", kafka.bootstrap)
 
 

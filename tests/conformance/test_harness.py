@@ -1,0 +1,56 @@
+"""The harness itself, without brokers: ``same`` fails with a readable diff where the two
+observations differ, ``documented_difference`` holds each broker to its documented
+observation, and normalisation leaves what must match."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conformance.harness import Target, documented_difference, same
+from tests.conformance.normalise import error_name, lso_relation, stems
+
+KIP98, KAFKA = Target("kip98", "127.0.0.1:1"), Target("kafka", "127.0.0.1:2")
+
+
+def scenario_kind(target: Target) -> Any:
+    return {"kind": target.kind, "tuple": (1, 2)}
+
+
+def scenario_names(target: Target) -> Any:
+    return stems({"topic": target.name_for("orders"), "list": [target.name_for("g")]})
+
+
+def test_same_shows_where_the_observations_differ() -> None:
+    with pytest.raises(AssertionError) as failed:
+        same(scenario_kind, KIP98, KAFKA)
+    assert '- "kind": "kafka"' in str(failed.value)
+    assert '+ "kind": "kip98"' in str(failed.value)
+
+
+def test_same_compares_names_by_their_stems() -> None:
+    same(scenario_names, KIP98, KAFKA)
+    assert scenario_names(KIP98) == {"topic": "orders", "list": ["g"]}
+
+
+def test_a_documented_difference_needs_its_section() -> None:
+    with pytest.raises(AssertionError, match="no section"):
+        documented_difference("no-such-slug", scenario_kind, KIP98, KAFKA,
+                              kip98_expected={}, kafka_expected={})  # fmt: skip
+
+
+def test_a_documented_difference_needs_its_section_to_name_the_test() -> None:
+    with pytest.raises(AssertionError, match="names neither"):
+        documented_difference("acks1-behind-acks-all", scenario_kind, KIP98, KAFKA,
+                              kip98_expected={}, kafka_expected={})  # fmt: skip
+
+
+def test_error_names() -> None:
+    import confluent_kafka as ck
+
+    assert error_name(45) == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    assert error_name(0) == "NONE"
+    assert error_name(ck.KafkaError(ck.KafkaError._FENCED)) == "_FENCED"
+    assert error_name(ck.KafkaException(ck.KafkaError(90))) == "PRODUCER_FENCED"
+    assert lso_relation(3, 5) == "lso<hw" and lso_relation(5, 5) == "lso==hw"
