@@ -45,6 +45,9 @@ MAGIC = 2
 _BASE_OFFSET = struct.Struct(">q")
 _CRC = struct.Struct(">I")
 _ATTRIBUTES = struct.Struct(">h")
+# Where every message format keeps its version (after the base offset, the length and the
+# leader epoch, or a v0/v1 message's CRC).
+_MAGIC_OFFSET = 16
 CRC_OFFSET = DefaultRecordBase.CRC_OFFSET
 # A batch's header, before its records (61 bytes).
 BATCH_HEADER_BYTES = DefaultRecordBase.HEADER_STRUCT.size
@@ -66,19 +69,23 @@ def produce_request(
     topic: str, partition: int, records: bytes | None, transactional_id: str | None
 ) -> ProduceRequest:
     """The batch of one partition of a produce request; raises KafkaException
-    (CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_FOR_MESSAGE_FORMAT,
-    UNSUPPORTED_COMPRESSION_TYPE) for what Kafka would refuse."""
+    (CORRUPT_MESSAGE, INVALID_RECORD, UNSUPPORTED_COMPRESSION_TYPE) for what Kafka would
+    refuse, with Kafka's code: a partition's bytes that hold no whole batch, more than one,
+    or one of another message format are INVALID_RECORD (Kafka's check of a produce
+    request's records); a batch shorter than a batch can be, or whose CRC does not hold,
+    CORRUPT_MESSAGE."""
     if not records:
         raise fail(KafkaError.INVALID_RECORD, "a produce partition without records")
     try:
         batches = MemoryRecords(bytes(records))
         batch = batches.next_batch()
         if batch is None:
-            raise fail(KafkaError.CORRUPT_MESSAGE, "no complete record batch")
+            raise fail(KafkaError.INVALID_RECORD, "no complete record batch")
         if batches.has_next():
             raise fail(KafkaError.INVALID_RECORD, "one record batch per partition is allowed")
-        if batch.magic != MAGIC:
-            raise fail(KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT, f"message format v{batch.magic}")
+        magic = records[_MAGIC_OFFSET]  # aiokafka's legacy batches do not say it
+        if magic != MAGIC:
+            raise fail(KafkaError.INVALID_RECORD, f"message format v{magic}: only v2 is")
         if not batch.validate_crc():
             raise fail(KafkaError.CORRUPT_MESSAGE, "record batch CRC mismatch")
         if batch.is_control_batch:
