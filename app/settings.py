@@ -38,6 +38,13 @@ class BrokerSettings:
     # Whether transactional clients run a coordinator loop thread (1) or leave the work to
     # a dedicated ``kip98 coordinator run`` (0).
     client_coordinator_loop: int = 1
+    # Whether ``kip98 serve`` runs the coordinator loop (transaction timeouts, roll-forward,
+    # id and producer expiry, the log cleaner) as Kafka's brokers run their coordinators'
+    # timers (1), or leaves it to the clients' loops or ``kip98 coordinator run`` (0).
+    serve_coordinator_loop: bool = True
+    # Whether a database named by KIP98_DATABASE_URL is migrated to the newest schema by
+    # whatever uses it (1), as the embedded one always is, or only by ``kip98 db migrate``.
+    auto_migrate: bool = False
     # Rows one fetch reads at most per partition (bounds memory; fetch.max.bytes bounds bytes).
     fetch_max_records: int = 2_000
     # Whether requests are checked against the ACLs in ``acls`` (1) or not (0, Kafka's

@@ -122,3 +122,36 @@ def test_demo_names_the_database(db_url: str) -> None:
     again = run_kip98("demo", "--records", "200", "--no-spark")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "summary: OK" in again.stdout
+
+
+def test_url_libpq_names_every_host_without_the_driver() -> None:
+    given = (
+        "postgresql+psycopg://app:s3cret@db1:5432,db2:5433/kip98?target_session_attrs=read-write"
+    )
+    result = run_kip98("db", "url", "--libpq", env={"KIP98_DATABASE_URL": given})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "postgresql://app:s3cret@db1:5432,db2:5433/kip98?target_session_attrs=read-write"
+    )
+    one = run_kip98("db", "url", "--libpq", env={"KIP98_DATABASE_URL": UNREACHABLE})
+    assert one.stdout.strip() == "postgresql://nobody@127.0.0.1:1/x"
+
+
+def test_psql_runs_on_the_database_with_its_arguments(db_url: str) -> None:
+    """kip98 db psql execs psql on kip98 db url --libpq, arguments passed through."""
+    libpq = run_kip98("db", "url", "--libpq")
+    assert libpq.returncode == 0 and "+psycopg" not in libpq.stdout
+    result = run_kip98(
+        "db", "psql", "-At", "-c", "select current_database(), count(*) from partitions"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{make_url(db_url).database}|0"
+    failed = run_kip98("db", "psql", "-v", "ON_ERROR_STOP=1", "-c", "select * from no_such_table")
+    assert failed.returncode != 0 and "no_such_table" in failed.stderr
+
+
+def test_psql_not_installed_is_one_line(db_url: str) -> None:
+    result = run_kip98("db", "psql", "-c", "select 1", env={"PATH": "/nonexistent"})
+    assert result.returncode == 1
+    _assert_one_line_error(result.stderr)
+    assert "psql is not installed" in result.stderr

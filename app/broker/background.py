@@ -1,10 +1,11 @@
 """One coordinator loop per process and database, shared by the transactional clients.
 
-Kafka's coordinator runs in the brokers; here any client process may do its work, so a
+Kafka's coordinator runs in the brokers, and so it does in ``kip98 serve``; native
+clients need no server, so here any client process may do its work too, and a
 transaction left by a dead process is timed out or rolled forward as long as some process
 using the database is alive. Clients reference-count the loop; the last one to close
 stops it and releases its leases. ``KIP98_CLIENT_COORDINATOR_LOOP=0`` turns this off
-(when a dedicated ``kip98 coordinator run`` does the work).
+(when ``kip98 serve`` or a dedicated ``kip98 coordinator run`` does the work).
 """
 
 from __future__ import annotations

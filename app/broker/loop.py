@@ -17,7 +17,10 @@ must not stop the rest: it is logged, counted (``coordinator_item_failures``, re
 app.metrics), backed off by the clock, and the pass goes on with every other item and
 kind of work. Only the database going away ends a pass (the next one starts afresh).
 
-Runs as ``kip98 coordinator run`` and as a daemon thread in client processes.
+Runs as a thread of every ``kip98 serve`` node (``app.server.registration``; Kafka's
+brokers run their coordinators' timers themselves), as ``kip98 coordinator run``, and as a
+daemon thread in client processes (``background``); whoever runs it, each
+transaction-log partition's work is done by one loop at a time, the one holding its lease.
 """
 
 from __future__ import annotations
@@ -309,9 +312,14 @@ class CoordinatorLoop:
 
     def run_forever(self) -> None:
         interval = self.broker.settings.coordinator_interval_ms / 1000.0
+        held = -1
         while not self._stop.is_set():
             try:
-                self.run_once()
+                stats = self.run_once()
+                if len(stats.leases) != held:
+                    held = len(stats.leases)
+                    log.info("coordinator %s holds %d of %d transaction-log partitions",
+                             self.owner, held, self.broker.settings.transaction_log_partitions)  # fmt: skip
             except Exception as exc:  # a database outage must not kill the loop; it retries
                 error = kafka_error(exc)
                 if error is not None and error.retriable():  # the database unreachable, a

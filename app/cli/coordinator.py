@@ -1,9 +1,10 @@
 """``kip98 coordinator run``: a dedicated process doing the coordinator's scheduled work.
 
-Client processes run the same loop in a thread; a dedicated one keeps timeouts,
-roll-forwards and the log cleaner going when no client is alive (and, logged in as an
-admin, cleans where clients with the ``kip98_client`` role may not) (set ``KIP98_CLIENT_COORDINATOR_LOOP=0`` on
-the clients then). It stops cleanly on SIGINT or SIGTERM and releases its leases, so a
+Every ``kip98 serve`` node runs the same loop itself; this is for deployments with no
+server, only native clients. Client processes run the loop in a thread too; a dedicated
+one keeps timeouts, roll-forwards and the log cleaner going when no client is alive (and,
+logged in as an admin, cleans where clients with the ``kip98_client`` role may not) (set
+``KIP98_CLIENT_COORDINATOR_LOOP=0`` on the clients then). It stops cleanly on SIGINT or SIGTERM and releases its leases, so a
 successor takes over at once instead of waiting for them to lapse.
 """
 

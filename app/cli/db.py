@@ -2,13 +2,15 @@
 
 ``start``/``stop``/``status``/``failover`` manage the embedded server under ``KIP98_HOME``
 (with ``--standbys N``, a primary and N hot standbys: ``storage.cluster``); ``url``,
-``migrate`` and ``rebuild`` act on whatever database kip98 would use (``KIP98_DATABASE_URL``
+``psql``, ``migrate`` and ``rebuild`` act on whatever database kip98 would use (``KIP98_DATABASE_URL``
 when set, else the embedded server, started on demand).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,23 +117,47 @@ def status(output: str) -> None:
                       "sync_state", "data_dir"])  # fmt: skip
 
 
-@db.command()
-@click.option("--standby", is_flag=True, help="A URL that reaches a standby instead.")
-def url(standby: bool) -> None:
-    """Print the SQLAlchemy URL kip98 uses (starting the embedded server if needed): with
-    standbys, every node's address, reaching whichever is the primary."""
+def _url(standby: bool) -> str:
+    """The URL kip98 uses, or one reaching a standby, as users write it."""
     if not standby:
-        click.echo(urls.parse(resolve_url()).render())
-        return
+        return urls.parse(resolve_url()).render()
     explicit = os.environ.get("KIP98_DATABASE_URL")
     if explicit:
-        click.echo(with_target(explicit, "standby"))
-        return
+        return with_target(explicit, "standby")
     cluster = EmbeddedCluster()
     layout = cluster.start()
     if layout.standbys == 0:
         raise CliError("the embedded PostgreSQL has no standbys (kip98 db start --standbys N)")
-    click.echo(cluster.url(layout, standby=True))
+    return cluster.url(layout, standby=True)
+
+
+@db.command()
+@click.option("--standby", is_flag=True, help="A URL that reaches a standby instead.")
+@click.option("--libpq", is_flag=True,
+              help="As psql and libpq take it: postgresql://, no +psycopg, every host.")  # fmt: skip
+def url(standby: bool, libpq: bool) -> None:
+    """Print the SQLAlchemy URL kip98 uses (starting the embedded server if needed): with
+    standbys, every node's address, reaching whichever is the primary."""
+    found = _url(standby)
+    click.echo(urls.parse(found).libpq() if libpq else found)
+
+
+@db.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--standby", is_flag=True, help="On a standby instead of the primary.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def psql(standby: bool, args: tuple[str, ...]) -> None:
+    """Open psql on the database kip98 uses (kip98 db url --libpq); ARGS go to psql, as in
+    kip98 db psql -c 'select * from partition_status'."""
+    program = shutil.which("psql")
+    if program is None:
+        raise CliError("psql is not installed (Debian: apt-get install postgresql-client)")
+    target = urls.parse(_url(standby))
+    env = dict(os.environ)
+    if target.password is not None:  # not on the command line, where ps shows it
+        env["PGPASSWORD"] = target.password
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(program, [program, "--dbname", target.libpq(with_password=False), *args], env)
 
 
 @db.command()

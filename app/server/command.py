@@ -8,6 +8,7 @@ from functools import partial
 
 import click
 
+from app.broker import Broker
 from app.errors import KafkaException
 from app.protocol import ANY_NODE_ID
 from app.server import DEFAULT_LISTEN, Listener, ServeError, endpoints_of, serve
@@ -110,6 +111,9 @@ def serve_command(
             raise click.BadParameter(f"{principal!r} is not User:NAME", param_hint="--super-user")
     try:
         check_session_timeout(BrokerSettings.from_env())
+        # Before any process starts: the embedded database (or, with KIP98_AUTO_MIGRATE=1,
+        # any) is migrated here; one of one's own left unmigrated is refused in one line.
+        Broker.check_schema()
     except KafkaException as exc:
         raise click.ClickException(exc.args[0].str()) from exc
     except ServeError as exc:

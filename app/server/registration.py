@@ -9,6 +9,14 @@ stopped, past the session timeout, and another node removed it) registers again:
 the same node id if no live node has taken it, else, when the id was the database's
 choice, under a new one. A node id given on the command line that another live node has
 taken is lost for good: the node stops (``ServeError``).
+
+A registered node also runs the coordinator's timers, as Kafka's brokers do
+(docs/design.md rule 56): the coordinator loop (``app.broker.loop``) from a thread of its
+own, from the join until the node stops, when its leases are released at once so another
+node takes them over on its next pass. The leases of a node killed outright lapse after
+``KIP98_COORDINATOR_LEASE_MS``; each transaction-log partition's work is done by one node
+at a time, whichever holds its lease. ``KIP98_SERVE_COORDINATOR_LOOP=0`` leaves the work
+to the clients' loops or ``kip98 coordinator run``.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import uuid
 from collections.abc import Callable
 
 from app.broker import Broker
+from app.broker.loop import CoordinatorLoop
 from app.errors import KafkaError
 from app.protocol import (
     ANY_NODE_ID,
@@ -86,6 +95,7 @@ class Registration:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._on_lost: Callable[[str], None] = lambda why: None
+        self.coordinator: CoordinatorLoop | None = None
         timeout_ms = check_session_timeout(broker.settings)
         self.interval_s = min(MAX_HEARTBEAT_INTERVAL_S, timeout_ms / 1000 / HEARTBEATS_PER_SESSION)
 
@@ -120,10 +130,19 @@ class Registration:
         self._on_lost = on_lost
         self._thread = threading.Thread(target=self._run, name="kip98-heartbeat", daemon=True)
         self._thread.start()
+        if self.broker.settings.serve_coordinator_loop:
+            self.coordinator = CoordinatorLoop(self.broker)
+            self.coordinator.start()
+            log.info("node %d runs the coordinator loop as %s", self.member.node_id,
+                     self.coordinator.owner)  # fmt: skip
 
     def stop(self) -> None:
-        """Stop heartbeating, then leave the cluster at once (if the database is reachable;
-        otherwise the registration lapses)."""
+        """Stop the coordinator loop and release its leases, stop heartbeating, then leave
+        the cluster at once (if the database is reachable; otherwise the leases and the
+        registration lapse)."""
+        if self.coordinator is not None:
+            self.coordinator.stop(release=True)
+            self.coordinator = None
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)

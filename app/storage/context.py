@@ -19,11 +19,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Self
 
+import psycopg
 from sqlalchemy import Engine
 
 from app.clock import SYSTEM_CLOCK, Clock
+from app.errors import KafkaError, fail
 from app.settings import BrokerSettings
-from app.storage.engine import get_engine
+from app.storage.engine import get_engine, resolve_url
+from app.storage.migrate import SchemaError, ensure_schema
 
 
 @dataclass
@@ -51,6 +54,20 @@ class BrokerContext:
             principal=principal or principal_from_env(),
             replica_engine=None if replica_url is None else get_engine(replica_url, cfg),
         )
+
+    @staticmethod
+    def check_schema(url: str | None = None) -> None:
+        """Refuse, before anything else, a database whose schema is not kip98's newest
+        and is not migrated on demand (the embedded one is, and any with
+        ``KIP98_AUTO_MIGRATE=1``): KafkaException(_NOT_CONFIGURED) in one line that names
+        ``kip98 db migrate``. A database that cannot be reached is left to the first
+        statement to report, as it reports it anywhere else."""
+        try:
+            ensure_schema(resolve_url(url), migrate=False)
+        except SchemaError as exc:
+            raise fail(KafkaError._NOT_CONFIGURED, str(exc), fatal=True) from exc
+        except psycopg.OperationalError:
+            return
 
 
 def principal_from_env() -> str | None:

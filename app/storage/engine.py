@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import random
 import threading
 import time
@@ -20,6 +21,7 @@ from app.storage.cluster import database_url
 from app.storage.driver import in_transaction
 from app.storage.limits import bound_requests, connect_args, has_deadline, session_options
 from app.storage.liveness import check_on_checkout
+from app.storage.migrate import ensure_schema
 from app.storage.replication import watch_commits
 from app.storage.stalls import watch_stalls
 from app.storage.urls import sqlalchemy_url
@@ -40,8 +42,22 @@ T = TypeVar("T")
 def resolve_url(url: str | None = None) -> str:
     """``url`` if given, else KIP98_DATABASE_URL, else the embedded server (started on
     demand), as SQLAlchemy reads it (several hosts as its ``host`` parameters:
-    ``storage.urls``)."""
-    return sqlalchemy_url(url or database_url())
+    ``storage.urls``). The embedded database is migrated to the newest schema on the way
+    (once per process), and so is any with ``KIP98_AUTO_MIGRATE=1`` (``storage.migrate``)."""
+    embedded = url is None and not os.environ.get("KIP98_DATABASE_URL")
+    resolved = sqlalchemy_url(url or database_url())
+    if embedded or migrates_on_demand():
+        try:
+            ensure_schema(resolved, migrate=True)
+        except psycopg.OperationalError as exc:  # unreachable: the first statement says so
+            log.debug("schema not checked: %s", exc)
+    return resolved
+
+
+def migrates_on_demand() -> bool:
+    """``KIP98_AUTO_MIGRATE``: whether a database of one's own is migrated by whatever
+    uses it, as the embedded one always is."""
+    return BrokerSettings.from_env().auto_migrate
 
 
 def get_engine(url: str | None = None, settings: BrokerSettings | None = None) -> Engine:

@@ -91,6 +91,16 @@ class DatabaseUrl:
         query = f"?{urlencode(self.query)}" if self.query else ""
         return f"{self.drivername}://{userinfo}{hosts}{database}{query}"
 
+    def libpq(self, with_password: bool = True) -> str:
+        """As libpq (psql) reads a URI: ``postgresql://``, no driver suffix, every host in
+        the authority; its password left out unless ``with_password``."""
+        shown = replace(self, drivername="postgresql")
+        if not with_password:
+            shown = replace(shown, password=None)
+        if len(self.hosts) == 1:  # render() would give SQLAlchemy's form, the same for one host
+            return shown.sqlalchemy()
+        return shown.render()
+
     def sqlalchemy(self, hide_password: bool = False) -> str:
         """As SQLAlchemy reads it: one host in the authority, several as ``host`` query
         parameters."""

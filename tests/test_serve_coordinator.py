@@ -1,0 +1,174 @@
+"""``kip98 serve`` runs the coordinator's timers itself, as Kafka's brokers do
+(docs/design.md rule 54): a librdkafka transaction left open past its
+transaction.timeout.ms is aborted and its producer fenced with nothing else running the
+coordinator loop (``KIP98_CLIENT_COORDINATOR_LOOP=0`` here, no ``kip98 coordinator run``);
+with several nodes, one holds each lease, and another takes the work over once the
+leases of a node killed outright lapse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import confluent_kafka as ck
+import pytest
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from sqlalchemy import text
+
+from app.broker import Broker
+from app.log.topics import create_topic
+from app.server.process import ServeProcess
+from tests.cluster_nodes import live_nodes, node_at, nodes, wait_until
+from tests.txn_driver import state_of
+from tests.wire_client import serving
+
+# A short pass interval and lease, so the test waits little; the waits are on conditions.
+ENV = {"KIP98_COORDINATOR_INTERVAL_MS": "100", "KIP98_COORDINATOR_LEASE_MS": "2000"}
+TIMEOUT_MS = 2000
+# What librdkafka reports for a commit whose producer the coordinator has fenced: the
+# fatal fence, or the state error of a transaction already aborted under it.
+FENCED = {
+    ck.KafkaError._FENCED,
+    ck.KafkaError.PRODUCER_FENCED,
+    ck.KafkaError.INVALID_PRODUCER_EPOCH,
+    ck.KafkaError.INVALID_TXN_STATE,
+    ck.KafkaError._STATE,
+}
+
+
+@pytest.fixture(autouse=True)
+def no_client_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in this process runs the coordinator loop: only the servers may."""
+    monkeypatch.setenv("KIP98_CLIENT_COORDINATOR_LOOP", "0")
+
+
+def _stable_offset(admin: AdminClient) -> int:
+    tp = TopicPartition("t", 0)
+    answer = admin.list_offsets(
+        {tp: OffsetSpec.latest()}, isolation_level=IsolationLevel.READ_COMMITTED
+    )
+    return int(answer[tp].result().offset)
+
+
+def _read_committed(bootstrap: str, want: int) -> list[bytes]:
+    consumer = ck.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "reader",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition("t", 0, 0)])
+    got: list[bytes] = []
+    try:
+        wait_until(lambda: _polled(consumer, got) >= want, "the later record was never read")
+    finally:
+        consumer.close()
+    return got
+
+
+def _polled(consumer: ck.Consumer, got: list[bytes]) -> int:
+    msg = consumer.poll(0.5)
+    if msg is not None and msg.error() is None:
+        got.append(msg.value())
+    return len(got)
+
+
+def _left_open_is_aborted(db_url: str, bootstrap: str) -> None:
+    """A transaction left open past its timeout is aborted by a server's loop: its
+    producer's commit fails fenced, the partition's LSO moves past it, and a read_committed
+    consumer reads what was committed after it (and not its record)."""
+    broker = Broker.connect(db_url)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    producer = ck.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": "stalled",
+            "transaction.timeout.ms": TIMEOUT_MS,
+            "message.timeout.ms": TIMEOUT_MS,
+        }
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce("t", value=b"stalled")
+    assert producer.flush(30) == 0
+    assert _stable_offset(admin) == 0  # the open transaction pins the LSO
+
+    wait_until(
+        lambda: state_of(broker, "stalled") == "COMPLETE_ABORT",
+        "the transaction left open was never timed out",
+    )
+    with pytest.raises(ck.KafkaException) as failed:
+        producer.commit_transaction(30)
+    error: Any = failed.value.args[0]
+    assert error.code() in FENCED, error
+    # The record and the abort marker are below the LSO now.
+    wait_until(lambda: _stable_offset(admin) >= 2, "the LSO stayed pinned")
+
+    later = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    later.produce("t", value=b"later")
+    assert later.flush(30) == 0
+    assert _read_committed(bootstrap, 1) == [b"later"]
+
+
+def test_a_lone_server_times_out_a_transaction_left_open(db_url: str) -> None:
+    create_topic(Broker.connect(db_url), "t", 1)
+    with serving(db_url, env=ENV) as address:
+        _left_open_is_aborted(db_url, address)
+
+
+def _holder(db_url: str) -> str | None:
+    """The one owner of every live coordinator lease, if one owner holds them all."""
+    broker = Broker.connect(db_url)
+    now = broker.clock.now_ms()
+    with broker.engine.connect() as conn:
+        owners = conn.execute(
+            text("SELECT DISTINCT owner FROM coordinator_leases WHERE expires_ms > :now"),
+            {"now": now},
+        ).scalars()
+        found = [o for o in owners if o is not None]
+        total = conn.execute(text("SELECT count(*) FROM coordinator_leases")).scalar()
+    return (
+        found[0]
+        if len(found) == 1 and total == broker.settings.transaction_log_partitions
+        else None
+    )
+
+
+def _pid_of(owner: str) -> int:
+    """The process id in a loop's owner name (host:pid:nonce)."""
+    return int(owner.split(":")[1])
+
+
+def test_another_node_takes_over_from_a_killed_lease_holder(db_url: str) -> None:
+    create_topic(Broker.connect(db_url), "t", 1)
+    with nodes(db_url, 3, env=ENV) as serves:
+        holder = wait_until(lambda: _holder(db_url), "no node took the coordinator leases")
+        [doomed] = [s for s in serves if s.proc is not None and s.proc.pid == _pid_of(holder)]
+        doomed.kill()
+        others = [s for s in serves if s is not doomed]
+        alive = {s.proc.pid for s in others if s.proc is not None}
+        successor = wait_until(
+            lambda: (h := _holder(db_url)) is not None and _pid_of(h) in alive and h,
+            "no other node took the leases over once they lapsed",
+        )
+        assert successor != holder
+        # The killed node out of Metadata, so no client is sent to it.
+        wait_until(
+            lambda: doomed.port not in {n.endpoint("PLAINTEXT").port for n in live_nodes(db_url)},  # type: ignore[union-attr]
+            "the killed node stayed registered",
+        )
+        _left_open_is_aborted(db_url, ",".join(s.address for s in others))
+
+
+def test_with_the_setting_off_a_server_takes_no_lease(db_url: str) -> None:
+    """KIP98_SERVE_COORDINATOR_LOOP=0: the server leaves the work to others (here a second
+    server; the clients' loops or kip98 coordinator run otherwise), however long it runs
+    first."""
+    with ServeProcess(db_url, env={**ENV, "KIP98_SERVE_COORDINATOR_LOOP": "0"}) as off:
+        wait_until(lambda: node_at(db_url, off), "the server never registered")
+        with ServeProcess(db_url, env=ENV) as on:
+            holder = wait_until(lambda: _holder(db_url), "no node took the coordinator leases")
+            assert on.proc is not None and _pid_of(holder) == on.proc.pid
