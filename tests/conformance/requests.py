@@ -121,11 +121,23 @@ def add_partitions(
         v3_and_below_topics=(r.AddPartitionsToTxnTopic(name=topic, partitions=partitions),),
     )
     answer = target.raw(24, 3, body)
-    return [
-        p.partition_error_code
+    by_index = {
+        p.partition_index: p.partition_error_code
         for t in answer.results_by_topic_v3_and_below
         for p in t.results_by_partition
-    ]
+    }
+    return [by_index[p] for p in partitions]
+
+
+def add_partitions_answer(
+    target: Target, transactional_id: str, producer_id: int, epoch: int, topic: str,
+    partitions: tuple[int, ...],
+) -> dict[str, str]:  # fmt: skip
+    """AddPartitionsToTxn v3's answer as {partition: error name}."""
+    from tests.conformance.normalise import error_name
+
+    codes = add_partitions(target, transactional_id, producer_id, epoch, topic, partitions)
+    return {str(p): error_name(c) for p, c in zip(partitions, codes, strict=True)}
 
 
 def add_offsets(
@@ -233,3 +245,99 @@ def describe_producers(target: Target, topic: str, partition: int = 0) -> Any:
         topics=(r.TopicRequest(name=topic, partition_indexes=(partition,)),)
     )
     return target.raw(61, 0, body).topics[0].partitions[0]
+
+
+class RawTransaction:
+    """A transactional producer spoken in raw requests: its id, producer id and epoch,
+    and the next sequence of each partition it wrote to."""
+
+    def __init__(self, target: Target, stem: str = "raw-txn", timeout_ms: int = 60_000) -> None:
+        self.target = target
+        self.transactional_id = target.name_for(stem)
+        find_coordinator_ready(target, self.transactional_id)
+        self.init = init_producer_id(target, self.transactional_id, timeout_ms)
+        self.producer_id = self.init.producer_id
+        self.epoch = self.init.producer_epoch
+        self.sequences: dict[tuple[str, int], int] = {}
+
+    def add(self, topic: str, partition: int = 0) -> Any:
+        """AddPartitionsToTxn of one partition; its error code (retried while the
+        coordinator is still completing the last transaction)."""
+        return retried(
+            lambda: add_partitions(self.target, self.transactional_id, self.producer_id,
+                                   self.epoch, topic, (partition,))[0],
+            lambda code: code,
+        )  # fmt: skip
+
+    def produce(
+        self, topic: str, values: list[str], partition: int = 0, epoch: int | None = None
+    ) -> Any:
+        """A transactional batch of ``values`` with the next sequence; the answer."""
+        sequence = self.sequences.get((topic, partition), 0)
+        answer = produce(
+            self.target, topic,
+            batch(values, self.producer_id, self.epoch if epoch is None else epoch, sequence,
+                  transactional=True),
+            partition, transactional_id=self.transactional_id,
+        )  # fmt: skip
+        if answer.error_code.value == 0:
+            self.sequences[(topic, partition)] = sequence + len(values)
+        return answer
+
+    def end(self, commit: bool, epoch: int | None = None) -> Any:
+        """EndTxn; its error code."""
+        return end_txn(self.target, self.transactional_id, self.producer_id,
+                       self.epoch if epoch is None else epoch, commit)  # fmt: skip
+
+    def open(self, topic: str, values: list[str], partition: int = 0) -> None:
+        """Begin a transaction holding ``values`` on the partition."""
+        assert self.add(topic, partition).value == 0
+        assert self.produce(topic, values, partition).error_code.value == 0
+
+
+def find_coordinator_ready(target: Target, transactional_id: str) -> None:
+    """FindCoordinator of a transactional id until it answers (as a client asks first)."""
+    found = retried(lambda: find_coordinator(target, transactional_id, 1), lambda a: a.error_code)
+    assert found.error_code.value == 0, found
+
+
+def subscription(topics: list[str]) -> bytes:
+    """A consumer protocol subscription (version 0): the topics, no user data."""
+    import struct
+
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)
+
+
+def join_group(
+    target: Target, group: str, topic: str, group_instance_id: str | None = None
+) -> tuple[str, int]:
+    """A classic consumer group of one member, joined (v5, asking for a member id first
+    as Kafka wants) and synced; (member id, generation)."""
+    from kio.schema.join_group.v5 import request as j
+    from kio.schema.sync_group.v3 import request as s
+
+    find = retried(lambda: find_coordinator(target, group, 0), lambda a: a.error_code)
+    assert find.error_code.value == 0, find
+
+    def join(member_id: str) -> Any:
+        return target.raw(11, 5, j.JoinGroupRequest(
+            group_id=group, session_timeout=datetime.timedelta(seconds=30),
+            rebalance_timeout=datetime.timedelta(seconds=30), member_id=member_id,
+            group_instance_id=group_instance_id, protocol_type="consumer",
+            protocols=(j.JoinGroupRequestProtocol(name="range", metadata=subscription([topic])),),
+        ))  # fmt: skip
+
+    joined = join("")
+    if joined.error_code.value == 79:  # MEMBER_ID_REQUIRED
+        joined = join(joined.member_id)
+    assert joined.error_code.value == 0, joined
+    synced = target.raw(14, 3, s.SyncGroupRequest(
+        group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
+        group_instance_id=group_instance_id,
+        assignments=(s.SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b""),),
+    ))  # fmt: skip
+    assert synced.error_code.value == 0, synced
+    return joined.member_id, joined.generation_id
