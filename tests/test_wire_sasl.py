@@ -9,10 +9,12 @@ connection and are counted.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +24,7 @@ import pytest
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v0.request import SaslHandshakeRequest as SaslHandshakeV0
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from scramp import ScramClient
 from sqlalchemy import text
@@ -40,6 +43,7 @@ from tests.wire_client import (
     authentication_refused,
     delivered,
     read_committed_values,
+    read_frame,
     read_response,
     request_frame,
 )
@@ -226,7 +230,9 @@ def test_a_request_before_authentication_closes_the_connection(
         )
         versions = read_response(s, 18, 3)
         served = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-        assert served[17] == (1, 1) and served[36] == (0, 2)
+        # As Kafka 4 serves them: v0 of SaslHandshake too (its tokens as bare frames),
+        # which librdkafka's check of the broker's versions asks for.
+        assert served[17] == (0, 1) and served[36] == (0, 2)
         # Anything else before authenticating: no answer, the connection is closed.
         s.sendall(request_frame(3, 12, METADATA))
         assert s.recv(100) == b""
@@ -384,3 +390,145 @@ def test_super_users_given_to_serve(db_url: str) -> None:
         [(refused, _)] = delivered_or_failed(alice, "t")
         assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert read_values(admin, "t", 0) == ["v0"]
+
+
+def _bare(s: socket.socket, token: bytes) -> bytes:
+    """A token after a v0 SaslHandshake: a bare frame each way."""
+    s.sendall(len(token).to_bytes(4, "big") + token)
+    return read_frame(s)
+
+
+def test_a_v0_handshake_takes_its_tokens_as_bare_frames(
+    sasl_server: tuple[ServeProcess, int],
+) -> None:
+    """SaslHandshake v0, as Kafka 4 still serves it: the tokens follow without Kafka's
+    framing, PLAIN's answered by an empty one, SCRAM's by the server's messages; then the
+    connection is authenticated. A wrong password closes it without an answer (v0 has no
+    way to say why), as Kafka does."""
+    serve, metrics_port = sasl_server
+    with socket.create_connection((serve.host, serve.port), 5) as s:
+        s.settimeout(10)
+        s.sendall(request_frame(17, 0, SaslHandshakeV0(mechanism="PLAIN")))
+        assert read_response(s, 17, 0).error_code == KafkaError.NO_ERROR
+        s.sendall(len(b"\0bob\0bob-secret").to_bytes(4, "big") + b"\0bob\0bob-secret")
+        assert s.recv(4, socket.MSG_WAITALL) == b"\0\0\0\0"
+        s.sendall(request_frame(3, 12, METADATA))
+        assert read_response(s, 3, 12).brokers[0].port == serve.port
+    with socket.create_connection((serve.host, serve.port), 5) as s:
+        s.settimeout(10)
+        s.sendall(request_frame(17, 0, SaslHandshakeV0(mechanism="SCRAM-SHA-512")))
+        assert read_response(s, 17, 0).error_code == KafkaError.NO_ERROR
+        client = ScramClient(["SCRAM-SHA-512"], "dave", "dave-secret")
+        client.set_server_first(_bare(s, client.get_client_first().encode()).decode())
+        client.set_server_final(_bare(s, client.get_client_final().encode()).decode())
+        s.sendall(request_frame(3, 12, METADATA))
+        assert read_response(s, 3, 12).brokers[0].port == serve.port
+    with socket.create_connection((serve.host, serve.port), 5) as s:
+        s.settimeout(10)
+        s.sendall(request_frame(17, 0, SaslHandshakeV0(mechanism="PLAIN")))
+        read_response(s, 17, 0)
+        assert _bare(s, b"\0bob\0nope") == b""
+    counted = _scraped(metrics_port)
+    assert counted['kip98_server_authentication_failures_total{mechanism="PLAIN"}'] == 1
+
+
+def test_a_client_final_nonce_that_ends_with_the_servers_is_taken(
+    sasl_server: tuple[ServeProcess, int],
+) -> None:
+    """Kafka's SCRAM server takes a client-final nonce that ends with the server-first's;
+    librdkafka 2.0 (Debian 12's kcat) sends its own nonce once more in front. The proof is
+    checked over the message as sent: a wrong one is still refused."""
+    from scramp.core import _c_key_stored_key_s_key, _make_auth_message, hi, hmac, xor
+
+    serve, _ = sasl_server
+
+    def login(password: str) -> int:
+        with socket.create_connection((serve.host, serve.port), 5) as s:
+            s.settimeout(10)
+            s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-256")))
+            read_response(s, 17, 1)
+            nonce = "librdkafka-nonce"
+            first = f"n,,n=carol,r={nonce}"
+            s.sendall(request_frame(36, 2, SaslAuthenticateRequest(auth_bytes=first.encode())))
+            server_first = bytes(read_response(s, 36, 2).auth_bytes).decode()
+            fields = dict(f.split("=", 1) for f in server_first.split(","))
+            salted = hi(hashlib.sha256, password.encode(), base64.b64decode(fields["s"]),
+                        int(fields["i"]))  # fmt: skip
+            client_key, stored_key, _ = _c_key_stored_key_s_key(hashlib.sha256, salted)
+            without_proof = f"c=biws,r={nonce}{fields['r']}"
+            auth = _make_auth_message(first[3:], server_first, without_proof)
+            proof = xor(client_key, hmac(hashlib.sha256, stored_key, auth))
+            final = f"{without_proof},p={base64.b64encode(proof).decode()}"
+            s.sendall(request_frame(36, 2, SaslAuthenticateRequest(auth_bytes=final.encode())))
+            code: int = read_response(s, 36, 2).error_code.value
+            return code
+
+    assert login("carol-secret") == KafkaError.NO_ERROR
+    assert login("wrong") == KafkaError.SASL_AUTHENTICATION_FAILED
+
+
+def test_failed_logins_are_logged_with_who_and_from_where_and_counted(
+    db_url: str, tmp_path: Any
+) -> None:
+    """A wrong password through librdkafka: the log names the mechanism, the principal
+    tried (never the password) and the client's address. Many failures from one address
+    log a few lines, not one each; the metric counts every one."""
+    admin = Broker.connect(db_url)
+    add_user(admin, "alice", "alice-secret")
+    metrics_port = free_port()
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log_file:
+        serve = ServeProcess(db_url, scheme="SASL_PLAINTEXT", stderr=log_file,
+                             args=("--metrics-listen", f"127.0.0.1:{metrics_port}"))  # fmt: skip
+        with serve:
+            failures: list[ck.KafkaError] = []
+            producer = ck.Producer(
+                {
+                    **_client(serve.address, "alice", "password-123"),
+                    "error_cb": failures.append,
+                }
+            )
+            assert authentication_refused(producer, failures)
+            first = _wait_for_line(log_path, "SASL authentication failed")
+            assert "User:alice by PLAIN from /127.0.0.1:" in first
+            assert "password-123" not in log_path.read_text()
+            # An unknown user by SCRAM (the client above goes on retrying by PLAIN).
+            many = 60
+            for _ in range(many):
+                with socket.create_connection((serve.host, serve.port), 5) as s:
+                    s.settimeout(10)
+                    s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="SCRAM-SHA-512")))
+                    read_response(s, 17, 1)
+                    wrong = SaslAuthenticateRequest(auth_bytes=b"n,,n=mallory,r=abc")
+                    s.sendall(request_frame(36, 2, wrong))
+                    assert (
+                        read_response(s, 36, 2).error_code == KafkaError.SASL_AUTHENTICATION_FAILED
+                    )
+                    assert s.recv(100) == b""
+            counted = _scraped(metrics_port)
+            assert (
+                counted['kip98_server_authentication_failures_total{mechanism="SCRAM-SHA-512"}']
+                == many
+            )
+            assert counted['kip98_server_authentication_failures_total{mechanism="PLAIN"}'] >= 1
+        producer.flush(0)
+    text_logged = log_path.read_text()
+    lines = [
+        line for line in text_logged.splitlines()
+        if "SASL authentication failed" in line or "more SASL authentication failures" in line
+    ]  # fmt: skip
+    # One line per address per window and one summary: far fewer than the failures, and
+    # every failure is in them, whole or in a count.
+    assert len(lines) <= many / 4, lines
+    summarised = [int(line.split(": ")[-1].split()[0]) for line in lines if "more SASL" in line]
+    assert len(lines) - len(summarised) + sum(summarised) >= many + 1
+
+
+def _wait_for_line(path: Any, text_in: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in path.read_text().splitlines():
+            if text_in in line:
+                return str(line)
+        time.sleep(0.05)
+    raise AssertionError(f"no line with {text_in!r} logged within {timeout} s")

@@ -445,7 +445,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     14: (0, 5, sync_group),
     15: (0, 5, describe_groups),
     16: (0, 5, list_groups),
-    17: (1, 1, sasl_handshake),  # from v1: v0 sends the token outside Kafka's framing
+    17: (0, 1, sasl_handshake),  # v0: the tokens follow as bare frames (sasl.sasl_token)
     18: (0, 3, api_versions),
     19: (2, 7, topic_apis.create_topics),
     20: (1, 6, topic_apis.delete_topics),

@@ -42,10 +42,11 @@ from app.server import codec
 from app.server.address import Listener
 from app.server.answer import Answer, Pending
 from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
+from app.server.auth_failures import WINDOW_S, Failure, FailureLog
 from app.server.failures import AnsweringBroker
 from app.server.node import Node, Session
 from app.server.registration import Registration, ServeError
-from app.server.sasl import BEFORE_AUTHENTICATION
+from app.server.sasl import BEFORE_AUTHENTICATION, sasl_token
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,11 @@ class Server:
         self.requests: Counter[str] = Counter()
         self.refused: Counter[str] = Counter()
         self.failed: Counter[str] = Counter()
+        # Failed SASL logins, by mechanism; their log lines, at most one per client host
+        # per window (auth_failures).
+        self.authentication_failures: Counter[str] = Counter()
+        self.failure_log = FailureLog()
+        self._failure_lines: asyncio.Task[None] | None = None
         self._servers: list[asyncio.Server] = []
         self._idle: dict[asyncio.StreamWriter, bool] = {}
         self._stopping = False
@@ -159,6 +165,8 @@ class Server:
                 raise ServeError.cannot_listen(endpoint.listener, exc) from exc
             self._servers.append(server)
             self.ports[i] = server.sockets[0].getsockname()[1]
+        if self._failure_lines is None:
+            self._failure_lines = asyncio.get_running_loop().create_task(self._log_failures())
 
     async def serve_until_stopped(self, registration: Registration | None = None) -> None:
         """Serve until SIGTERM or SIGINT, then stop cleanly. With ``registration``, join
@@ -198,6 +206,9 @@ class Server:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._failure_lines is not None:
+            self._failure_lines.cancel()
+        self._log_lines(self.failure_log.flush())
         for server in self._servers:
             server.close()
         for writer, idle in list(self._idle.items()):
@@ -216,6 +227,7 @@ class Server:
         loop = asyncio.get_running_loop()
         peer = writer.get_extra_info("peername")
         host = f"/{peer[0]}" if peer else ""  # as Kafka shows a client's address
+        address = f"{host}:{peer[1]}" if peer else ""
         session = Session(endpoint.listener.sasl)
         node = replace(endpoint.node, client_host=host, session=session)
         try:
@@ -226,9 +238,10 @@ class Server:
                     return
                 frame = await reader.readexactly(size)
                 self._idle[writer] = False
+                token = session.bare_tokens and not session.admits  # not a request
                 try:
                     response = await loop.run_in_executor(self.pool, self.answer, frame, node)
-                    if codec.read_header(frame)[0] in WAKING_APIS:
+                    if not token and codec.read_header(frame)[0] in WAKING_APIS:
                         self._changed.set()
                         self._changed = asyncio.Event()
                     while isinstance(response, Waiting) and not self._stopping:
@@ -238,12 +251,12 @@ class Server:
                     self._idle[writer] = True
                 if isinstance(response, Waiting):
                     return  # stopping mid long poll: a fetch has nothing to finish
-                if response is None:
-                    continue
-                writer.write(response)
-                await writer.drain()
+                if response is not None:
+                    writer.write(response)
+                    await writer.drain()
                 if session.failed:
-                    self._refuse("authentication", "SASL authentication failed")
+                    self._authentication_failed(Failure(host, address, session.mechanism,
+                                                        session.tried))  # fmt: skip
                     return
         except Unauthenticated as exc:
             self._refuse("unauthenticated", str(exc))
@@ -282,14 +295,34 @@ class Server:
         self.refused[reason] += 1
         log.info("kip98 serve: closing a connection: %s", what)
 
+    def _authentication_failed(self, failure: Failure) -> None:
+        """A failed login closes its connection: counted by mechanism (and as a refusal),
+        logged within the per-host bound."""
+        self.refused["authentication"] += 1
+        self.authentication_failures[failure.mechanism or "none"] += 1
+        self._log_lines(self.failure_log.failed(failure))
+
+    def _log_lines(self, lines: list[str]) -> None:
+        for line in lines:
+            log.info("kip98 serve: %s", line)
+
+    async def _log_failures(self) -> None:
+        """The counts of failures left out, once their window is over, even if no other
+        failure comes to carry them."""
+        while True:
+            await asyncio.sleep(WINDOW_S)
+            self._log_lines(self.failure_log.due())
+
     def answer(self, frame: bytes, node: Node) -> bytes | Waiting | None:
         """The response frame to one request frame from a connection answered as ``node``
         (its client's address and SASL session on it), or Waiting for a long poll to look
         again. Raises Unauthenticated for a request a connection may not make before it
         authenticates."""
-        api_key, version, correlation_id = codec.read_header(frame)
         session = node.session
         assert session is not None, "a connection's node carries its session"
+        if session.bare_tokens and not session.admits:
+            return sasl_token(self.broker, session, frame)  # after a v0 SaslHandshake
+        api_key, version, correlation_id = codec.read_header(frame)
         if not session.admits and api_key not in BEFORE_AUTHENTICATION:
             raise Unauthenticated(f"API key {api_key} before SASL authentication")
         supported = APIS.get(api_key)

@@ -3,7 +3,8 @@
 The log's own figures are read from the database by ``kip98 metrics``, the same for
 every process; these are this process's alone: the requests it answered, by API, the
 connections it closed on bad input, by reason, the requests a handler failed on (answered
-with an error code), by API, and the connections open now.
+with an error code), by API, the SASL logins refused, by mechanism, and the connections
+open now.
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ class ServerCollector:
                 labels=["api"],
             ),
             dict(sorted(self.server.failed.items())),
+        )
+        yield labelled(
+            CounterMetricFamily(
+                "kip98_server_authentication_failures",
+                "SASL logins refused (a wrong password, an unknown user), by mechanism.",
+                labels=["mechanism"],
+            ),
+            dict(sorted(self.server.authentication_failures.items())),
         )
         yield GaugeMetricFamily(
             "kip98_server_connections", "Connections open.", value=self.server.connections

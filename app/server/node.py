@@ -52,6 +52,10 @@ class Session:
     # A SCRAM exchange between its first and final messages, with the principal it is for.
     scram: ScramServer | None = None
     scram_principal: str | None = None
+    # SaslHandshake v0: the tokens follow as bare size-prefixed frames, not SaslAuthenticate.
+    bare_tokens: bool = False
+    # The principal a login tried (``User:NAME``, whatever the password), for its log line.
+    tried: str | None = None
 
     @property
     def admits(self) -> bool:

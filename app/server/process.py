@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import app
 
@@ -32,7 +33,7 @@ def free_port(host: str = HOST) -> int:
 
 class ServeProcess:
     """``args``: more of ``kip98 serve``'s options (``--listen`` is given); ``env``: more
-    of its environment."""
+    of its environment; ``stderr``: where its log goes (this process's stderr if None)."""
 
     def __init__(
         self,
@@ -42,6 +43,7 @@ class ServeProcess:
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         scheme: str | None = None,
+        stderr: IO[bytes] | None = None,
     ) -> None:
         self.database_url = database_url
         self.scheme = scheme
@@ -49,6 +51,7 @@ class ServeProcess:
         self.host = host
         self.port = port or free_port(host)
         self.args = args
+        self.stderr = stderr
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -73,6 +76,7 @@ class ServeProcess:
                 "KIP98_DATABASE_URL": self.database_url,
                 "PYTHONPATH": path,
             },
+            stderr=self.stderr,
         )
         self._wait_listening(timeout)
 

@@ -2,11 +2,14 @@
 else.
 
 As a Kafka broker with ``sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512``: a
-client sends SaslHandshake naming its mechanism (v1: the tokens then travel in
-SaslAuthenticate), then SaslAuthenticate: for PLAIN once, with RFC 4616's message
-``[authzid] NUL authcid NUL passwd``; for SCRAM twice, the client-first then the
-client-final message of RFC 5802, each answered with the server's (``scramp`` runs the
-exchange with the user's stored credential; the password never travels). The users are
+client sends SaslHandshake naming its mechanism, then its tokens: for PLAIN one, RFC
+4616's message ``[authzid] NUL authcid NUL passwd``; for SCRAM two, the client-first then
+the client-final message of RFC 5802, each answered with the server's (``scramp`` runs the
+exchange with the user's stored credential; the password never travels). After a v1
+handshake each token travels in a SaslAuthenticate request; after a v0 one (which Kafka
+4 still serves, and librdkafka's check of the broker's versions asks for) each is a bare
+frame, a 4-byte size and the token, answered the same way (``sasl_token``), and a failure
+closes the connection unanswered, as Kafka's SaslServerAuthenticator does. The users are
 ``kip98 users``' (``app.security.users``, asked through the broker's SaslPlainRequest and
 SaslScramRequest); a user logs in by the mechanism it was added with. A connection that
 authenticates acts as ``User:NAME`` from then on, which the ACLs decide about; one that
@@ -20,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from scramp import ScramException, ScramMechanism
-from scramp.core import Salt
+from scramp.core import Nonce, Salt
 
 from app.broker import Broker
 from app.errors import KafkaError
@@ -67,6 +70,7 @@ def sasl_handshake(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     if request.mechanism not in MECHANISMS:
         return {"error_code": KafkaError.UNSUPPORTED_SASL_MECHANISM, "mechanisms": MECHANISMS}
     session.mechanism = request.mechanism
+    session.bare_tokens = request.__version__ == 0
     return {"error_code": KafkaError.NO_ERROR, "mechanisms": MECHANISMS}
 
 
@@ -76,7 +80,36 @@ def sasl_authenticate(broker: Broker, node: Node, request: Any) -> dict[str, Any
         return _authenticated(KafkaError.ILLEGAL_SASL_STATE, "no SaslHandshake first")
     if session.principal is not None:
         return _authenticated(KafkaError.ILLEGAL_SASL_STATE, "already authenticated")
-    token = bytes(request.auth_bytes)
+    return _exchange(broker, session, bytes(request.auth_bytes))
+
+
+def sasl_token(broker: Broker, session: Session, token: bytes) -> bytes | None:
+    """A bare token after a v0 SaslHandshake: the server's token as a bare frame (for
+    PLAIN an empty one), or None when the login failed (``session.failed``): v0 has no
+    way to say why, so the connection is closed."""
+    answer = _exchange(broker, session, token)
+    if answer["error_code"] != KafkaError.NO_ERROR:
+        session.failed = True
+        return None
+    reply: bytes = answer["auth_bytes"]
+    return len(reply).to_bytes(4, "big") + reply
+
+
+def scram_username(client_first: bytes) -> str | None:
+    """The user a SCRAM client-first message names (RFC 5802 ``n=``, with ``=2C`` and
+    ``=3D`` for "," and "="), or None if it names none."""
+    try:
+        text = client_first.decode()
+    except UnicodeDecodeError:
+        return None
+    for part in text.split(",")[2:3]:
+        if part.startswith("n="):
+            return part[2:].replace("=2C", ",").replace("=3D", "=")
+    return None
+
+
+def _exchange(broker: Broker, session: Session, token: bytes) -> dict[str, Any]:
+    """One token of the session's mechanism, answered as SaslAuthenticate's values."""
     if session.mechanism == PLAIN:
         return _plain(broker, session, token)
     if session.scram is None:
@@ -86,6 +119,7 @@ def sasl_authenticate(broker: Broker, node: Node, request: Any) -> dict[str, Any
 
 def _plain(broker: Broker, session: Session, token: bytes) -> dict[str, Any]:
     credentials = plain_credentials(token)
+    session.tried = _user(credentials[0] if credentials else _plain_user(token))
     answer = None if credentials is None else broker.handle(SaslPlainRequest(*credentials))
     if answer is None or answer.error_code != KafkaError.NO_ERROR:
         return _failed(session)
@@ -98,6 +132,7 @@ def _scram_first(broker: Broker, session: Session, token: bytes) -> dict[str, An
     message (the salt, the iteration count, the nonce) answered. An unknown user fails
     here, as Kafka's SCRAM server fails it."""
     assert session.mechanism is not None
+    session.tried = _user(scram_username(token))
 
     def credential(username: str) -> tuple[bytes, bytes, bytes, int] | None:
         answer = broker.handle(SaslScramRequest(username, str(session.mechanism)))
@@ -122,12 +157,34 @@ def _scram_final(session: Session, token: bytes) -> dict[str, Any]:
     credential."""
     assert session.scram is not None
     try:
+        _take_kafkas_nonce(session.scram, token.decode())
         session.scram.set_client_final(token.decode())
         final = session.scram.get_server_final()
     except (ScramException, UnicodeDecodeError):
         return _failed(session)
     session.principal, session.scram = session.scram_principal, None
     return _authenticated(KafkaError.NO_ERROR, None, final.encode())
+
+
+def _take_kafkas_nonce(server: Any, client_final: str) -> None:
+    """Kafka's SCRAM server takes a client-final nonce that ends with the server-first's
+    (ScramSaslServer checks ``endsWith``), RFC 5802 one equal to it: librdkafka 2.0 (Debian
+    12's kcat) sends its own nonce once more in front. The proof is still checked over
+    the message as sent, and the server's random part must still end it."""
+    sent = next((p[2:] for p in client_final.split(",") if p.startswith("r=")), None)
+    expected = str(server.nonce)
+    if sent is not None and sent != expected and sent.endswith(expected):
+        server.nonce = Nonce(sent)  # scramp compares its own server.nonce with the sent one
+
+
+def _plain_user(token: bytes) -> str | None:
+    """The user a PLAIN token that is not one names, if any (for the log line only)."""
+    parts = token.split(b"\0")
+    return parts[1].decode(errors="replace") if len(parts) == 3 and parts[1] else None
+
+
+def _user(name: str | None) -> str | None:
+    return None if name is None else f"User:{name}"
 
 
 def _failed(session: Session) -> dict[str, Any]:
