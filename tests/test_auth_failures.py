@@ -20,6 +20,11 @@ def test_the_first_failure_of_a_host_is_logged_whole() -> None:
         "SASL authentication failed: User:alice by SCRAM-SHA-256 from /10.0.0.2:5000"
     ]
     assert "an unreadable user name" in log.failed(_failure("/10.0.0.3", user=None))[0]
+    # A name a client chose cannot forge a line of its own, nor fill one.
+    [forged] = log.failed(_failure("/10.0.0.4", user="User:x\nINFO all is well"))
+    assert "\n" not in forged and "User:x\\nINFO all is well" in forged
+    [long] = log.failed(_failure("/10.0.0.5", user="User:" + "a" * 10_000))
+    assert len(long) < 400
 
 
 def test_failures_within_a_window_are_counted_and_reported_after_it() -> None:

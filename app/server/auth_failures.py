@@ -36,11 +36,18 @@ class Failure:
     principal: str | None
 
     def describe(self) -> str:
-        who = self.principal or "an unreadable user name"
+        who = _printable(self.principal) if self.principal else "an unreadable user name"
         return (
             f"SASL authentication failed: {who} by {self.mechanism or 'no mechanism'} "
             f"from {self.address}"
         )
+
+
+def _printable(name: str, most: int = 200) -> str:
+    """A name a client chose, fit for one log line: control characters escaped (a newline
+    would forge a line), cut at ``most`` characters."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[:most])
+    return shown + ("…" if len(name) > most else "")
 
 
 class FailureLog:
