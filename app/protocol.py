@@ -190,6 +190,8 @@ class ProduceResponse:
     # The time its records were stamped with, for a topic of message.timestamp.type
     # LogAppendTime; -1 otherwise (the producer's timestamps were kept).
     log_append_time: int = -1
+    # KIP-467: the records that made the batch refused, (index in the batch, why).
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from app.coordinator.guard import check_produce, load_for_produce
 from app.coordinator.handlers import Registration, check_registration, record_registration
 from app.coordinator.txn_log import remembered_txn, share_version_query, version_matches
 from app.errors import KafkaError, KafkaException
-from app.log.append import append, append_guarded, check_request, refusal
+from app.log.append import append, append_guarded, check_request, keyless_refusal, refusal
+from app.log.compacted import is_compacted
 from app.log.copy_records import Columns
 from app.log.partition_lock import TopicPartition
 from app.protocol import (
@@ -34,9 +35,15 @@ def append_batches(
     columns: dict[int, Columns] = {}
     for i, batch in enumerate(requests):
         try:
-            columns[i] = check_request(batch)
+            cols = check_request(batch)
         except KafkaException as exc:
             responses[i] = refusal(exc)
+            continue
+        # Only a batch with a record without a key asks whether its topic is compacted.
+        if None in cols.keys and is_compacted(work.context.engine, batch.topic):
+            responses[i] = keyless_refusal(batch, cols)
+        else:
+            columns[i] = cols
     if add is None and len(columns) == len(requests):
         on_remembered = _append_on_remembered_txn(work, requests, columns)
         if on_remembered is not None:

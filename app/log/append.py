@@ -75,6 +75,24 @@ def check_request(req: ProduceRequest) -> Columns:
     return Columns(req.records)
 
 
+def keyless_refusal(req: ProduceRequest, columns: Columns) -> ProduceResponse:
+    """The answer to a batch for a compacted topic holding records without a key: refused
+    whole, INVALID_RECORD with each such record's index (KIP-467), as Kafka's log
+    validation refuses it, since compaction keeps the last record of each key."""
+    keyless = [i for i, key in enumerate(columns.keys) if key is None]
+    why = (
+        "Compacted topic cannot accept message without key in topic partition "
+        f"{req.topic}-{req.partition}"
+    )
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i in keyless[:3])
+    return ProduceResponse(
+        KafkaError.INVALID_RECORD,
+        error_message=f"One or more records have been rejected due to {len(keyless)} record "
+        f"errors in total, and only showing the first three errors at most: [{shown}]",
+        record_errors=tuple((i, why) for i in keyless),
+    )
+
+
 def check_size(req: ProduceRequest, columns: Columns, max_bytes: int) -> None:
     """A batch within its topic's max.message.bytes (MESSAGE_TOO_LARGE otherwise), counted
     as the client sent it where it did (a wire batch, compressed if it was), as Kafka's

@@ -608,6 +608,8 @@ DELETE_TOPIC = tuple(
     for table in ("records", "producer_states", "producer_snapshots", "aborted_txns", "topics")
 )
 # The topics whose min.insync.replicas is set (acks=all reads them, app.log.insync).
+# Every topic's configs, for which are compacted (``log.compacted``).
+TOPIC_CONFIGS = text("SELECT topic, config FROM topics")
 MIN_INSYNC_OVERRIDES = text("SELECT topic, config FROM topics WHERE config ? 'min.insync.replicas'")
 TOPIC_CONFIG_FOR_UPDATE = text("SELECT config FROM topics WHERE topic = :t FOR UPDATE")
 # A topic about to grow: its row locked (a config change or another growth waits; appends

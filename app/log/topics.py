@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from app.errors import KafkaError, KafkaException, fail
-from app.log import insync, sql
+from app.log import compacted, insync, sql
 from app.log.naming import could_exist, validate_num_partitions, validate_topic_name
 from app.log.topic_config import altered, partition_columns, validate_topic_config
 from app.protocol import (
@@ -69,6 +69,7 @@ def create_topic(
     except IntegrityError as exc:
         raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists") from exc
     insync.forget(broker.engine)  # this process's next acks=all write sees it at once
+    compacted.forget(broker.engine)
     return TopicInfo(name, num_partitions, cfg)
 
 
@@ -166,6 +167,7 @@ def alter_topic_config(
         conn.execute(sql.SET_TOPIC_CONFIG, {"t": name, "config": json.dumps(new)})
         conn.execute(sql.SET_PARTITION_CONFIGS, {"t": name, **partition_columns(new).as_params()})
     insync.forget(broker.engine)
+    compacted.forget(broker.engine)
     return new
 
 

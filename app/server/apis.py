@@ -139,6 +139,8 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
             {"index": partition, "error_code": a.error_code, "base_offset": a.base_offset,
              "log_append_time": None if a.log_append_time < 0 else a.log_append_time,
              "log_start_offset": a.log_start_offset,
+             "record_errors": [{"batch_index": i, "batch_index_error_message": m}
+                               for i, m in a.record_errors],
              "error_message": a.error_message}
         )  # fmt: skip
     responses = [{"name": t, "partition_responses": p} for t, p in by_topic.items()]
