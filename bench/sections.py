@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from bench import (
+    against_kafka,
     cleaner,
     cluster,
     consume,
@@ -20,6 +21,7 @@ SECTIONS: tuple[Section, ...] = (
     transactional.SECTION,
     consume.SECTION,
     wire.SECTION,
+    against_kafka.SECTION,
     cluster.SECTION,
     cleaner.SECTION,
     replicas.SECTION,

@@ -86,3 +86,37 @@ def test_a_short_run_renders_every_line_of_its_cases(
     for section in SECTIONS:
         for text in section.reading:
             assert "- " + text.replace("\n", "\n  ") in doc
+
+
+@pytest.mark.timeout(1800)
+def test_the_kafka_section_sets_kip98_against_kafka_by_kafkas_own_tools(
+    server_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every line of the Kafka section comes out of one short run against both brokers
+    (a kip98 serve and a Kafka broker, driven by Kafka's load tools), each ratio being
+    kip98's figure over Kafka's; the profile of serve names its top costs."""
+    monkeypatch.setenv("KIP98_DATABASE_URL", server_url)
+    out, profile = tmp_path / "bench.json", tmp_path / "serve.txt"
+    flags = ["--kafka-records", "300", "--kafka-scale", "1", "--kafka-latency-records", "3"]
+    flags += ["--kafka-txns", "3", "--kafka-profile", str(profile), "--json", str(out)]
+    main([*flags, "--only", "kafka"])
+    results = json.loads(out.read_text())
+
+    lines = lines_of(SECTIONS, "kafka")
+    names = {line.key: line.name(results["kafka_durability"]) for line in lines}
+    assert [f[0] for f in results["figures"]] == list(names.values())
+    for line in lines:
+        assert results[names[line.key]] > 0, line.key
+    rates = results["kafka_rates"]
+    for workload in ("p100_acks1", "p100_idem", "p1k_acks1", "p1k_idem", "txn_100ms", "txn_1"):
+        ratio = rates[workload]["kip98"] / rates[workload]["kafka"]
+        assert results[names[f"vs_{workload}"]] == pytest.approx(ratio)
+    within = rates["txn_100ms"]["kafka"] / rates["p1k_idem"]["kafka"]
+    assert results[names["kafka_txn_100ms"]] == pytest.approx(within)
+    pair = rates["p100_idem"]["kip98"] / rates["p100_idem_flushed"]["kafka"]
+    assert results[names["vs_p100_flushed"]] == pytest.approx(pair)
+    assert names["vs_p100_relaxed"].startswith("equal durability: kip98 (")
+    assert "synchronous_commit=off" in results["kafka_durability"]["kip98_relaxed"]
+
+    assert profile.read_text().strip(), "py-spy wrote no stacks of kip98 serve"
+    assert results["kafka_serve_profile"]["own"], "no top costs named"
