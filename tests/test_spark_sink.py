@@ -121,6 +121,22 @@ def test_the_topic_option_overrides_the_column(spark: SparkSession, db_url: str)
     assert [r[0] for r in committed(db_url, ["out", "elsewhere"])] == ["out", "out"]
 
 
+def test_a_missing_topic_is_created_as_a_kafka_producer_has_it(
+    spark: SparkSession, db_url: str
+) -> None:
+    """The broker's one decision (KIP98_AUTO_CREATE_TOPICS, on here) for the ``topic``
+    option and for a row's own topic alike, as Spark's Kafka sink's producer has them
+    created."""
+    df = frame(spark, [(b"a",)], "value binary")
+    df.write.format("kip98").option("database.url", db_url).option("topic", "made").mode(
+        "append"
+    ).save()
+    rows = frame(spark, [("made-by-row", b"b")], "topic string, value binary")
+    rows.write.format("kip98").option("database.url", db_url).mode("append").save()
+    found = committed(db_url, ["made", "made-by-row"])
+    assert [(r[0], bytes(r[4])) for r in found] == [("made", b"a"), ("made-by-row", b"b")]
+
+
 # ---------------------------------------------------------------- streaming writes
 
 
@@ -191,7 +207,7 @@ def test_each_micro_batch_once_and_a_replayed_batch_writes_nothing(
         ({"topic": "out", "bogus": "1"}, "value binary", [(b"v",)], "bogus"),
         ({"topic": "out"}, "key binary", [(b"k",)], "value"),
         ({}, "value binary", [(b"v",)], "topic"),
-        ({"topic": "nope"}, "value binary", [(b"v",)], "nope"),
+        ({"topic": "bad name"}, "value binary", [(b"v",)], "bad name"),
         ({"topic": "out"}, "value binary, partition string", [(b"v", "x")], "partition"),
         ({"topic": "out"}, "value binary, headers array<string>", [(b"v", ["x"])], "headers"),
         (

@@ -57,7 +57,7 @@ from app.broker.prepared import Ended, PreparedTxn, end_prepared
 from app.client import Producer
 from app.errors import KafkaError, fail
 from app.faults import crash_point
-from app.protocol import MetadataRequest
+from app.protocol import MetadataRequest, TopicMetadata
 from app.settings import BrokerSettings
 from app.spark import sql
 from app.spark.murmur2 import partitions_of_keys
@@ -126,15 +126,33 @@ def check_schema(schema: StructType, options: SinkOptions) -> None:
         raise bad_option("topic", "no 'topic' option and no 'topic' column")
 
 
+def topic_metadata(broker: Broker, topic: str) -> TopicMetadata:
+    """The topic as a Kafka producer's Metadata asks for it: one that does not exist is
+    created if the broker auto-creates topics (the broker's one decision,
+    ``app.log.topics.metadata``: KIP98_AUTO_CREATE_TOPICS, KIP98_NUM_PARTITIONS), as
+    Spark's Kafka sink has its producer's topics created."""
+    [found] = broker.handle(MetadataRequest([topic], allow_auto_topic_creation=True)).topics
+    return found
+
+
 def check_topic(database_url: str, topic: str | None) -> None:
-    """The ``topic`` option must name a topic that exists (rows' own topics are checked
-    as they are written: a missing one fails its task, and so the whole batch)."""
+    """The ``topic`` option must name a topic that exists or that the broker creates
+    (rows' own topics are asked for as they are written: one that is missing and not
+    created fails its task, and so the whole batch)."""
     if topic is None:
         return
-    with psycopg.connect(libpq_conninfo(database_url)) as conn:
-        found = conn.execute(sql.EXISTING_TOPICS, {"topics": [topic]}).fetchall()
-    if not found:
-        raise fail(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"option 'topic': no such topic: {topic}")
+    broker = sink_broker(database_url)
+    try:
+        found = topic_metadata(broker, topic)
+    finally:
+        broker.engine.dispose()
+    if found.error_code == KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
+        raise fail(found.error_code, f"option 'topic': no such topic: {topic}")
+    if found.error_code != KafkaError.NO_ERROR:
+        raise fail(
+            found.error_code,
+            f"option 'topic': {topic}: {KafkaError(found.error_code).str()}",
+        )
 
 
 @dataclass
@@ -304,7 +322,7 @@ class RowWriter:
     def _partition_count(self, topic: str) -> int:
         count = self._counts.get(topic)
         if count is None:
-            [found] = self.producer.broker.handle(MetadataRequest([topic])).topics
+            found = topic_metadata(self.producer.broker, topic)
             if found.error_code != KafkaError.NO_ERROR:
                 raise fail(
                     found.error_code, f"topic {topic!r}: {KafkaError(found.error_code).str()}"
