@@ -232,10 +232,76 @@ def list_offsets(
     return target.raw(2, 7, body).topics[0].partitions[0]
 
 
-def describe_transactions(target: Target, *transactional_ids: str) -> Any:
+def describe_transactions(target: Target, *transactional_ids: str) -> list[dict[str, Any]]:
+    """DescribeTransactions v0, each id's state as a dict. Decoded here: kio refuses the
+    -1 start time of a transaction not under way."""
     from kio.schema.describe_transactions.v0 import request as r
 
-    return target.raw(65, 0, r.DescribeTransactionsRequest(transactional_ids=transactional_ids))
+    from tests.wire_client import request_frame
+
+    frame = request_frame(65, 0, r.DescribeTransactionsRequest(transactional_ids=transactional_ids))
+    answer = target.raw_bytes(frame)
+    assert answer is not None, "DescribeTransactions: the connection closed"
+    read = _Flexible(answer)
+    read.int(4)  # correlation id
+    read.tags()  # response header v1
+    read.int(4)  # throttle time
+    states = []
+    for _ in range(read.varint() - 1):
+        state = {
+            "error_code": read.int(2),
+            "transactional_id": read.string(),
+            "transaction_state": read.string(),
+            "transaction_timeout_ms": read.int(4),
+            "transaction_start_time_ms": read.int(8),
+            "producer_id": read.int(8),
+            "producer_epoch": read.int(2),
+        }
+        topics = []
+        for _ in range(read.varint() - 1):
+            topic = read.string()
+            partitions = [read.int(4) for _ in range(read.varint() - 1)]
+            read.tags()
+            topics.append((topic, partitions))
+        read.tags()
+        state["topics"] = topics
+        states.append(state)
+    return states
+
+
+class _Flexible:
+    """Reads a flexible (compact) Kafka message's primitives in order."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def int(self, size: int) -> int:
+        value = int.from_bytes(self.data[self.at : self.at + size], "big", signed=True)
+        self.at += size
+        return value
+
+    def varint(self) -> int:
+        shift = value = 0
+        while True:
+            byte = self.data[self.at]
+            self.at += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    def string(self) -> str | None:
+        size = self.varint() - 1
+        if size < 0:
+            return None
+        text = self.data[self.at : self.at + size].decode()
+        self.at += size
+        return text
+
+    def tags(self) -> None:
+        for _ in range(self.varint()):
+            self.varint()
+            self.at += self.varint()
 
 
 def describe_producers(target: Target, topic: str, partition: int = 0) -> Any:
