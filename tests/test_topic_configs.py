@@ -25,6 +25,7 @@ from kio.schema.describe_configs.v4.request import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
 )
+from sqlalchemy import text
 
 from app.admin import AdminClient, ConfigResource, NewTopic
 from app.broker import Broker
@@ -44,7 +45,7 @@ from app.log.topic_config import (
     partition_columns,
     validate_topic_config,
 )
-from app.log.topics import alter_topic_config, create_topic, describe_topic
+from app.log.topics import alter_topic_config, create_topic, describe_topic, list_topics
 from app.protocol import FetchRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.wire_client import consume_all, delivered, exchange, serving
 
@@ -63,7 +64,7 @@ KAFKA_TOPIC_CONFIGS = {
     "file.delete.delay.ms", "min.cleanable.dirty.ratio", "cleanup.policy",
     "unclean.leader.election.enable", "min.insync.replicas", "compression.type",
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "preallocate",
-    "message.format.version", "message.timestamp.type", "message.timestamp.difference.max.ms",
+    "message.timestamp.type", "message.timestamp.difference.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
     "leader.replication.throttled.replicas", "follower.replication.throttled.replicas",
     "message.downconversion.enable", "remote.storage.enable", "local.retention.ms",
@@ -103,7 +104,6 @@ def test_every_kafka_topic_config_is_declared_with_its_default() -> None:
         ("compression.lz4.level", ["1", "17"], ["0", "18"]),
         ("compression.zstd.level", ["-131072", "22"], ["-131073", "23"]),
         ("message.timestamp.type", ["CreateTime", "LogAppendTime"], ["logappendtime", "Now"]),
-        ("message.format.version", ["3.0-IV1", "2.8", "0.10.0"], ["three", ""]),
         ("cleanup.policy", ["delete", "compact,delete"], ["shred", ""]),
         ("leader.replication.throttled.replicas", ["", "*", "0:1,1:2"], ["0-1", "*,0:1"]),
         ("local.retention.ms", ["-2", "5"], ["-3"]),
@@ -215,6 +215,38 @@ def test_wire_clients_create_alter_and_describe_kafkas_configs(db_url: str) -> N
             kp.close()
     assert describe_topic(Broker.connect(db_url), "k").config == {
         "index.interval.bytes": 8, "preallocate": True,
+    }  # fmt: skip
+
+
+def test_message_format_version_is_unknown_as_in_kafka_4(db_url: str, broker: Broker) -> None:
+    """Kafka 4 removed message.format.version with message formats v0 and v1 (KIP-724):
+    CreateTopics and AlterConfigs naming it are refused INVALID_CONFIG, as any unknown
+    config is (librdkafka's own test of it skips Kafka 4); DescribeConfigs lists it no
+    more; an override stored before is ignored, and dropped by the topic's next change."""
+    with serving(db_url) as server:
+        admin = CkAdmin({"bootstrap.servers": server})
+        for version in ("0.10.0.0", "3.0-IV1"):
+            made = admin.create_topics(
+                [CkNewTopic("old", 1, config={"message.format.version": version})]
+            )
+            with pytest.raises(ck.KafkaException) as refused:
+                made["old"].result(30)
+            assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+        admin.create_topics([CkNewTopic("t", 1)])["t"].result(30)
+        resource = CkResource("topic", "t", set_config={"message.format.version": "0.10.0.0"})
+        with pytest.raises(ck.KafkaException) as refused:
+            admin.alter_configs([resource])[resource].result(30)
+        assert refused.value.args[0].code() == ck.KafkaError.INVALID_CONFIG
+        entries = admin.describe_configs([CkResource("topic", "t")])
+        assert "message.format.version" not in entries[CkResource("topic", "t")].result(30)
+    assert "old" not in {t.topic for t in list_topics(broker)}
+    with broker.engine.begin() as conn:  # as a kip98 before this change kept it
+        conn.execute(
+            text("UPDATE topics SET config = :c WHERE topic = 't'"),
+            {"c": '{"message.format.version": "2.8", "retention.ms": 5}'},
+        )
+    assert alter_topic_config(broker, "t", {"flush.ms": "10"}) == {
+        "retention.ms": 5, "flush.ms": 10,
     }  # fmt: skip
 
 

@@ -183,22 +183,14 @@ def _throttled_replicas(raw: Any) -> str:
     raise ValueError("expected * or a list of partition:broker")
 
 
-_VERSION = re.compile(r"\d+\.\d+(\.\d+)?(-IV\d+)?")
-
-
-def _format_version(raw: Any) -> str:
-    value = _text(raw)
-    if not _VERSION.fullmatch(value):
-        raise ValueError("expected a Kafka version, such as 3.0-IV1")
-    return value
-
-
 _DAY = 86_400_000
 _WEEK = 7 * _DAY
 
 
 def _defs() -> list[TopicConfigDef]:
-    """Kafka's topic configs (LogConfig, TopicConfig, QuotaConfig), in its order."""
+    """Kafka's topic configs (LogConfig, TopicConfig, QuotaConfig), in its order. Kafka 4
+    removed message.format.version (KIP-724): like any name it does not know, it is
+    refused (INVALID_CONFIG)."""
     h, n = HONOURED, NO_EFFECT
     return [
         TopicConfigDef("segment.bytes", "int", 1_073_741_824, _int(14), n,
@@ -247,8 +239,6 @@ def _defs() -> list[TopicConfigDef]:
                        "batches are compressed at the codec's default level"),
         TopicConfigDef("preallocate", "boolean", False, _boolean, n,
                        "records are rows, not segment files"),
-        TopicConfigDef("message.format.version", "string", "3.0-IV1", _format_version, n,
-                       "every batch is served in message format v2"),
         TopicConfigDef(MESSAGE_TIMESTAMP_TYPE, "string", CREATE_TIME,
                        _one_of(CREATE_TIME, LOG_APPEND_TIME), h,
                        "LogAppendTime stamps each record with the time of its append"),
@@ -394,7 +384,9 @@ def altered(
     for key in removed:
         if key not in TOPIC_CONFIGS:
             raise fail(KafkaError.INVALID_CONFIG, f"unknown topic config {key!r}")
-    out = {k: v for k, v in current.items() if k not in removed}
+    # A stored config Kafka no longer has (message.format.version, which Kafka 4 removed
+    # with message formats v0 and v1: KIP-724) is dropped by the change, as Kafka drops it.
+    out = {k: v for k, v in current.items() if k not in removed and k in TOPIC_CONFIGS}
     out.update(changes)
     lists: dict[str, list[str]] = {}
     for ops, adding in ((append, True), (subtract, False)):
