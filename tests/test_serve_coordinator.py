@@ -117,6 +117,8 @@ def test_a_lone_server_times_out_a_transaction_left_open(db_url: str) -> None:
     create_topic(Broker.connect(db_url), "t", 1)
     with serving(db_url, env=ENV) as address:
         _left_open_is_aborted(db_url, address)
+    # Stopped by SIGTERM, the server released its leases before it exited.
+    assert _live_leases(db_url) == 0
 
 
 def _holder(db_url: str) -> str | None:
@@ -135,6 +137,21 @@ def _holder(db_url: str) -> str | None:
         if len(found) == 1 and total == broker.settings.transaction_log_partitions
         else None
     )
+
+
+def _live_leases(db_url: str, owner: str | None = None) -> int:
+    """How many leases are held now (by ``owner``, if given)."""
+    broker = Broker.connect(db_url)
+    with broker.engine.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM coordinator_leases WHERE expires_ms > :now"
+                    " AND (CAST(:owner AS text) IS NULL OR owner = :owner)"
+                ),
+                {"now": broker.clock.now_ms(), "owner": owner},
+            ).scalar_one()
+        )
 
 
 def _pid_of(owner: str) -> int:
@@ -161,6 +178,18 @@ def test_another_node_takes_over_from_a_killed_lease_holder(db_url: str) -> None
             "the killed node stayed registered",
         )
         _left_open_is_aborted(db_url, ",".join(s.address for s in others))
+
+        # The successor stopped by SIGTERM releases the leases at once; the last node
+        # takes them on its next pass.
+        [stopping] = [s for s in others if s.proc is not None and s.proc.pid == _pid_of(successor)]
+        assert stopping.stop() == 0
+        assert _live_leases(db_url, successor) == 0
+        [last] = [s for s in others if s is not stopping]
+        wait_until(
+            lambda: (h := _holder(db_url)) is not None and last.proc is not None
+            and _pid_of(h) == last.proc.pid,
+            "the last node never took the released leases",
+        )  # fmt: skip
 
 
 def test_with_the_setting_off_a_server_takes_no_lease(db_url: str) -> None:
