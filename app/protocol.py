@@ -542,6 +542,20 @@ class DescribeClusterResponse:
     nodes: list[ClusterNode]
 
 
+@dataclass(frozen=True)
+class AuthorizedOperationsRequest(Request["AuthorizedOperationsResponse"]):
+    """KIP-430: the operations the principal may perform on each of ``names`` (resources of
+    ``resource_type``: topic, group, cluster or transactional_id), as Kafka's bit field."""
+
+    resource_type: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AuthorizedOperationsResponse:
+    operations: dict[str, int]
+
+
 # ---------------------------------------------------------------- group coordinator
 
 TopicPartitionKey = tuple[str, int]

@@ -45,6 +45,7 @@ from app.protocol import (
     AddPartitionsToTxnRequest,
     AlterConfigsRequest,
     AlterUserScramCredentialsRequest,
+    AuthorizedOperationsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
     CreateAclsRequest,
@@ -142,6 +143,7 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     BrokerHeartbeatRequest:       membership.heartbeat,
     UnregisterBrokerRequest:      membership.unregister,
     DescribeClusterRequest:       membership.describe_cluster,
+    AuthorizedOperationsRequest:  acls.authorized_operations,
 }  # fmt: skip
 
 

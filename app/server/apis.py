@@ -23,6 +23,7 @@ from app.protocol import (
     COORDINATOR_GROUP,
     READ_COMMITTED,
     RECORD_OVERHEAD_BYTES,
+    TOPIC,
     AbortedTransaction,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -44,8 +45,13 @@ from app.protocol import (
     TxnOffsetCommitRequest,
 )
 from app.server import acl_apis, topic_apis, txn_apis, user_apis
-from app.server.answer import Handler, Pending
-from app.server.cluster_apis import cluster_view, describe_cluster
+from app.server.answer import NO_OPERATIONS, Handler, Pending
+from app.server.cluster_apis import (
+    authorized_operations,
+    cluster_operations,
+    cluster_view,
+    describe_cluster,
+)
 from app.server.groups import (
     delete_groups,
     describe_groups,
@@ -92,15 +98,24 @@ def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
          "name": None if request.__version__ >= 12 else "", "is_internal": False}
         for topic_id in unknown_ids
     ]  # fmt: skip
+    # KIP-430: the authorized operations of each topic found, and (v8 to v10) of the
+    # cluster, when asked.
+    operations: dict[str, int] = {}
+    if getattr(request, "include_topic_authorized_operations", False):
+        found_names = [t.topic for t in found if t.error_code == KafkaError.NO_ERROR]
+        operations = authorized_operations(broker, TOPIC, found_names)
     for t in found:
         topics.append(
             {"error_code": t.error_code, "name": t.topic,
              "partitions": view.partitions(t.topic, t.leader_epochs),
-             "topic_id": _uuid(t.topic_id), "is_internal": False}
+             "topic_id": _uuid(t.topic_id), "is_internal": False,
+             "topic_authorized_operations": operations.get(t.topic, NO_OPERATIONS)}
         )  # fmt: skip
+    asked_cluster = getattr(request, "include_cluster_authorized_operations", False)
     return {
         "brokers": view.brokers(), "cluster_id": node.cluster_id,
         "controller_id": view.controller_id, "topics": topics,
+        "cluster_authorized_operations": cluster_operations(broker, asked_cluster),
     }  # fmt: skip
 
 

@@ -17,7 +17,14 @@ from typing import Any
 
 from app import placement
 from app.broker import Broker
-from app.protocol import ClusterNode, DescribeClusterRequest, NodeEndpoint
+from app.protocol import (
+    CLUSTER,
+    CLUSTER_NAME,
+    AuthorizedOperationsRequest,
+    ClusterNode,
+    DescribeClusterRequest,
+    NodeEndpoint,
+)
 from app.server.answer import NO_OPERATIONS
 from app.server.node import Node
 
@@ -86,9 +93,22 @@ def cluster_view(broker: Broker, node: Node) -> ClusterView:
     return ClusterView(reachable)
 
 
+def authorized_operations(broker: Broker, resource_type: str, names: list[str]) -> dict[str, int]:
+    """KIP-430's bit field of each resource, for the answers that carry it when asked."""
+    return broker.handle(AuthorizedOperationsRequest(resource_type, tuple(names))).operations
+
+
+def cluster_operations(broker: Broker, asked: bool) -> int:
+    """The cluster's authorized operations if the client asked for them, else Kafka's
+    "not given" value."""
+    if not asked:
+        return NO_OPERATIONS
+    return authorized_operations(broker, CLUSTER, [CLUSTER_NAME])[CLUSTER_NAME]
+
+
 def describe_cluster(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     """Kafka's DescribeCluster (``AdminClient.describe_cluster()``): the live nodes, as
-    Metadata lists them. The cluster's authorized operations are not worked out."""
+    Metadata lists them, and the cluster's authorized operations when asked (KIP-430)."""
     cluster_id = node.cluster_id
     if getattr(request, "endpoint_type", BROKERS_ENDPOINT) != BROKERS_ENDPOINT:
         return {"error_code": UNSUPPORTED_ENDPOINT_TYPE, "cluster_id": cluster_id, "brokers": [],
@@ -101,5 +121,7 @@ def describe_cluster(broker: Broker, node: Node, request: Any) -> dict[str, Any]
     return {
         "error_code": 0, "cluster_id": cluster_id, "controller_id": view.controller_id,
         "brokers": brokers, "endpoint_type": BROKERS_ENDPOINT,
-        "cluster_authorized_operations": NO_OPERATIONS,
+        "cluster_authorized_operations": cluster_operations(
+            broker, request.include_cluster_authorized_operations
+        ),
     }  # fmt: skip

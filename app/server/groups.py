@@ -22,6 +22,8 @@ from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSu
 from app.broker import Broker
 from app.errors import KafkaError
 from app.protocol import (
+    GROUP,
+    AuthorizedOperationsRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     GroupProtocol,
@@ -159,7 +161,13 @@ def list_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 
 
 def describe_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """With v3's include_authorized_operations, each group's (KIP-430)."""
     answer = broker.handle(DescribeGroupsRequest(tuple(request.groups)))
+    operations: dict[str, int] = {}
+    if getattr(request, "include_authorized_operations", False):
+        described = [g.group_id for g in answer.groups if g.error_code == KafkaError.NO_ERROR]
+        asked = AuthorizedOperationsRequest(GROUP, tuple(described))
+        operations = broker.handle(asked).operations
     groups = []
     for g in answer.groups:
         members = [
@@ -171,7 +179,8 @@ def describe_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         groups.append(
             {"error_code": g.error_code, "group_id": g.group_id, "group_state": g.state,
              "protocol_type": g.protocol_type, "protocol_data": g.protocol_name,
-             "members": members, "authorized_operations": NO_OPERATIONS}
+             "members": members,
+             "authorized_operations": operations.get(g.group_id, NO_OPERATIONS)}
         )  # fmt: skip
     return {"groups": groups}
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from app.errors import KafkaError, KafkaException
 from app.protocol import (
     AclCreationResult,
+    AuthorizedOperationsRequest,
+    AuthorizedOperationsResponse,
     CreateAclsRequest,
     CreateAclsResponse,
     DeleteAclsFilterResult,
@@ -14,7 +16,7 @@ from app.protocol import (
     DescribeAclsRequest,
     DescribeAclsResponse,
 )
-from app.security import acls
+from app.security import acls, operations
 from app.storage.context import BrokerContext
 
 
@@ -45,3 +47,16 @@ def delete_acls(broker: BrokerContext, req: DeleteAclsRequest) -> DeleteAclsResp
         else:
             results.append(DeleteAclsFilterResult(KafkaError.NO_ERROR, None, deleted))
     return DeleteAclsResponse(results)
+
+
+def authorized_operations(
+    broker: BrokerContext, req: AuthorizedOperationsRequest
+) -> AuthorizedOperationsResponse:
+    """Without an authorizer every supported operation, as Kafka answers (no query)."""
+    if not broker.settings.authorization:
+        every = operations.bit_field(operations.SUPPORTED[req.resource_type])
+        return AuthorizedOperationsResponse(dict.fromkeys(req.names, every))
+    with broker.engine.connect() as conn:
+        found = operations.authorized_operations(conn, broker, req.resource_type, req.names)
+        conn.rollback()
+    return AuthorizedOperationsResponse(found)
