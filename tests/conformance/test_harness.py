@@ -54,3 +54,21 @@ def test_error_names() -> None:
     assert error_name(ck.KafkaError(ck.KafkaError._FENCED)) == "_FENCED"
     assert error_name(ck.KafkaException(ck.KafkaError(90))) == "PRODUCER_FENCED"
     assert lso_relation(3, 5) == "lso<hw" and lso_relation(5, 5) == "lso==hw"
+
+
+def test_kafkas_classpath_comes_from_the_cache_and_leaves_the_repository_alone() -> None:
+    """The jars are fetched once into the cache (its stamp matching the pom); the
+    repository keeps nothing of them."""
+    from pathlib import Path
+
+    from bench.kafka import KAFKA_VERSION, cache_dir, kafka_classpath
+    from bench.kafka.fetch import POM, fetched
+
+    classpath = kafka_classpath()
+    assert fetched()
+    jars = {Path(p).name for p in classpath.split(":")}
+    assert {f"kafka_2.13-{KAFKA_VERSION}.jar", f"kafka-tools-{KAFKA_VERSION}.jar"} <= jars
+    assert all(Path(p).parent == cache_dir() / "libs" for p in classpath.split(":"))
+    assert sorted(p.name for p in POM.parent.iterdir() if p.name != "__pycache__") == [
+        "__init__.py", "__main__.py", "broker.py", "fetch.py", "pom.xml"
+    ]  # fmt: skip
