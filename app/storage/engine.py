@@ -16,12 +16,13 @@ import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
+from app.errors import KafkaError, fail
 from app.settings import BrokerSettings
 from app.storage.cluster import database_url
 from app.storage.driver import in_transaction
 from app.storage.limits import bound_requests, connect_args, has_deadline, session_options
 from app.storage.liveness import check_on_checkout
-from app.storage.migrate import ensure_schema
+from app.storage.migrate import SchemaError, ensure_schema
 from app.storage.replication import watch_commits
 from app.storage.stalls import watch_stalls
 from app.storage.urls import sqlalchemy_url
@@ -51,6 +52,8 @@ def resolve_url(url: str | None = None) -> str:
             ensure_schema(resolved, migrate=True)
         except psycopg.OperationalError as exc:  # unreachable: the first statement says so
             log.debug("schema not checked: %s", exc)
+        except SchemaError as exc:
+            raise fail(KafkaError._NOT_CONFIGURED, str(exc), fatal=True) from exc
     return resolved
 
 

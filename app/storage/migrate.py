@@ -62,6 +62,15 @@ def head_revisions() -> frozenset[str]:
     return frozenset(ScriptDirectory.from_config(alembic_config("postgresql://")).get_heads())
 
 
+@cache
+def known_revisions() -> frozenset[str]:
+    """Every revision of the migrations this kip98 carries."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config("postgresql://"))
+    return frozenset(r.revision for r in script.walk_revisions())
+
+
 def upgrade_to_head(url: str) -> None:
     """Upgrade ``url``'s schema to head, one process at a time (``MIGRATION_LOCK_KEY``):
     the migrations run inside the transaction that holds the lock, and commit with it."""
@@ -99,9 +108,21 @@ def ensure_schema(url: str, migrate: bool) -> None:
         return
     current = current_revisions(url)
     if current != head_revisions():
+        unknown = current - known_revisions()
+        if unknown:
+            raise SchemaError(
+                f"the database {safe(url)} is at schema revision {min(unknown)}, which this "
+                "kip98 does not know (a newer kip98 migrated it): upgrade kip98"
+            )
         if not migrate:
             raise SchemaError(_unmigrated(url, current))
-        upgrade_to_head(url)
+        try:
+            upgrade_to_head(url)
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise SchemaError(f"could not migrate the database {safe(url)}: {first}") from exc
     with _ready_lock:
         _ready.add(url)
 
