@@ -83,7 +83,8 @@ _SYNCHRONOUS_COMMIT = {
 def acks_refusal(req: ProduceBatchesRequest) -> str | None:
     """Why these acks cannot be honoured, or None: an unknown value, or weaker acks for a
     batch with a producer id, whose sequence and epoch must be durable before they are
-    acknowledged (Kafka refuses both with INVALID_REQUIRED_ACKS)."""
+    acknowledged (INVALID_REQUIRED_ACKS; Kafka's broker takes the latter, which its
+    clients never send: docs/kafka-differences.md)."""
     if req.acks not in (ACKS_ALL, ACKS_LEADER, ACKS_NONE):
         return f"acks={req.acks} is none of -1, 0, 1"
     if req.acks != ACKS_ALL and (

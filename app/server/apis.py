@@ -135,6 +135,14 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
                 )
             except KafkaException as exc:
                 refused[tp] = ProduceResponse(exc.error.code(), error_message=exc.error.str())
+    if request.transactional_id is None and any(b.is_transactional for b in batches):
+        # Kafka authorizes a request holding transactional batches on its transactional
+        # id before anything else: without one, every partition is refused, nothing written.
+        why = "transactional records in a produce request without a transactional id"
+        unauthorized = ProduceResponse(
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error_message=why
+        )
+        batches, refused = [], dict.fromkeys(order, unauthorized)
     answers = dict(refused)
     if batches:
         # acks=all: the commit's wait for the standbys ends within the request's timeout,

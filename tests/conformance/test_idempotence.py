@@ -8,7 +8,7 @@ from typing import Any
 
 import confluent_kafka as ck
 
-from tests.conformance.harness import Target, same
+from tests.conformance.harness import Target, documented_difference, same
 from tests.conformance.normalise import batches, error_name
 from tests.conformance.requests import batch, fetch, init_producer_id, produce
 from tests.wire_client import consume_all
@@ -224,3 +224,61 @@ def scenario_batches_in_flight(target: Target) -> Any:
 
 def test_batches_in_flight_land_once_in_order(targets: tuple[Target, Target]) -> None:
     same(scenario_batches_in_flight, *targets)
+
+
+def scenario_idempotent_batch_without_acks_all(target: Target) -> Any:
+    """An idempotent batch produced with acks=1: what the broker answers (a client never
+    sends it: idempotence requires acks=all)."""
+    topic = target.create_topic("acks1")
+    pid, epoch, _ = idempotent(target)
+    return {"acks_1": answer(produce(target, topic, batch(["a"], pid, epoch, 0), acks=1))}
+
+
+def test_an_idempotent_batch_with_acks_1(targets: tuple[Target, Target]) -> None:
+    documented_difference(
+        "idempotent-batches-need-acks-all",
+        scenario_idempotent_batch_without_acks_all,
+        *targets,
+        kip98_expected={"acks_1": ["INVALID_REQUIRED_ACKS", -1]},
+        kafka_expected={"acks_1": ["NONE", 0]},
+    )
+
+
+def scenario_transactional_batch_without_transactional_id(target: Target) -> Any:
+    """A batch flagged transactional in a Produce request that names no transactional id
+    is refused, nothing appended."""
+    topic = target.create_topic("no-tid")
+    pid, epoch, _ = idempotent(target)
+    refused = produce(target, topic, batch(["a"], pid, epoch, 0, transactional=True))
+    return {"answer": answer(refused), "high_watermark": log(target, topic)["high_watermark"]}
+
+
+def test_a_transactional_batch_needs_a_transactional_id(targets: tuple[Target, Target]) -> None:
+    same(scenario_transactional_batch_without_transactional_id, *targets)
+
+
+def scenario_transactional_bump(target: Target) -> Any:
+    """KIP-360 for a transactional id: InitProducerId naming the current producer id and
+    epoch bumps the epoch (same id); naming an older epoch or another producer id is
+    refused, and the id's state is unchanged."""
+    tid = target.name_for("bump")
+    first = init_producer_id(target, tid)
+    pid, epoch = first.producer_id, first.producer_epoch
+    bumped = init_producer_id(target, tid, producer_id=pid, epoch=epoch)
+    stale = init_producer_id(target, tid, producer_id=pid, epoch=epoch)
+    other = init_producer_id(target, tid, producer_id=pid + 1000, epoch=bumped.producer_epoch)
+    again = init_producer_id(target, tid, producer_id=pid, epoch=bumped.producer_epoch)
+    return {
+        "bumped": [error_name(bumped.error_code), bumped.producer_id == pid,
+                   bumped.producer_epoch - epoch],
+        "stale_epoch": error_name(stale.error_code),
+        "other_producer_id": error_name(other.error_code),
+        "current_again": [error_name(again.error_code), again.producer_id == pid,
+                          again.producer_epoch - epoch],
+    }  # fmt: skip
+
+
+def test_a_transactional_id_bumps_through_init_producer_id(
+    targets: tuple[Target, Target],
+) -> None:
+    same(scenario_transactional_bump, *targets)
