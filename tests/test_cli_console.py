@@ -55,6 +55,11 @@ def test_produce_to_a_missing_topic_fails_where_the_broker_does_not_auto_create(
     assert "never" not in _topics(db_url)
 
 
+def test_produce_names_why_a_topic_cannot_be(db_url: str) -> None:
+    fails("produce", "bad name", expect="INVALID_TOPIC_EXCEPTION: topic 'bad name'", stdin="x\n")
+    assert _topics(db_url) == {}
+
+
 def test_consume_never_creates(db_url: str) -> None:
     fails("consume", "absent", "--timeout", "0.3", expect="UNKNOWN_TOPIC_OR_PARTITION")
     assert "absent" not in _topics(db_url)
@@ -62,7 +67,9 @@ def test_consume_never_creates(db_url: str) -> None:
 
 def test_a_closed_pipe_ends_quietly(db_url: str) -> None:
     ok("topics", "create", "many")
-    ok("produce", "many", stdin="".join(f"v{i}\n" for i in range(5000)))
+    # Far more than a pipe holds (64 KiB), so kip98 is still writing when head has gone.
+    pad = "x" * 200
+    ok("produce", "many", stdin="".join(f"v{i}{pad}\n" for i in range(5000)))
     # A real shell pipe: head reads one line and exits while kip98 is still writing.
     piped = subprocess.run(
         f"'{KIP98_BIN}' consume many --from-beginning --timeout 60 | head -1; "
@@ -73,7 +80,7 @@ def test_a_closed_pipe_ends_quietly(db_url: str) -> None:
         text=True,
         timeout=120,
     )
-    assert piped.stdout == "v0\n"
+    assert piped.stdout == f"v0{pad}\n"
     assert piped.stderr.strip().splitlines()[-1] == "status=141", piped.stderr
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
     assert "error" not in piped.stderr, piped.stderr

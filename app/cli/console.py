@@ -44,8 +44,11 @@ def _check_partition(topic: str, partition: int | None, *, producing: bool = Fal
     consumers do not by default (allow.auto.create.topics=false)."""
     request = MetadataRequest([topic], allow_auto_topic_creation=producing)
     [found] = Broker.connect().handle(request).topics
-    if found.error_code != KafkaError.NO_ERROR:
+    if found.error_code == KafkaError.UNKNOWN_TOPIC_OR_PARTITION:
         raise KafkaException(KafkaError(found.error_code, f"topic {topic!r} does not exist"))
+    if found.error_code != KafkaError.NO_ERROR:  # an illegal name, a refused Create, ...
+        why = found.error_message or KafkaError(found.error_code).str()
+        raise KafkaException(KafkaError(found.error_code, f"topic {topic!r}: {why}"))
     count = found.num_partitions
     if partition is not None and not 0 <= partition < count:
         raise CliError(f"partition {partition} does not exist: {topic!r} has {count} partition(s)")
