@@ -108,11 +108,15 @@ def java() -> str:
 
 
 def tail(path: Path, lines: int = 40) -> str:
+    """A log's ERROR and FATAL lines (the first 20: the cause comes before the shutdown's
+    noise), then its last ``lines`` lines."""
     try:
-        text = path.read_text(errors="replace")
+        text = path.read_text(errors="replace").splitlines()
     except OSError:
         return f"({path} not written)"
-    return "\n".join(text.splitlines()[-lines:])
+    errors = [line for line in text if "] ERROR " in line or "] FATAL " in line][:20]
+    head = ["errors:", *errors, "last lines:"] if errors else []
+    return "\n".join([*head, *text[-lines:]])
 
 
 def metadata_brokers(host: str, port: int, timeout: float = 2.0) -> int:
@@ -226,11 +230,32 @@ class KafkaBroker:
             *args,
         ]
 
-    def start(self) -> None:
-        """Format storage, start the broker and return once it answers Metadata."""
+    def start(self, attempts: int = 3) -> None:
+        """Format storage, start the broker and return once it answers Metadata. A port
+        taken by someone else between its pick and the broker's bind costs another try
+        on fresh ports, not the run."""
+        for attempt in range(attempts):
+            try:
+                self._start_once()
+                return
+            except KafkaStartError:
+                if attempt + 1 == attempts or not self._bind_failed():
+                    raise
+
+    def _bind_failed(self) -> bool:
+        try:
+            return "Address already in use" in self.log_path.read_text(errors="replace")
+        except OSError:
+            return False
+
+    def _start_once(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.workdir / "data", ignore_errors=True)
-        self.port, self.controller_port = free_port(), free_port()
+        self.log_path.unlink(missing_ok=True)
+        self.port = free_port()
+        self.controller_port = free_port()
+        while self.controller_port == self.port:
+            self.controller_port = free_port()
         config = self._write_config()
         formatted = subprocess.run(
             self._java("kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(config)),

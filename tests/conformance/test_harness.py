@@ -72,3 +72,38 @@ def test_kafkas_classpath_comes_from_the_cache_and_leaves_the_repository_alone()
     assert sorted(p.name for p in POM.parent.iterdir() if p.name != "__pycache__") == [
         "__init__.py", "__main__.py", "broker.py", "fetch.py", "pom.xml"
     ]  # fmt: skip
+
+
+def test_a_broker_whose_port_was_taken_starts_again_on_fresh_ports(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process taking a picked port before Kafka binds it costs a try, not the
+    run; any other failure is reported at once, with the log's errors first."""
+    from bench.kafka import KafkaBroker, KafkaStartError
+
+    broker = KafkaBroker(workdir=tmp_path)
+    tries: list[int] = []
+
+    def bind_fails_once() -> None:
+        tries.append(1)
+        if len(tries) == 1:
+            broker.log_path.write_text("[t] ERROR bind\nAddress already in use\n")
+            raise KafkaStartError("exited")
+
+    monkeypatch.setattr(broker, "_start_once", bind_fails_once)
+    broker.start()
+    assert len(tries) == 2
+
+    def dies() -> None:
+        tries.append(1)
+        broker.log_path.write_text("[t] ERROR [x] no space left\n" + "[t] INFO noise\n" * 50)
+        raise KafkaStartError("exited")
+
+    monkeypatch.setattr(broker, "_start_once", dies)
+    with pytest.raises(KafkaStartError):
+        broker.start()
+    assert len(tries) == 3
+
+    from bench.kafka.broker import tail
+
+    assert tail(broker.log_path, 5).splitlines()[:2] == ["errors:", "[t] ERROR [x] no space left"]
