@@ -327,3 +327,30 @@ def scenario_read_committed_client_waits_for_the_commit(target: Target) -> Any:
 
 def test_a_read_committed_client_waits_for_the_commit(targets: tuple[Target, Target]) -> None:
     same(scenario_read_committed_client_waits_for_the_commit, *targets)
+
+
+def scenario_read_committed_skips_an_aborted_tail(target: Target) -> Any:
+    """A read_committed client over an aborted transaction followed by one record: it
+    reads that record at its own offset, and its position ends past the log's end."""
+    topic = target.create_topic("skip-aborted")
+    txn = RawTransaction(target)
+    txn.open(topic, ["x1", "x2"])
+    assert error_name(txn.end(commit=False)) == "NONE"
+    wait_until(lambda: list_offsets(target, topic, LATEST, READ_COMMITTED).offset == 3,
+               "the abort marker")  # fmt: skip
+    plain_record(target, topic, "after")
+    consumer = ck.Consumer(target.config(**{
+        "group.id": target.name_for("reader"), "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+    }))  # fmt: skip
+    consumer.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
+    try:
+        got = consume_all(consumer, 1)
+        position = consumer.position([ck.TopicPartition(topic, 0)])[0].offset
+    finally:
+        consumer.close()
+    return {"read": [[m.offset(), m.value().decode()] for m in got], "position": position}
+
+
+def test_read_committed_skips_an_aborted_transaction(targets: tuple[Target, Target]) -> None:
+    same(scenario_read_committed_skips_an_aborted_tail, *targets)

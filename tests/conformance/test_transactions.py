@@ -11,7 +11,7 @@ from typing import Any
 import confluent_kafka as ck
 
 from tests.conformance.harness import Target, documented_difference, same, wait_until
-from tests.conformance.normalise import batches, error_name, records
+from tests.conformance.normalise import batches, error_name, records, stems
 from tests.conformance.requests import (
     LATEST,
     READ_COMMITTED,
@@ -20,6 +20,7 @@ from tests.conformance.requests import (
     add_partitions,
     add_partitions_answer,
     batch,
+    end_txn,
     fetch,
     init_producer_id,
     join_group,
@@ -448,3 +449,80 @@ def scenario_abort_then_reuse(target: Target) -> Any:
 
 def test_an_aborted_producer_goes_on(targets: tuple[Target, Target]) -> None:
     same(scenario_abort_then_reuse, *targets)
+
+
+def scenario_wrong_producer_id(target: Target) -> Any:
+    """Requests naming a producer id the transactional id does not have, and an EndTxn of
+    an id never initialised, are refused (INVALID_PRODUCER_ID_MAPPING)."""
+    topic = target.create_topic("wrong-pid")
+    txn = RawTransaction(target)
+    other = txn.producer_id + 1000
+    return {
+        "add_partitions": error_name(add_partitions(target, txn.transactional_id, other,
+                                                    txn.epoch, topic)[0]),
+        "add_offsets": error_name(add_offsets(target, txn.transactional_id, other, txn.epoch,
+                                              target.name_for("g"))),
+        "end_txn": error_name(end_txn(target, txn.transactional_id, other, txn.epoch, True)),
+        "end_txn_unknown_id": error_name(end_txn(target, target.name_for("never"),
+                                                 txn.producer_id, txn.epoch, True)),
+    }  # fmt: skip
+
+
+def test_a_wrong_producer_id_is_refused(targets: tuple[Target, Target]) -> None:
+    same(scenario_wrong_producer_id, *targets)
+
+
+def scenario_commit_across_partitions(target: Target) -> Any:
+    """One transaction over three partitions of two topics: each partition gets its data
+    and a COMMIT marker, and read_committed reads all of it."""
+    first = target.create_topic("multi-a", partitions=2)
+    second = target.create_topic("multi-b")
+    producer = transactional(target, target.name_for("tid"))
+    producer.begin_transaction()
+    for topic, partition in ((first, 0), (first, 1), (second, 0)):
+        producer.produce(topic, f"{partition}".encode(), partition=partition)
+    producer.commit_transaction(30)
+    logs = {
+        f"{t}/{p}": batches(fetch(target, t, partition=p, isolation=READ_COMMITTED).records)
+        for t, p in ((first, 0), (first, 1), (second, 0))
+    }
+    return stems(logs)
+
+
+def test_a_commit_across_partitions(targets: tuple[Target, Target]) -> None:
+    same(scenario_commit_across_partitions, *targets)
+
+
+def scenario_list_transactions(target: Target) -> Any:
+    """ListTransactions filtered by state: an open transaction is listed as Ongoing, one
+    ended as CompleteCommit, an id that never began as Empty (among whatever else the
+    broker holds, so only this scenario's ids are compared)."""
+    from kio.schema.list_transactions.v1 import request as r
+
+    topic = target.create_topic("list")
+    ongoing, committed, empty = (RawTransaction(target, s) for s in ("open", "done", "idle"))
+    ongoing.open(topic, ["a"])
+    committed.open(topic, ["b"])
+    assert error_name(committed.end(commit=True)) == "NONE"
+    mine = {t.transactional_id for t in (ongoing, committed, empty)}
+
+    def listed(*states: str) -> Any:
+        answer = target.raw(66, 1, r.ListTransactionsRequest(state_filters=states))
+        return {
+            "error": error_name(answer.error_code),
+            "unknown_filters": list(answer.unknown_state_filters),
+            "ids": sorted([stems(t.transactional_id), t.transaction_state]
+                          for t in answer.transaction_states if t.transactional_id in mine),
+        }  # fmt: skip
+
+    wait_until(lambda: ["done", "CompleteCommit"] in listed()["ids"], "the commit complete")
+    return {
+        "all": listed(),
+        "ongoing": listed("Ongoing"),
+        "complete": listed("CompleteCommit", "CompleteAbort"),
+        "unknown_filter": listed("NoSuchState"),
+    }
+
+
+def test_list_transactions_by_state(targets: tuple[Target, Target]) -> None:
+    same(scenario_list_transactions, *targets)
