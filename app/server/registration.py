@@ -11,7 +11,7 @@ choice, under a new one. A node id given on the command line that another live n
 taken is lost for good: the node stops (``ServeError``).
 
 A registered node also runs the coordinator's timers, as Kafka's brokers do
-(docs/design.md rule 56): the coordinator loop (``app.broker.loop``) from a thread of its
+(docs/design.md rule 54): the coordinator loop (``app.broker.loop``) from a thread of its
 own, from the join until the node stops, when its leases are released at once so another
 node takes them over on its next pass. The leases of a node killed outright lapse after
 ``KIP98_COORDINATOR_LEASE_MS``; each transaction-log partition's work is done by one node
