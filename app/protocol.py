@@ -1043,6 +1043,8 @@ class DescribeConfigsResource:
 @dataclass(frozen=True)
 class DescribeConfigsRequest(Request["DescribeConfigsResponse"]):
     resources: list[DescribeConfigsResource]
+    # The node answering, which a BROKER resource must name (None: in process, any).
+    node_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1090,6 +1092,7 @@ class AlterConfigsRequest(Request["AlterConfigsResponse"]):
 
     resources: list[AlterConfigsResource]
     validate_only: bool = False
+    node_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1126,6 +1129,7 @@ class IncrementalAlterConfigsRequest(Request["IncrementalAlterConfigsResponse"])
 
     resources: list[IncrementalAlterConfigsResource]
     validate_only: bool = False
+    node_id: int | None = None
 
 
 @dataclass(frozen=True)

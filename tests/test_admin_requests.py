@@ -156,7 +156,7 @@ def test_describe_configs_answers_each_resource(broker: Broker) -> None:
             [
                 DescribeConfigsResource(RESOURCE_TOPIC, "t"),
                 DescribeConfigsResource(RESOURCE_TOPIC, "missing"),
-                DescribeConfigsResource(4, "0"),  # a broker's configs
+                DescribeConfigsResource(4, "zero"),  # a broker id that is no integer
                 DescribeConfigsResource(RESOURCE_TOPIC, "t", ["retention.ms", "nope"]),
             ]
         )

@@ -309,7 +309,9 @@ def test_describe_and_alter_configs_at_every_version(server: str, broker: Broker
             {"resource_type": 2, "resource_name": "t", "configs": [
                 {"name": "cleanup.policy", "config_operation": 2, "value": "compact"},
                 {"name": "retention.ms", "config_operation": 1, "value": None}]},
-            {"resource_type": 4, "resource_name": "0", "configs": []},
+            # A broker config: read-only here, refused as Kafka refuses those.
+            {"resource_type": 4, "resource_name": "0", "configs": [
+                {"name": "num.partitions", "config_operation": 0, "value": "2"}]},
         ], "validate_only": v == 0})  # fmt: skip
         assert [r.error_code.value for r in answer.responses] == [0, KafkaError.INVALID_REQUEST], v
         expected = {"retention.ms": 1002} if v == 0 else {"cleanup.policy": "compact,delete"}

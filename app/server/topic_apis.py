@@ -191,7 +191,7 @@ def describe_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]
         )
         for r in request.resources
     ]  # fmt: skip
-    results = broker.handle(DescribeConfigsRequest(resources)).results
+    results = broker.handle(DescribeConfigsRequest(resources, node.member.node_id)).results
     synonyms = bool(getattr(request, "include_synonyms", False))
     documentation = bool(getattr(request, "include_documentation", False))
     return {
@@ -223,7 +223,10 @@ def alter_configs(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         configs = {c.name: c.value for c in r.configs}
         asked.append(AlterConfigsResource(r.resource_type, r.resource_name, configs))
     answers = [
-        broker.handle(AlterConfigsRequest([r], request.validate_only)).responses[0] for r in asked
+        broker.handle(
+            AlterConfigsRequest([r], request.validate_only, node.member.node_id)
+        ).responses[0]
+        for r in asked
     ]
     return {"responses": [_altered(a) for a in [*answers, *refused]]}
 
@@ -237,7 +240,9 @@ def incremental_alter_configs(broker: Broker, node: Node, request: Any) -> dict[
         for r in request.resources
     ]  # fmt: skip
     answers = [
-        broker.handle(IncrementalAlterConfigsRequest([r], request.validate_only)).responses[0]
+        broker.handle(
+            IncrementalAlterConfigsRequest([r], request.validate_only, node.member.node_id)
+        ).responses[0]
         for r in resources
     ]
     return {"responses": [_altered(a) for a in answers]}

@@ -1,11 +1,12 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, for topics (the only
-resources with configs here): each resource on its own."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs, for topics and brokers
+(``broker_configs``): each resource on its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from app.broker.admin.broker_configs import RESOURCE_BROKER, alter_broker, describe_broker
 from app.errors import KafkaError, KafkaException, fail
 from app.log.topic_config import MAX_MESSAGE_BYTES, TOPIC_CONFIGS, TopicConfigDef, value_text
 from app.log.topics import alter_topic_config, list_topics
@@ -36,7 +37,8 @@ def _topic_only(resource_type: int) -> None:
     if resource_type != RESOURCE_TOPIC:
         raise fail(
             KafkaError.INVALID_REQUEST,
-            f"resource type {resource_type} has no configs here: only topics (2) do",
+            f"resource type {resource_type} has no configs here: only topics (2) and "
+            "brokers (4) do",
         )
 
 
@@ -45,6 +47,9 @@ def describe_configs(broker: BrokerContext, req: DescribeConfigsRequest) -> Desc
     topics: dict[str, TopicInfo] | None = None  # listed once, if a topic is asked for
     results = []
     for r in req.resources:
+        if r.resource_type == RESOURCE_BROKER:
+            results.append(_described_broker(broker, req, r))
+            continue
         try:
             _topic_only(r.resource_type)
             if topics is None:
@@ -77,6 +82,22 @@ def describe_configs(broker: BrokerContext, req: DescribeConfigsRequest) -> Desc
     return DescribeConfigsResponse(results)
 
 
+def _described_broker(
+    broker: BrokerContext, req: DescribeConfigsRequest, r: Any
+) -> DescribeConfigsResult:
+    try:
+        configs = describe_broker(
+            broker.settings, r.resource_name, req.node_id, r.configuration_keys
+        )
+    except KafkaException as exc:
+        return DescribeConfigsResult(
+            r.resource_type, r.resource_name, exc.error.code(), exc.error.str()
+        )
+    return DescribeConfigsResult(
+        r.resource_type, r.resource_name, KafkaError.NO_ERROR, None, configs
+    )
+
+
 def _described(
     broker: BrokerContext, d: TopicConfigDef, overrides: dict[str, Any]
 ) -> DescribeConfigsResourceResult:
@@ -97,9 +118,17 @@ def _described(
 
 
 def _answer(
-    resource_type: int, name: str, alter: Callable[[], Any]
+    resource_type: int,
+    name: str,
+    alter: Callable[[], Any],
+    node_id: int | None = None,
+    broker_configs: list[AlterableConfig] | None = None,
 ) -> AlterConfigsResourceResponse:
+    """``broker_configs``: the operations, for a BROKER resource."""
     try:
+        if resource_type == RESOURCE_BROKER:
+            alter_broker(name, node_id, broker_configs or [])
+            return AlterConfigsResourceResponse(resource_type, name, KafkaError.NO_ERROR)
         _topic_only(resource_type)
         alter()
     except KafkaException as exc:
@@ -121,6 +150,8 @@ def alter_configs(broker: BrokerContext, req: AlterConfigsRequest) -> AlterConfi
                     incremental=False,
                     validate_only=req.validate_only,
                 ),
+                req.node_id,
+                [AlterableConfig(k, OP_SET, v) for k, v in r.configs.items()],
             )
             for r in req.resources
         ]
@@ -143,6 +174,8 @@ def incremental_alter_configs(
                 r.resource_type,
                 r.resource_name,
                 lambda r=r: alter(r.resource_name, r.configs),  # type: ignore[misc]
+                req.node_id,
+                r.configs,
             )
             for r in req.resources
         ]
