@@ -422,10 +422,16 @@ def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             {"partition_index": partition, "error_code": code,
              "committed_offset": -1 if found is None else found.offset,
              "committed_leader_epoch": -1 if found is None else found.leader_epoch,
-             "metadata": None if found is None else found.metadata}
+             "metadata": _NO_METADATA if found is None or found.metadata is None
+             else found.metadata}
         )  # fmt: skip
     topics = [{"name": t, "partitions": p} for t, p in by_topic.items()]
     return {"topics": topics, "error_code": a.error_code}
+
+
+# Kafka's metadata of an offset committed with none, and of a partition with no offset
+# (OffsetFetchResponse.NO_METADATA): the empty string, never null.
+_NO_METADATA = ""
 
 
 def _offsets(topics: Any) -> dict[tuple[str, int], OffsetAndMetadata]:
