@@ -5,7 +5,6 @@ when something else went wrong (an old epoch, a request out of turn)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import confluent_kafka as ck
@@ -437,10 +436,11 @@ def scenario_abort_then_reuse(target: Target) -> Any:
     producer.produce(topic, b"dropped", partition=0)
     producer.flush(30)
     producer.abort_transaction(30)
-    time.sleep(0)  # nothing to wait for: the abort returned once complete
     producer.begin_transaction()
     producer.produce(topic, b"kept", partition=0)
     producer.commit_transaction(30)
+    wait_until(lambda: list_offsets(target, topic, LATEST, READ_COMMITTED).offset == 4,
+               "the commit marker written")  # fmt: skip
     return {
         "read_committed": read_all(target, topic, "read_committed", 1),
         "log": batches(fetch(target, topic).records),
@@ -482,6 +482,14 @@ def scenario_commit_across_partitions(target: Target) -> Any:
     for topic, partition in ((first, 0), (first, 1), (second, 0)):
         producer.produce(topic, f"{partition}".encode(), partition=partition)
     producer.commit_transaction(30)
+    # Kafka answers the commit once it is decided; its markers reach the partitions after.
+    for topic, partition in ((first, 0), (first, 1), (second, 0)):
+        wait_until(
+            lambda t=topic, p=partition: (
+                list_offsets(target, t, LATEST, READ_COMMITTED, p).offset == 2
+            ),
+            "the commit markers written",
+        )
     logs = {
         f"{t}/{p}": batches(fetch(target, t, partition=p, isolation=READ_COMMITTED).records)
         for t, p in ((first, 0), (first, 1), (second, 0))
