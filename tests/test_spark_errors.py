@@ -12,7 +12,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 import pytest
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, StreamingQueryException
 
 from tests.client_helpers import create_topics
 
@@ -46,6 +46,21 @@ def test_a_bad_option_is_one_analysis_exception_line(spark: SparkSession, db_url
     with pytest.raises(AnalysisException) as latest:
         reader().option("subscribe", "out").option("startingOffsets", "latest").load().collect()
     _one_line(latest.value, "startingOffsets")
+
+    # A streaming query fails at its first batch, with the same line as its cause.
+    query = (
+        spark.readStream.format("kip98").option("database.url", db_url)
+        .option("subscribe", "out").option("maxOffsetsPerTrigger", "-5")
+        .load().writeStream.format("memory").queryName("refused").start()
+    )  # fmt: skip
+    try:
+        with pytest.raises(StreamingQueryException) as stream:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    text = str(stream.value)
+    assert "ValueError: option 'maxOffsetsPerTrigger'" in text, text
+    assert "Traceback" not in text and 'File "' not in text, text
 
     df = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(AnalysisException) as sink:

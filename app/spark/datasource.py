@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
+    ReadLimit,
 )
 from pyspark.sql.types import StructType
 
@@ -54,9 +55,45 @@ def one_line_errors() -> Iterator[None]:
     try:
         yield
     except KafkaException as exc:
-        if "PYTHON_WORKER_FACTORY_SECRET" in os.environ:  # set by Spark for its workers
-            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
-        raise ValueError(exc.error.str()) from None
+        raise _refusal(exc) from None
+
+
+def _refusal(exc: KafkaException) -> ValueError:
+    """The one-line error for ``exc``, its worker's traceback hidden (``one_line_errors``)."""
+    if "PYTHON_WORKER_FACTORY_SECRET" in os.environ:  # set by Spark for its workers
+        os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+    return ValueError(exc.error.str())
+
+
+class RefusedStreamReader(DataSourceStreamReader):
+    """The stream reader of a streaming query whose options were refused: it refuses at
+    its first call. PySpark 4's streaming source runner loses an error raised while the
+    reader is made (its ``finally: reader.stop()`` meets no reader, and that error is
+    what it reports), so the refusal waits for the first call, whose error it reports."""
+
+    def __init__(self, refused: KafkaException) -> None:
+        self.refused = refused
+
+    def _refuse(self) -> NoReturn:
+        raise _refusal(self.refused) from None
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._refuse()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[Any]:
+        self._refuse()
+
+    def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
+        self._refuse()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        return None
+
+    def stop(self) -> None:
+        return None
 
 
 class Kip98DataSource(DataSource):
@@ -73,9 +110,11 @@ class Kip98DataSource(DataSource):
             return BatchReader(options, resolve_url(options.database_url))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        with one_line_errors():
+        try:
             options = source_options(self.options, streaming=True)
             return StreamReader(options, resolve_url(options.database_url))
+        except KafkaException as exc:
+            return RefusedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         with one_line_errors():
