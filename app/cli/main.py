@@ -20,6 +20,7 @@ from app.cli.errors import debug_enabled, report_and_exit, to_cli_error
 COMMANDS: dict[str, str] = {
     "acls": "app.cli.acls:acls_group",
     "cluster": "app.cli.cluster:cluster_group",
+    "console": "app.cli.web:console",
     "consume": "app.cli.console:consume",
     "coordinator": "app.cli.coordinator:coordinator_group",
     "db": "app.cli.db:db",

@@ -1,0 +1,285 @@
+"""``kip98 console`` in a real browser (Playwright driving Debian's chromium) against a
+real ``kip98 console`` process over a fresh database: log-in with kip98's users, the
+record browser in both isolations, a transaction's timeline, KIP-664's abort of a hanging
+transaction, ACLs, CSRF and bad input.
+
+Screenshots of each page are written to docs/console/ when KIP98_CONSOLE_SCREENSHOTS=1
+(docs/console.md shows them), to the test's temporary directory otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from app.admin import AdminClient, NewTopic
+from app.broker import Broker
+from app.security import acls as acl_admin
+from app.security.rules import AclBinding as Acl
+from app.security.users import add_user
+from app.server.process import free_port
+from tests.cli_runner import KIP98_BIN
+from tests.txn_driver import TxnDriver
+
+sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parent.parent
+KIP98 = [str(KIP98_BIN)]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail("chromium is missing: scripts/setup installs it")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+@dataclass
+class World:
+    url: str
+    broker: Broker
+    shots: Path
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120  # a hang guard, not a speed expectation
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"kip98 console exited: {proc.stderr.read().decode() if proc.stderr else ''}"
+            )
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("kip98 console did not listen")
+
+
+@pytest.fixture
+def console(db_url: str, tmp_path: Path) -> Iterator[World]:
+    """The users (admin, the super user; alice, who may see topic t and its transactions,
+    by SCRAM-SHA-512; bob, with no ACL), topics t and secret, and a console with
+    authorization on."""
+    broker = Broker.connect(db_url)
+    add_user(broker, "admin", "admin-secret")
+    add_user(broker, "alice", "alice-secret", "SCRAM-SHA-512")
+    add_user(broker, "bob", "bob-secret")
+    acl_admin.create_acls(
+        broker,
+        [Acl("User:alice", "topic", "t", "describe"),
+         Acl("User:alice", "transactional_id", "*", "describe")],
+    )  # fmt: skip
+    with AdminClient({"database.url": db_url}) as admin:
+        for fut in admin.create_topics([NewTopic("t", 1), NewTopic("secret", 1)]).values():
+            fut.result()
+    port = free_port()
+    env = {**os.environ, "KIP98_DATABASE_URL": db_url, "KIP98_AUTHORIZATION": "1"}
+    proc = subprocess.Popen(
+        [*KIP98, "console", "--listen", f"127.0.0.1:{port}"],
+        cwd=ROOT, env=env, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _wait_for_port(port, proc)
+        shots = (
+            ROOT / "docs" / "console" if os.environ.get("KIP98_CONSOLE_SCREENSHOTS") else tmp_path
+        )
+        shots.mkdir(exist_ok=True)
+        yield World(f"http://127.0.0.1:{port}", broker, shots)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _log_in(browser: object, world: World, user: str, password: str) -> object:
+    page = browser.new_context().new_page()  # type: ignore[attr-defined]
+    page.goto(world.url + "/topics")
+    expect(page).to_have_url(world.url + "/login?next=/topics")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(world.url + "/topics")
+    return page
+
+
+def test_browse_timeline_and_abort(browser: object, console: World) -> None:
+    broker = console.broker
+    committed = TxnDriver(broker, "tx-commit")
+    committed.init()
+    committed.send("t", 0, "c1", "c2")
+    committed.end(commit=True)
+    aborted = TxnDriver(broker, "tx-abort")
+    aborted.init()
+    aborted.send("t", 0, "a1")
+    aborted.end(commit=False)
+    running = TxnDriver(broker, "tx-open")  # a producer mid-transaction
+    running.init()
+    running.send("t", 0, "o1")
+
+    page = _log_in(browser, console, "admin", "admin-secret")
+    expect(page.locator("#topics")).to_contain_text("secret")
+    page.screenshot(path=str(console.shots / "topics.png"), full_page=True)
+
+    page.goto(console.url + "/topics/t?isolation=read_uncommitted")
+    rows = page.locator("#records tr[data-offset]")
+    # c1 c2 COMMIT a1 ABORT o1
+    expect(rows).to_have_count(6)
+    expect(rows.locator(".status")).to_have_text(
+        ["committed", "committed", "marker COMMIT", "aborted", "marker ABORT", "open"]
+    )
+    page.screenshot(path=str(console.shots / "records.png"), full_page=True)
+    page.select_option("#isolation", "read_committed")
+    page.click("#browse button")
+    expect(page.locator("#records tr[data-offset] .status")).to_have_text(
+        ["committed", "committed", "marker COMMIT", "marker ABORT"]
+    )
+    page.goto(console.url + "/topics/t?isolation=read_uncommitted&offset=3&limit=2")
+    expect(page.locator("#records tr[data-offset]")).to_have_count(2)
+    expect(page.locator("#records tr[data-offset]").first).to_have_attribute("data-offset", "3")
+
+    # The timeline follows the transaction through its commit, then an abort.
+    page.goto(console.url + "/transactions/tx-commit")
+    expect(page.locator("#state")).to_have_text("COMPLETE_COMMIT")
+    expect(page.locator("#markers")).to_contain_text("COMMIT")
+    committed.send("t", 0, "c3")
+    committed.end(commit=False)
+    page.reload()
+    expect(page.locator("#state")).to_have_text("COMPLETE_ABORT")
+    states = page.locator("#events .state")
+    expect(states.last).to_have_text("COMPLETE_ABORT")
+    expect(page.locator("#events")).to_contain_text("PREPARE_COMMIT")
+    expect(page.locator("#events")).to_contain_text("t-0")
+    expect(page.locator("#markers tr")).to_have_count(3)  # header, COMMIT, ABORT
+    page.screenshot(path=str(console.shots / "transaction.png"), full_page=True)
+
+    # A hanging transaction (past its timeout, no coordinator running) is found and
+    # aborted behind a confirmation.
+    with broker.engine.begin() as conn:
+        conn.execute(
+            text("UPDATE transactions SET txn_start_ms = txn_start_ms - 700000 "
+                 "WHERE transactional_id = 'tx-open'")
+        )  # fmt: skip
+    page.goto(console.url + "/transactions")
+    hanging = page.locator("#hanging tr", has_text="t-0")
+    expect(hanging).to_have_count(1)
+    page.screenshot(path=str(console.shots / "transactions.png"), full_page=True)
+    page.once("dialog", lambda d: d.accept())
+    hanging.locator("button.abort").click()
+    expect(page.locator("#message")).to_contain_text("Aborted the transaction at offset 5 of t-0")
+    expect(page.locator("#hanging tr", has_text="t-0")).to_have_count(0)
+    page.goto(console.url + "/topics/t?isolation=read_uncommitted&offset=5")
+    expect(page.locator("#records tr[data-offset='5'] .status")).to_have_text("aborted")
+
+    for path, name in (("/", "overview"), ("/producers", "producers"), ("/groups", "groups")):
+        page.goto(console.url + path)
+        expect(page.locator("h1")).to_be_visible()
+        page.screenshot(path=str(console.shots / f"{name}.png"), full_page=True)
+
+    api = page.context.request
+    assert api.get(console.url + "/api/transactions/tx-commit").json()["events"][-1]["state"] == (
+        "COMPLETE_ABORT"
+    )
+
+
+def test_acls_csrf_and_bad_input(browser: object, console: World) -> None:
+    stuck = TxnDriver(console.broker, "stuck", timeout_ms=600_000)
+    stuck.init()
+    stuck.send("secret", 0, "s")
+    with console.broker.engine.begin() as conn:
+        conn.execute(text("UPDATE transactions SET txn_start_ms = txn_start_ms - 700000"))
+
+    # Not logged in: pages send to /login, the API answers 401.
+    anonymous = browser.new_context().request  # type: ignore[attr-defined]
+    assert anonymous.get(console.url + "/api/topics").status == 401
+    wrong = anonymous.post(console.url + "/login", form={"username": "bob", "password": "nope"})
+    assert wrong.status == 401
+
+    # alice (SCRAM-SHA-512) sees t, not secret; the hanging transaction on secret is not shown.
+    alice = _log_in(browser, console, "alice", "alice-secret")
+    expect(alice.locator("#topics")).to_contain_text("t")
+    expect(alice.locator("#topics")).not_to_contain_text("secret")
+    assert alice.context.request.get(console.url + "/api/topics/secret").status == 403
+    alice.goto(console.url + "/transactions")
+    expect(alice.locator("#hanging")).to_contain_text("none")
+
+    # bob sees no topic and no abort; a forged POST is refused.
+    bob = _log_in(browser, console, "bob", "bob-secret")
+    expect(bob.locator("#topics tr")).to_have_count(1)
+    csrf = bob.locator("input[name=csrf_token]").first.get_attribute("value")
+    form = {"topic": "secret", "partition": "0", "start_offset": "0"}
+    r = bob.context.request.post(
+        console.url + "/transactions/abort", form={**form, "csrf_token": csrf}
+    )
+    assert r.status == 403
+
+    # The admin's own session, without the token or with another's: refused, nothing aborted.
+    admin = _log_in(browser, console, "admin", "admin-secret")
+    for token in ({}, {"csrf_token": "forged"}, {"csrf_token": csrf}):
+        r = admin.context.request.post(console.url + "/transactions/abort", form={**form, **token})
+        assert r.status == 403
+        assert "CSRF" in r.text()
+    admin.goto(console.url + "/transactions")
+    expect(admin.locator("#hanging")).to_contain_text("secret-0")
+
+    # Bad input: an error page, never a traceback.
+    for query, status, words in (
+        ("/topics/t?offset=abc", 400, "offset must be a whole number"),
+        ("/topics/t?limit=100000000", 400, "limit must be between 1 and 1000"),
+        ("/topics/t?isolation=dirty", 400, "isolation must be one of"),
+        ("/topics/t?partition=7", 404, "no partition 7"),
+        ("/topics/nope", 404, "no topic"),
+        ("/transactions/nope", 404, "no transactional id"),
+        ("/groups/nope", 404, "no group"),
+    ):
+        r = admin.context.request.get(console.url + query)
+        assert r.status == status, query
+        assert words in r.text() and "Traceback" not in r.text(), query
+    admin.goto(console.url + "/topics/t?offset=abc")
+    expect(admin.locator("#error")).to_contain_text("offset must be a whole number")
+
+
+def test_read_only_turns_actions_off(browser: object, db_url: str) -> None:
+    broker = Broker.connect(db_url)
+    add_user(broker, "admin", "admin-secret")
+    with AdminClient({"database.url": db_url}) as admin:
+        admin.create_topics([NewTopic("t", 1)])["t"].result()
+    stuck = TxnDriver(broker, "stuck", timeout_ms=600_000)
+    stuck.init()
+    stuck.send("t", 0, "s")
+    with broker.engine.begin() as conn:
+        conn.execute(text("UPDATE transactions SET txn_start_ms = txn_start_ms - 700000"))
+    port = free_port()
+    proc = subprocess.Popen(
+        [*KIP98, "console", "--listen", f"127.0.0.1:{port}", "--read-only"],
+        cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": db_url}, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _wait_for_port(port, proc)
+        world = World(f"http://127.0.0.1:{port}", broker, Path())
+        page = _log_in(browser, world, "admin", "admin-secret")
+        page.goto(world.url + "/transactions")
+        expect(page.locator("#hanging")).to_contain_text("t-0")
+        expect(page.locator("button.abort")).to_have_count(0)
+        csrf = page.locator("input[name=csrf_token]").first.get_attribute("value")
+        r = page.context.request.post(
+            world.url + "/transactions/abort",
+            form={"topic": "t", "partition": "0", "start_offset": "0", "csrf_token": csrf},
+        )
+        assert r.status == 403 and "read-only" in r.text()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
