@@ -445,6 +445,21 @@ def test_write_txn_markers_needs_cluster_action(world: World) -> None:
     assert write_txn_markers(world.alice, req).results == {("t", 0): 0}
 
 
+def test_write_txn_markers_is_also_allowed_by_alter_on_the_cluster(world: World) -> None:
+    """Kafka checks Alter on the cluster first, ClusterAction only without it (KIP-664's
+    Admin.abortTransaction sends WriteTxnMarkers from a client)."""
+    d = _began(world)
+    world.grant("topic", "t", "all")
+    world.grant("transactional_id", "*", "all")
+    req = WriteTxnMarkersRequest(d.producer_id, d.producer_epoch, 0, False, [("t", 0)])
+    world.grant("cluster", "kafka-cluster", "describe")
+    assert write_txn_markers(world.alice, req).results == {
+        ("t", 0): KafkaError.CLUSTER_AUTHORIZATION_FAILED
+    }
+    world.grant("cluster", "kafka-cluster", "alter")
+    assert write_txn_markers(world.alice, req).results == {("t", 0): 0}
+
+
 def test_aborting_a_hanging_transaction_writes_a_marker_so_needs_cluster_action(
     world: World,
 ) -> None:

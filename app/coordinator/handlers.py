@@ -39,8 +39,8 @@ from app.coordinator.txn_log import (
 )
 from app.errors import KafkaError, KafkaException, fail
 from app.faults import crash_point
+from app.log.inspect import mark_partition
 from app.log.markers import Marker
-from app.log.markers import write_txn_markers as write_markers
 from app.log.producer_ids import allocate_producer_id
 from app.protocol import (
     CONTROL_ABORT,
@@ -62,7 +62,7 @@ from app.protocol import (
     WriteTxnMarkersResponse,
 )
 from app.security import needs
-from app.security.authorizer import authorize_all, denied_checks, refusal_of
+from app.security.authorizer import authorize_all, authorize_any, denied_checks, refusal_of
 from app.security.rules import TOPIC
 from app.storage import urls
 from app.storage.context import BrokerContext
@@ -452,19 +452,21 @@ def find_coordinator(broker: BrokerContext, req: FindCoordinatorRequest) -> Find
 def write_txn_markers(
     broker: BrokerContext, req: WriteTxnMarkersRequest
 ) -> WriteTxnMarkersResponse:
-    """The coordinator-to-partition RPC: one DB transaction per partition, as separate
-    partition leaders would each answer on their own."""
+    """The coordinator-to-partition RPC, and Admin.abortTransaction's (KIP-664): one DB
+    transaction per partition, as separate partition leaders would each answer on their own,
+    each through the decision ``kip98 transactions abort`` takes too (``mark_partition``).
+    Alter or ClusterAction on the cluster, as Kafka checks it."""
     results: dict[tuple[str, int], int] = {}
     control = CONTROL_COMMIT if req.committed else CONTROL_ABORT
     for topic, partition in sorted(set(req.partitions)):
         try:
             with broker.engine.begin() as conn:
-                authorize_all(conn, broker, needs.write_txn_markers())
+                authorize_any(conn, broker, needs.write_txn_markers_request())
                 marker = Marker(
                     req.producer_id, req.producer_epoch, req.coordinator_epoch, control,
                     broker.clock.now_ms(),
                 )  # fmt: skip
-                write_markers(conn, [(topic, partition)], marker)
+                mark_partition(conn, (topic, partition), marker)
             results[(topic, partition)] = KafkaError.NO_ERROR
         except KafkaException as exc:
             results[(topic, partition)] = exc.error.code()

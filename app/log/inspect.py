@@ -4,9 +4,12 @@ hanging transactions)."""
 
 from __future__ import annotations
 
+from sqlalchemy import Connection
+
 from app.errors import KafkaError, fail
 from app.log import sql
-from app.log.markers import Marker, lock_for_markers, write_txn_markers
+from app.log.markers import Marker, MarkerLocks, lock_for_markers, write_txn_markers
+from app.log.partition_lock import TopicPartition
 from app.protocol import CONTROL_ABORT, HangingTransaction, ProducerDescription
 from app.security import needs
 from app.security.authorizer import authorize_all
@@ -15,7 +18,7 @@ from app.storage.engine import retry_conflicts
 
 __all__ = [
     "HangingTransaction", "ProducerDescription", "abort_hanging", "describe_producers",
-    "find_hanging",
+    "find_hanging", "mark_partition",
 ]  # fmt: skip
 
 
@@ -88,9 +91,22 @@ def abort_hanging(broker: BrokerContext, topic: str, partition: int, start_offse
                 KafkaError.INVALID_TXN_STATE,
                 f"no open transaction starts at offset {start_offset} of {topic} [{partition}]",
             )
+        # As kafka-transactions.sh's abort: a coordinator epoch not known on the partition
+        # (no marker of this producer written there yet) is taken as 0, which no
+        # coordinator's epoch is below.
         marker = Marker(
             entry.producer_id, entry.producer_epoch, max(entry.coordinator_epoch, 0),
             CONTROL_ABORT, broker.clock.now_ms(),
         )  # fmt: skip
-        written = write_txn_markers(conn, [tp], marker, locked=locked)
-        return bool(written)
+        return mark_partition(conn, tp, marker, locked)
+
+
+def mark_partition(
+    conn: Connection, tp: TopicPartition, marker: Marker, locked: MarkerLocks | None = None
+) -> bool:
+    """The one decision behind an administrator's marker, from ``kip98 transactions abort``
+    and from WriteTxnMarkers (Admin.abortTransaction) alike: the producer and coordinator
+    epochs checked as for the coordinator's own markers (rule 7), then the marker written
+    if the producer has a transaction open on the partition (the LSO moves, an ABORT's
+    records become aborted for read_committed readers). Whether one was written."""
+    return bool(write_txn_markers(conn, [tp], marker, locked=locked))

@@ -72,6 +72,12 @@ def write_txn_markers() -> list[Check]:
     return [cluster_check(CLUSTER_ACTION)]
 
 
+def write_txn_markers_request() -> list[Check]:
+    """WriteTxnMarkers from a client (Admin.abortTransaction): Alter or ClusterAction on the
+    cluster, either one, as Kafka checks it (``authorize_any``)."""
+    return [cluster_check(ALTER), cluster_check(CLUSTER_ACTION)]
+
+
 def offset_commit(group_id: object) -> list[Check]:
     """Read on the group; each partition's topic is checked on its own
     (``offset_topics``), a refused one answered for its partitions only, as Kafka does."""

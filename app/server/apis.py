@@ -486,6 +486,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     24: (0, 3, add_partitions_to_txn),
     25: (0, 3, add_offsets_to_txn),
     26: (0, 3, end_txn),
+    27: (1, 1, txn_apis.write_txn_markers),  # v2's transaction_version: markers of KIP-890
     28: (0, 3, txn_offset_commit),
     29: (1, 3, acl_apis.describe_acls),
     30: (1, 3, acl_apis.create_acls),

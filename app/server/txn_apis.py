@@ -1,5 +1,5 @@
 """The Kafka APIs of KIP-664's transaction tooling: ListTransactions, DescribeTransactions,
-DescribeProducers, onto the broker's requests. The wire names a transaction's state as
+DescribeProducers and WriteTxnMarkers (Admin.abortTransaction's), onto the broker's requests. The wire names a transaction's state as
 Kafka's coordinator does (``Ongoing``, ``PrepareCommit``, ...)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from app.protocol import (
     DescribeProducersRequest,
     DescribeTransactionsRequest,
     ListTransactionsRequest,
+    WriteTxnMarkersRequest,
 )
 from app.server.node import Node
 
@@ -86,3 +87,26 @@ def describe_producers(broker: Broker, node: Node, request: Any) -> dict[str, An
              "error_message": p.error_message, "active_producers": producers}
         )  # fmt: skip
     return {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}
+
+
+def write_txn_markers(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Each marker on its partitions, each partition answered with its own error code, in
+    the request's order (Kafka's WriteTxnMarkers). Admin.abortTransaction sends one ABORT
+    with the producer's id and epoch and a coordinator epoch, for one partition."""
+    markers = []
+    for m in request.markers:
+        asked = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+        a = broker.handle(
+            WriteTxnMarkersRequest(
+                m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                bool(m.transaction_result), asked,
+            )
+        )  # fmt: skip
+        topics = [
+            {"name": t.name,
+             "partitions": [{"partition_index": p, "error_code": a.results[(t.name, p)]}
+                            for p in t.partition_indexes]}
+            for t in m.topics
+        ]  # fmt: skip
+        markers.append({"producer_id": m.producer_id, "topics": topics})
+    return {"markers": markers}
