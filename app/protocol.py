@@ -37,6 +37,8 @@ READ_COMMITTED = 1
 # ListOffsets sentinel timestamps (Kafka's ListOffsetsRequest).
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+# The record with the largest timestamp (KIP-734, ListOffsets v7).
+MAX_TIMESTAMP = -3
 
 # Kafka's acks: every write is durable before the answer (-1, "all"); durable on this
 # server only (1); answered without waiting for durability (0).

@@ -34,6 +34,7 @@ from app.protocol import (
     LATEST_TIMESTAMP,
     LOG_BATCH,
     LOG_BATCH_BASE_OFFSET,
+    MAX_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
     RECORD_HEADERS,
@@ -204,8 +205,10 @@ def _fetch(broker: BrokerContext, req: FetchRequest) -> FetchResponse:
 
 
 def list_offsets(broker: BrokerContext, req: ListOffsetsRequest) -> ListOffsetsResponse:
-    """Earliest (-2), latest (-1; the LSO in read_committed), or the first offset whose
-    timestamp is at or after the given one (markers are not indexed by time)."""
+    """Earliest (-2), latest (-1; the LSO in read_committed), the record with the largest
+    timestamp (-3), or the first offset whose timestamp is at or after the given one;
+    markers count by their timestamps, and what is found at or past the isolation's
+    bound (the LSO in read_committed) is no answer (-1), as in Kafka."""
     try:
         with broker.engine.connect() as conn:
             authorize_all(conn, broker, needs.list_offsets(req.topic))
@@ -231,6 +234,18 @@ def list_offsets(broker: BrokerContext, req: ListOffsetsRequest) -> ListOffsetsR
                 return ListOffsetsResponse(
                     KafkaError.NO_ERROR, upper, leader_epoch=part.leader_epoch
                 )
+            if req.timestamp == MAX_TIMESTAMP:
+                newest = conn.execute(
+                    sql.MAX_TIMESTAMP_RECORD,
+                    {"topic": req.topic, "partition": req.partition,
+                     "log_start": part.log_start_offset},
+                ).first()  # fmt: skip
+                if newest is None or newest.offset >= upper:
+                    return ListOffsetsResponse(KafkaError.NO_ERROR, -1, -1)
+                return ListOffsetsResponse(
+                    KafkaError.NO_ERROR, newest.offset, newest.timestamp,
+                    leader_epoch=epoch_of(newest.offset),
+                )  # fmt: skip
             if req.timestamp < 0:
                 raise fail(KafkaError.INVALID_REQUEST, f"invalid timestamp {req.timestamp}")
             row = conn.execute(

@@ -464,12 +464,23 @@ PARTITION_FOR_BATCHES_FETCH = text(
     )
 )
 
+# A marker is found by its timestamp like any record, as Kafka's time index holds
+# control batches too.
 OFFSET_FOR_TIMESTAMP = text(
     """
     SELECT "offset", "timestamp" FROM records
-    WHERE topic = :topic AND partition = :partition AND NOT is_control
+    WHERE topic = :topic AND partition = :partition
       AND "timestamp" >= :timestamp AND "offset" >= :log_start AND "offset" < :upper
     ORDER BY "offset" LIMIT 1
+    """
+)
+
+# The first record holding the partition's largest timestamp, markers included.
+MAX_TIMESTAMP_RECORD = text(
+    """
+    SELECT "offset", "timestamp" FROM records
+    WHERE topic = :topic AND partition = :partition AND "offset" >= :log_start
+    ORDER BY "timestamp" DESC, "offset" LIMIT 1
     """
 )
 

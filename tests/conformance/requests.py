@@ -24,12 +24,14 @@ def batch(
     base_sequence: int = -1,
     transactional: bool = False,
     keys: list[str | None] | None = None,
+    timestamp: int | None = None,
 ) -> bytes:
-    """One record batch (magic 2, uncompressed) of ``values``, stamped now."""
+    """One record batch (magic 2, uncompressed) of ``values``, stamped ``timestamp`` (ms)
+    or now."""
     builder = DefaultRecordBatchBuilder(
         2, 0, int(transactional), producer_id, epoch, base_sequence, 1 << 20
     )
-    now = int(time.time() * 1000)
+    now = int(time.time() * 1000) if timestamp is None else timestamp
     for i, value in enumerate(values):
         key = keys[i] if keys else None
         builder.append(i, now, key.encode() if key is not None else None, value.encode(), [])
@@ -336,14 +338,15 @@ class RawTransaction:
         )  # fmt: skip
 
     def produce(
-        self, topic: str, values: list[str], partition: int = 0, epoch: int | None = None
-    ) -> Any:
+        self, topic: str, values: list[str], partition: int = 0, epoch: int | None = None,
+        timestamp: int | None = None,
+    ) -> Any:  # fmt: skip
         """A transactional batch of ``values`` with the next sequence; the answer."""
         sequence = self.sequences.get((topic, partition), 0)
         answer = produce(
             self.target, topic,
             batch(values, self.producer_id, self.epoch if epoch is None else epoch, sequence,
-                  transactional=True),
+                  transactional=True, timestamp=timestamp),
             partition, transactional_id=self.transactional_id,
         )  # fmt: skip
         if answer.error_code.value == 0:

@@ -5,6 +5,7 @@ Apache Kafka."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import confluent_kafka as ck
@@ -354,3 +355,40 @@ def scenario_read_committed_skips_an_aborted_tail(target: Target) -> Any:
 
 def test_read_committed_skips_an_aborted_transaction(targets: tuple[Target, Target]) -> None:
     same(scenario_read_committed_skips_an_aborted_tail, *targets)
+
+
+def scenario_list_offsets_by_time(target: Target) -> Any:
+    """ListOffsets by timestamp (and the newest timestamp, -3, KIP-734) under both
+    isolations while a transaction is open: read_committed finds no offset at or past the
+    LSO; once committed, the marker is found by its timestamp like a record."""
+    topic = target.create_topic("by-time")
+    base = int(time.time() * 1000) - 60_000
+    init = init_producer_id(target)
+    first = batch(["early"], init.producer_id, init.producer_epoch, 0, timestamp=base)
+    assert produce(target, topic, first).error_code.value == 0
+    txn = RawTransaction(target)
+    assert txn.add(topic).value == 0
+    assert txn.produce(topic, ["late"], timestamp=base + 10_000).error_code.value == 0
+
+    def lookup(timestamp: int, isolation: int, where: str = topic) -> list[Any]:
+        answer = list_offsets(target, where, timestamp, isolation)
+        found = answer.timestamp - base if answer.timestamp >= 0 else answer.timestamp
+        # A marker's timestamp is when it was written: only whether it is later counts.
+        return [error_name(answer.error_code), answer.offset, min(found, 60_000)]
+
+    queries = {"t-1": base - 1, "t+5s": base + 5_000, "t+20s": base + 20_000, "max": -3}
+    during = {
+        name: {"uncommitted": lookup(ts, READ_UNCOMMITTED), "committed": lookup(ts, READ_COMMITTED)}
+        for name, ts in queries.items()
+    }
+    assert error_name(txn.end(commit=True)) == "NONE"
+    wait_until(lambda: list_offsets(target, topic, LATEST, READ_COMMITTED).offset == 3,
+               "the commit marker")  # fmt: skip
+    after = {name: lookup(ts, READ_COMMITTED) for name, ts in queries.items()}
+    empty = target.create_topic("by-time-empty")
+    nothing = {name: lookup(ts, READ_UNCOMMITTED, empty) for name, ts in queries.items()}
+    return {"during": during, "after_commit": after, "empty": nothing}
+
+
+def test_list_offsets_by_time_under_both_isolations(targets: tuple[Target, Target]) -> None:
+    same(scenario_list_offsets_by_time, *targets)
