@@ -184,6 +184,8 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     page.goto(console.url + "/topics/t?isolation=read_uncommitted&offset=5")
     expect(page.locator("#records tr[data-offset='5'] .status")).to_have_text("aborted")
 
+    page.goto(console.url + "/")
+    expect(page.locator("#charts svg.chart")).to_have_count(4)
     for path, name in (("/", "overview"), ("/producers", "producers"), ("/groups", "groups")):
         page.goto(console.url + path)
         expect(page.locator("h1")).to_be_visible()
@@ -215,6 +217,10 @@ def test_acls_csrf_and_bad_input(browser: object, console: World) -> None:
     assert alice.context.request.get(console.url + "/api/topics/secret").status == 403
     alice.goto(console.url + "/transactions")
     expect(alice.locator("#hanging")).to_contain_text("none")
+    # ... and, without Describe on the cluster, neither the nodes nor the cluster's charts.
+    overview = alice.context.request.get(console.url + "/api").json()
+    assert (overview["cluster"], overview["nodes"], overview["series"]) == (False, [], {})
+    assert overview["topics"] == 1
 
     # bob sees no topic and no abort; a forged POST is refused.
     bob = _log_in(browser, console, "bob", "bob-secret")

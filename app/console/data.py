@@ -20,7 +20,7 @@ from app.log import sql as log_sql
 from app.log.inspect import find_hanging
 from app.security import needs
 from app.security.authorizer import denied_checks
-from app.security.rules import DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID, Check
+from app.security.rules import DESCRIBE, GROUP, TOPIC, TRANSACTIONAL_ID, Check, cluster_check
 from app.storage.context import BrokerContext
 
 # The record browser's page size: its default and the most one page shows.
@@ -81,16 +81,23 @@ def overview(broker: BrokerContext) -> dict[str, Any]:
             conn, broker, GROUP, [r.group_id for r in conn.execute(groups_sql.GROUP_IDS)]
         )
         open_txns = _rows(conn.execute(sql.OPEN_TRANSACTIONS))
-        nodes = _rows(conn.execute(sql.CLUSTER_NODES))
-        leases = _rows(conn.execute(sql.COORDINATOR_LEASES, {}))
+        ids = [t["transactional_id"] for t in open_txns]
+        shown = set(visible(conn, broker, TRANSACTIONAL_ID, ids))
+        open_txns = [t for t in open_txns if t["transactional_id"] in shown]
+        # The nodes, the database and the cluster-wide charts: for those who may Describe
+        # the cluster (everyone with authorization off).
+        cluster = not denied_checks(conn, broker, [cluster_check(DESCRIBE)])
+        nodes = _rows(conn.execute(sql.CLUSTER_NODES)) if cluster else []
+        leases = _rows(conn.execute(sql.COORDINATOR_LEASES)) if cluster else []
         standby = bool(conn.execute(sql.IN_RECOVERY).scalar())
-        standbys = [] if standby else _rows(conn.execute(sql.STANDBYS))
+        standbys = [] if standby or not cluster else _rows(conn.execute(sql.STANDBYS))
     oldest = open_txns[0]["started_at"] if open_txns else None
     busiest = sorted(
         partitions, key=lambda p: p["high_watermark"] - p["last_stable_offset"], reverse=True
     )[:5]
     return {
         "now_ms": now_ms,
+        "cluster": cluster,
         "nodes": nodes,
         "leases": [x for x in leases if x["expires_ms"] > now_ms],
         "database": {"role": "standby" if standby else "primary", "standbys": standbys},

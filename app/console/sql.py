@@ -53,3 +53,14 @@ GROUP_LAG = text(
     "ORDER BY topic, partition"
 )
 PARTITIONS_OF = text("SELECT partition FROM partitions WHERE topic = :topic ORDER BY partition")
+# The overview's samples (``samples``): the offsets summed over the partitions, and the
+# coordinator's events since the last sample.
+OFFSET_TOTALS = text(
+    "SELECT sum(next_offset) AS records, sum(next_offset - last_stable_offset) AS lso_lag "
+    "FROM partitions"
+)
+LAST_EVENT_ID = text("SELECT max(event_id) FROM transaction_log")
+EVENTS_AFTER = text(
+    "SELECT event_id, transactional_id, state, updated_ms FROM transaction_log "
+    "WHERE event_id > :after ORDER BY event_id LIMIT :limit"
+)

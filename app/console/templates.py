@@ -46,6 +46,8 @@ _OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{
 {% for l in d.leases %}<tr><td>{{ l.owner }}</td><td>{{ l.leases }}</td></tr>{% endfor %}</table>
 <h2>Standbys</h2><table><tr><th>name</th><th>address</th><th>state</th><th>replay lag (ms)</th></tr>
 {% for s in d.database.standbys %}<tr><td>{{ s.application_name }}</td><td>{{ s.client_addr }}</td><td>{{ s.state }}</td><td>{{ s.replay_lag_ms }}</td></tr>{% endfor %}</table>
+<h2>Rates</h2><div id="charts">{% for c in charts %}<figure style="display:inline-block;margin:0 1em 0 0">
+<figcaption>{{ c.title }}: <b>{{ c.last }}</b></figcaption>{{ c.svg | safe }}</figure>{% endfor %}</div>
 <h2>LSO lag of the busiest partitions</h2>{{ lag_chart | safe }}
 {% endblock %}"""
 
@@ -151,4 +153,26 @@ def bar_chart(values: list[tuple[str, int]], width: int = 400) -> str:
         f'<svg id="lso-lag" width="{width}" height="{len(values) * 22}" role="img">'
         + "".join(rows)
         + "</svg>"
+    )
+
+
+def sparkline(
+    chart_id: str, points: list[tuple[int, float]], width: int = 240, height: int = 48
+) -> str:
+    """An inline SVG line over ``points`` (server-side: no script, no asset to fetch)."""
+    if len(points) < 2:
+        return (
+            f'<svg id="{chart_id}" class="chart" width="{width}" height="{height}" role="img">'
+            f'<text x="4" y="{height // 2}" font-size="12" fill="#777">collecting</text></svg>'
+        )
+    t0, t1 = points[0][0], points[-1][0]
+    top = max(v for _, v in points) or 1.0
+    xy = " ".join(
+        f"{(t - t0) * (width - 4) / max(t1 - t0, 1) + 2:.1f},{height - 2 - v * (height - 4) / top:.1f}"
+        for t, v in points
+    )
+    return (
+        f'<svg id="{chart_id}" class="chart" width="{width}" height="{height}" role="img">'
+        f'<rect width="{width}" height="{height}" fill="#f4f7fa"></rect>'
+        f'<polyline fill="none" stroke="#4a7bb0" stroke-width="1.5" points="{xy}"></polyline></svg>'
     )

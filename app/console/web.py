@@ -9,10 +9,11 @@ are sent to ``/login``; ``/api/…`` answers 401. What a user may not see answer
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hmac
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -28,7 +29,8 @@ from starlette.routing import Route
 from app.admin import AdminClient
 from app.console import data
 from app.console.auth import check_password, principal
-from app.console.templates import bar_chart, environment
+from app.console.samples import Sampler, rates
+from app.console.templates import bar_chart, environment, sparkline
 from app.errors import KafkaError, KafkaException
 from app.security.rules import TOPIC
 from app.storage.context import BrokerContext
@@ -38,6 +40,14 @@ _AUTH_FAILED = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     KafkaError.GROUP_AUTHORIZATION_FAILED,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+}
+
+
+_CHARTS = {
+    "produce_rate": "records/s",
+    "commit_rate": "commits/s",
+    "commit_latency_ms": "commit latency (ms)",
+    "lso_lag": "LSO lag (records)",
 }
 
 
@@ -93,7 +103,7 @@ def create_app(
         return dataclasses.replace(base, principal=principal(user))
 
     def is_api(request: Request) -> bool:
-        return request.url.path.startswith("/api/")
+        return request.url.path == "/api" or request.url.path.startswith("/api/")
 
     def render(request: Request, template: str, status: int = 200, **values: Any) -> HTMLResponse:
         page = templates.get_template(template).render(
@@ -136,11 +146,26 @@ def create_app(
             timestamp=_int(request, "timestamp", None),
         )
 
+    sampler = Sampler(base)
+
+    def read_overview(request: Request, broker: BrokerContext) -> dict[str, Any]:
+        d = data.overview(broker)
+        series = rates(sampler.samples()) if d["cluster"] else {}
+        d["series"] = {k: [[t, round(v, 3)] for t, v in pts] for k, pts in series.items()}
+        return d
+
     def overview_extra(
         request: Request, broker: BrokerContext, d: dict[str, Any]
     ) -> dict[str, Any]:
         lags = [(f"{p['topic']}-{p['partition']}", p["lag"]) for p in d["lso_lag"]]
-        return {"lag_chart": bar_chart(lags)}
+        charts = []
+        for key, title in _CHARTS.items():
+            points = [(t, v) for t, v in d["series"].get(key, [])]
+            last = round(points[-1][1], 1) if points else "-"
+            charts.append(
+                {"title": title, "last": last, "svg": sparkline(key.replace("_", "-"), points)}
+            )
+        return {"lag_chart": bar_chart(lags), "charts": charts if d["cluster"] else []}
 
     def transactions_extra(
         request: Request, broker: BrokerContext, d: dict[str, Any]
@@ -229,7 +254,7 @@ def create_app(
         return error(request, 500, "the console failed to answer; see its log")
 
     pages: list[tuple[str, str, Callable[[Request, BrokerContext], Any], Any]] = [
-        ("/", "overview.html", lambda r, b: data.overview(b), overview_extra),
+        ("/", "overview.html", read_overview, overview_extra),
         ("/topics", "topics.html", lambda r, b: data.topics(b), None),
         ("/topics/{name:path}", "topic.html", read_topic, None),
         ("/transactions", "transactions.html", lambda r, b: data.transactions(b), transactions_extra),
@@ -249,7 +274,17 @@ def create_app(
         endpoint = page(template, read, extra)
         routes.append(Route(path, endpoint, methods=["GET"]))
         routes.append(Route("/api" + ("" if path == "/" else path), endpoint, methods=["GET"]))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampler.start()
+        try:
+            yield
+        finally:
+            sampler.stop()
+
     return Starlette(
+        lifespan=lifespan,
         routes=routes,
         middleware=[
             Middleware(
