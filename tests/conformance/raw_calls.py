@@ -19,7 +19,7 @@ from tests.conformance.normalise import error_name
 from tests.wire_client import read_frame, request_frame
 
 # Kafka's API keys, by the names the scenarios use.
-PRODUCE, LIST_OFFSETS, METADATA = 0, 2, 3
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 OFFSET_COMMIT, OFFSET_FETCH = 8, 9
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, API_VERSIONS = 15, 16, 18

@@ -130,6 +130,22 @@ def test_create_topics_refused(targets: Any) -> None:
     same(scenario_create_topics_refused, *targets)
 
 
+def scenario_a_replication_factor_above_the_brokers(target: Target) -> Observation:
+    """A topic asked with three replicas of a single broker."""
+    name = target.name_for("three-replicas")
+    answer = _create_raw(target, [{"name": name, "rf": 3}], validate_only=False).topics[0]
+    return {"answer": error(answer.error_code), "created": _exists(target, name)}
+
+
+def test_a_replication_factor_above_the_brokers(targets: Any) -> None:
+    documented_difference(
+        "replication-factor-not-kept", scenario_a_replication_factor_above_the_brokers,
+        *targets,
+        kip98_expected={"answer": "NONE", "created": True},
+        kafka_expected={"answer": "INVALID_REPLICATION_FACTOR", "created": False},
+    )  # fmt: skip
+
+
 def scenario_delete_topics(target: Target) -> Observation:
     """A deleted topic is gone from Metadata and its configs; deleting it again, or one
     there never was, is UNKNOWN_TOPIC_OR_PARTITION."""

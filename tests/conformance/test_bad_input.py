@@ -15,6 +15,8 @@ from confluent_kafka.admin import NewTopic
 from tests.conformance.harness import Observation, Target, documented_difference, same
 from tests.conformance.raw_calls import (
     API_VERSIONS,
+    CREATE_TOPICS,
+    FETCH,
     METADATA,
     PRODUCE,
     answered_within,
@@ -189,6 +191,72 @@ def scenario_list_offsets_of_a_partition_there_is_not(target: Target) -> Observa
 
 def test_list_offsets_of_a_partition_there_is_not(targets: Any) -> None:
     same(scenario_list_offsets_of_a_partition_there_is_not, *targets)
+
+
+def _fetch(target: Target, topic: str, partition: int, offset: int) -> list[Any]:
+    """A Fetch (v12) of one partition from ``offset``: its error, high watermark, and
+    whether records came."""
+    answer = call(target, FETCH, 12, {
+        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1_000_000,
+        "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [{
+            "partition": partition, "current_leader_epoch": -1, "fetch_offset": offset,
+            "last_fetched_epoch": -1, "log_start_offset": -1,
+            "partition_max_bytes": 100_000}]}],
+        "forgotten_topics_data": [], "rack_id": "",
+    })  # fmt: skip
+    p = answer.responses[0].partitions[0]
+    return [error(p.error_code), p.high_watermark, bool(p.records)]
+
+
+def scenario_fetch_and_metadata_out_of_bounds(target: Target) -> Observation:
+    """A Fetch past the high watermark or before the log start is OFFSET_OUT_OF_RANGE
+    (no bounds given), at the high watermark empty; a partition there is not is
+    UNKNOWN_TOPIC_OR_PARTITION; a Metadata request that may not create topics answers
+    an unknown one UNKNOWN_TOPIC_OR_PARTITION and creates nothing."""
+    topic = target.create_topic("fetch-bounds")
+    produce(target, topic, 0, batch([b"a", b"b"]))
+    missing = target.name_for("never-made")
+    answer = call(target, METADATA, 12, {
+        "topics": [{"name": missing, "topic_id": None}], "allow_auto_topic_creation": False,
+        "include_topic_authorized_operations": False,
+    })  # fmt: skip
+    return {
+        "beyond": _fetch(target, topic, 0, 5), "at_end": _fetch(target, topic, 0, 2),
+        "negative": _fetch(target, topic, 0, -5), "from_start": _fetch(target, topic, 0, 0),
+        "no_partition": _fetch(target, topic, 3, 0),
+        "metadata": [error(t.error_code) for t in answer.topics],
+        "created": missing in target.admin().list_topics(timeout=30).topics,
+    }  # fmt: skip
+
+
+def test_fetch_and_metadata_out_of_bounds(targets: Any) -> None:
+    same(scenario_fetch_and_metadata_out_of_bounds, *targets)
+
+
+def _create(target: Target, name: str) -> str:
+    answer = call(target, CREATE_TOPICS, 7, {
+        "topics": [{"name": name, "num_partitions": 1, "replication_factor": 1,
+                    "assignments": [], "configs": []}],
+        "timeout": 30_000, "validate_only": False,
+    })  # fmt: skip
+    return error(answer.topics[0].error_code)
+
+
+def scenario_names_starting_with_two_underscores(target: Target) -> Observation:
+    """A topic named with Kafka's internal prefix ``__``: Kafka creates it (an internal
+    topic's own name is TOPIC_ALREADY_EXISTS); kip98 reserves the prefix."""
+    name = "__" + target.name_for("underscored")
+    return {"new": _create(target, name), "offsets_topic": _create(target, "__consumer_offsets")}
+
+
+def test_names_starting_with_two_underscores(targets: Any) -> None:
+    documented_difference(
+        "reserved-topic-prefix", scenario_names_starting_with_two_underscores, *targets,
+        kip98_expected={"new": "INVALID_TOPIC_EXCEPTION",
+                        "offsets_topic": "INVALID_TOPIC_EXCEPTION"},
+        kafka_expected={"new": "NONE", "offsets_topic": "TOPIC_ALREADY_EXISTS"},
+    )  # fmt: skip
 
 
 def _still_answers(target: Target) -> bool:
