@@ -267,7 +267,7 @@ def test_describe_and_delete_acls_answer_each_filter(broker: Broker) -> None:
     assert refused.error_code == KafkaError.INVALID_REQUEST and refused.acls == []
     answer = broker.handle(
         DeleteAclsRequest(
-            [AclBindingFilter(pattern_type="match"), AclBindingFilter(principal="User:alice")]
+            [AclBindingFilter(operation="fly"), AclBindingFilter(principal="User:alice")]
         )
     ).filter_results
     assert [r.error_code for r in answer] == [KafkaError.INVALID_REQUEST, OK]
