@@ -289,3 +289,42 @@ def test_read_only_turns_actions_off(browser: object, db_url: str) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_tls_serves_https_with_a_secure_cookie(
+    browser: object, db_url: str, tmp_path: Path
+) -> None:
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.cert_chain_pems[0].write_to_path(str(cert_file))
+    cert.private_key_pem.write_to_path(str(key_file))
+    add_user(Broker.connect(db_url), "admin", "admin-secret")
+    port = free_port()
+    proc = subprocess.Popen(
+        [*KIP98, "console", "--listen", f"127.0.0.1:{port}",
+         "--tls-cert", str(cert_file), "--tls-key", str(key_file)],
+        cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": db_url}, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        _wait_for_port(port, proc)
+        api = browser.new_context(ignore_https_errors=True).request  # type: ignore[attr-defined]
+        r = api.post(
+            f"https://127.0.0.1:{port}/login",
+            form={"username": "admin", "password": "admin-secret"},
+            max_redirects=0,
+        )
+        assert r.status == 303
+        cookie = next(h["value"] for h in r.headers_array if h["name"].lower() == "set-cookie")
+        assert "kip98_console=" in cookie and "secure" in cookie.lower()
+        assert "samesite=strict" in cookie.lower() and "httponly" in cookie.lower()
+        assert api.get(f"https://127.0.0.1:{port}/api/topics").json() == {"topics": []}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    only_one = subprocess.run(
+        [*KIP98, "console", "--tls-cert", str(cert_file)], capture_output=True, text=True
+    )
+    assert only_one.returncode != 0 and "go together" in only_one.stderr

@@ -68,7 +68,7 @@ _TOPIC = """{% extends "base.html" %}{% block title %}{{ d.topic }}{% endblock %
 <label>Offset <input name="offset" size="10"></label> <label>or time (ms) <input name="timestamp" size="14"></label>
 <label>Limit <input name="limit" size="5" value="{{ d.limit }}"></label> <button>Show</button></form>
 <table id="records"><tr><th>offset</th><th>timestamp</th><th>key</th><th>value</th><th>producer</th><th>status</th></tr>
-{% for r in d.records %}<tr class="{{ r.status.split(' ')[0] }}" data-offset="{{ r.offset }}"><td>{{ r.offset }}</td><td>{{ r.timestamp }}</td><td>{{ r.key if r.key is not none else "" }}</td><td>{{ r.value if r.value is not none else "" }}</td><td>{{ r.producer_id }}/{{ r.producer_epoch }}</td><td class="status">{{ r.status }}</td></tr>{% endfor %}</table>
+{% for r in d.records %}<tr class="{{ r["status"].split(" ")[0] }}" data-offset="{{ r["offset"] }}"><td>{{ r["offset"] }}</td><td>{{ r["timestamp"] }}</td><td>{{ r["key"] or "" }}</td><td>{{ r["value"] or "" }}</td><td>{{ r["producer_id"] }}/{{ r["producer_epoch"] }}</td><td class="status">{{ r["status"] }}</td></tr>{% endfor %}</table>
 {% if d.next_offset < (d.high_watermark if d.isolation == "read_uncommitted" else d.last_stable_offset) %}
 <a id="next" href="?partition={{ d.partition }}&isolation={{ d.isolation }}&offset={{ d.next_offset }}&limit={{ d.limit }}">next page</a>{% endif %}
 {% endblock %}"""
