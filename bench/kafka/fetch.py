@@ -23,8 +23,8 @@ class KafkaFetchError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    """``KIP98_KAFKA_CACHE``, or ``~/.cache/kip98/kafka-<version>``."""
-    explicit = os.environ.get("KIP98_KAFKA_CACHE")
+    """``KIP98_KAFKA_HOME``, or ``~/.cache/kip98/kafka-<version>``."""
+    explicit = os.environ.get("KIP98_KAFKA_HOME")
     if explicit:
         return Path(explicit).expanduser()
     return Path.home() / ".cache" / "kip98" / f"kafka-{KAFKA_VERSION}"
