@@ -313,6 +313,19 @@ def test_every_request_type_has_a_failed_answer() -> None:
         assert first.name == "error_code", f"{request.__name__} has no failed answer"
 
 
+def test_authorized_operations_not_read_are_unknown() -> None:
+    """KIP-430's operations are asked by Metadata, DescribeCluster and DescribeGroups on the
+    wire: the ACLs not read leave each resource's "not worked out" (INT32_MIN), and the
+    describe answers still."""
+    from app.protocol import AuthorizedOperationsRequest
+    from app.server.answer import NO_OPERATIONS
+    from app.server.failures import failed_response
+
+    lost = KafkaError(KafkaError._TRANSPORT, "database unreachable", retriable=True)
+    answered = failed_response(AuthorizedOperationsRequest("group", ("g1", "g2")), lost)
+    assert answered.operations == {"g1": NO_OPERATIONS, "g2": NO_OPERATIONS}
+
+
 def test_a_coordinators_request_meets_a_lost_database_as_coordinator_not_available() -> None:
     """As Kafka's coordinators answer a failed write to their log: clients find the
     coordinator again and retry inside the call. Other requests keep their code."""
