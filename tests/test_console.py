@@ -23,6 +23,8 @@ from sqlalchemy import text
 
 from app.admin import AdminClient, NewTopic
 from app.broker import Broker
+from app.groups.offsets import offset_commit
+from app.protocol import OffsetAndMetadata, OffsetCommitRequest
 from app.security import acls as acl_admin
 from app.security.rules import AclBinding as Acl
 from app.security.users import add_user
@@ -183,6 +185,22 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     expect(page.locator("#hanging tr", has_text="t-0")).to_have_count(0)
     page.goto(console.url + "/topics/t?isolation=read_uncommitted&offset=5")
     expect(page.locator("#records tr[data-offset='5'] .status")).to_have_text("aborted")
+
+    # Jump to a time: the first record at or after it.
+    page.goto(console.url + "/topics/t?isolation=read_uncommitted&timestamp=0")
+    expect(page.locator("#records tr[data-offset]").first).to_have_attribute("data-offset", "0")
+    page.goto(console.url + "/topics/t?isolation=read_uncommitted&timestamp=99999999999999")
+    expect(page.locator("#records tr[data-offset]")).to_have_count(0)
+
+    # A group's committed offset, its lag to the LSO and to the high watermark.
+    committed_at = offset_commit(broker, OffsetCommitRequest("g", {("t", 0): OffsetAndMetadata(1)}))
+    assert committed_at.error_code == 0
+    page.goto(console.url + "/groups")
+    page.click("#groups a:text-is('g')")
+    expect(page.locator("#offsets tr", has_text="t-0").locator("td")).to_have_text(
+        ["t-0", "1", "9", "9", "8", "8"]
+    )
+    page.screenshot(path=str(console.shots / "group.png"), full_page=True)
 
     page.goto(console.url + "/")
     expect(page.locator("#charts svg.chart")).to_have_count(4)

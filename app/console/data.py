@@ -343,15 +343,24 @@ def producers(broker: BrokerContext) -> dict[str, Any]:
 
 def groups(broker: BrokerContext) -> dict[str, Any]:
     with broker.engine.connect() as conn:
-        rows = _rows(conn.execute(groups_sql.ALL_GROUPS))
-        seen = set(visible(conn, broker, GROUP, [r["group_id"] for r in rows]))
-    return {"groups": [r for r in rows if r["group_id"] in seen]}
+        rows = {r["group_id"]: r for r in _rows(conn.execute(groups_sql.ALL_GROUPS))}
+        # A group that only commits offsets (a consumer without subscription) has no
+        # membership row; Kafka lists it, Empty.
+        for r in conn.execute(sql.GROUPS_WITH_OFFSETS):
+            rows.setdefault(
+                r.group_id,
+                {"group_id": r.group_id, "state": "Empty", "generation_id": 0, "protocol": None},
+            )
+        ids = sorted(rows)
+        seen = set(visible(conn, broker, GROUP, ids))
+    return {"groups": [rows[g] for g in ids if g in seen]}
 
 
 def group(broker: BrokerContext, group_id: str) -> dict[str, Any]:
     with broker.engine.connect() as conn:
         row = conn.execute(groups_sql.GROUPS, {"group_ids": [group_id]}).first()
-        if row is None:
+        held = conn.execute(groups_sql.GROUP_OFFSETS_HELD, {"group_id": group_id}).one()
+        if row is None and not (held.committed or held.pending):
             raise NotFound(f"no group {group_id!r}")
         if not visible(conn, broker, GROUP, [group_id]):
             raise Forbidden(f"not authorized to Describe group {group_id!r}")
@@ -369,7 +378,9 @@ def group(broker: BrokerContext, group_id: str) -> dict[str, Any]:
         shown = set(visible(conn, broker, TOPIC, sorted({r["topic"] for r in lag})))
         pending = _rows(conn.execute(groups_sql.PENDING_FOR_GROUP, {"group_id": group_id}))
     return {
-        "group": {k: _jsonable(v) for k, v in row._mapping.items()},
+        "group": {k: _jsonable(v) for k, v in row._mapping.items()}
+        if row is not None
+        else {"group_id": group_id, "state": "Empty", "generation_id": 0},
         "members": members,
         "offsets": [
             {**r, "lag_to_lso": max(r["last_stable_offset"] - r["committed_offset"], 0)}
