@@ -2,8 +2,11 @@
 
 py-spy attaches to the process by its pid (ptrace) and samples its Python stacks without
 stopping it (``--nonblocking``), so the process runs as it does unprofiled, give or take
-the sampler's own CPU. The samples are kept as py-spy's raw (collapsed) stacks, one line
-per distinct stack with its count, which flamegraph tools read.
+the sampler's own CPU. Only the thread holding the GIL is sampled (``--gil``): a thread
+waiting for PostgreSQL, for a socket or for work does not hold it, so the samples are the
+Python code the process ran, and their count over the samples a whole run would take is
+how busy its interpreter was. The samples are kept as py-spy's raw (collapsed) stacks, one
+line per distinct stack with its count, which flamegraph tools read.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 # A frame as py-spy writes it: "function (path/to/file.py:line)".
 _LINE = re.compile(r":\d+\)$")
+RATE = 100  # samples a second
 
 
 def py_spy() -> str:
@@ -32,11 +36,12 @@ def py_spy() -> str:
 
 
 @contextmanager
-def profiled(pid: int, out: Path, rate: int = 100) -> Iterator[None]:
-    """Sample process ``pid`` while the block runs; its stacks written to ``out``."""
+def profiled(pid: int, out: Path, rate: int = RATE) -> Iterator[None]:
+    """Sample process ``pid`` (``rate`` times a second, the thread holding the GIL) while
+    the block runs; its stacks written to ``out``."""
     spy = subprocess.Popen(
         [py_spy(), "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate),
-         "--nonblocking", "--output", str(out)],
+         "--gil", "--nonblocking", "--output", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -57,24 +62,28 @@ def _frames(folded: str) -> Iterator[tuple[list[str], int]]:
             yield [_LINE.sub(")", frame) for frame in stack.split(";")], int(count)
 
 
-def top_costs(folded: str, n: int = 12) -> list[tuple[str, float]]:
+def samples(folded: str) -> int:
+    return sum(count for _, count in _frames(folded))
+
+
+def top_costs(folded: str, of: float, n: int = 12) -> list[tuple[str, float]]:
     """The ``n`` functions most often on top of the stack (their own time, not their
-    callees'), with the share of all samples each was on top in."""
+    callees'), each with its samples over ``of`` (the samples the whole run would take:
+    its share of the run's time)."""
     own: Counter[str] = Counter()
     for frames, count in _frames(folded):
         own[frames[-1]] += count
-    total = sum(own.values()) or 1
-    return [(frame, count / total) for frame, count in own.most_common(n)]
+    return [(frame, count / of) for frame, count in own.most_common(n)]
 
 
-def top_inclusive(folded: str, within: str = "app/", n: int = 12) -> list[tuple[str, float]]:
+def top_inclusive(
+    folded: str, of: float, within: str = "app/", n: int = 12
+) -> list[tuple[str, float]]:
     """The ``n`` functions of files under ``within`` most often anywhere on the stack
-    (their time with their callees'), with the share of all samples."""
+    (their time with their callees'), each with its samples over ``of``."""
     seen: Counter[str] = Counter()
-    total = 0
     for frames, count in _frames(folded):
-        total += count
         for frame in set(frames):
             if f"({within}" in frame or f"/{within}" in frame:
                 seen[frame] += count
-    return [(frame, count / (total or 1)) for frame, count in seen.most_common(n)]
+    return [(frame, count / of) for frame, count in seen.most_common(n)]
