@@ -578,6 +578,8 @@ class OffsetCommitRequest(Request["OffsetCommitResponse"]):
     offsets: dict[TopicPartitionKey, OffsetAndMetadata]
     generation_id: int = -1
     member_id: str = ""
+    # KIP-345: a static member's instance id, which must still name ``member_id``.
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -600,6 +602,8 @@ class TxnOffsetCommitRequest(Request["TxnOffsetCommitResponse"]):
     # KIP-890's transaction version 2: the commit also does AddOffsetsToTxn's work (the
     # group's offsets join the transaction, if they have not yet), in its DB transaction.
     add_offsets: bool = False
+    # KIP-345: a static member's instance id, which must still name ``member_id``.
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -692,6 +696,7 @@ class HeartbeatRequest(Request["HeartbeatResponse"]):
     group_id: str
     member_id: str
     generation_id: int
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -718,6 +723,7 @@ class SyncGroupRequest(Request["SyncGroupResponse"]):
     member_id: str
     generation_id: int
     assignments: Mapping[str, MemberAssignment] | None = None
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)

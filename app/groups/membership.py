@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -453,6 +453,9 @@ def heartbeat(broker: BrokerContext, req: HeartbeatRequest) -> HeartbeatResponse
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
             return HeartbeatResponse(refused.error.code(), refused.error.str())
         group = _lock_group(conn, req.group_id)
+        members = _members(conn, req.group_id)
+        if fenced := static_member_refusal(members, req.member_id, req.group_instance_id):
+            return HeartbeatResponse(*fenced)
         if (
             conn.execute(
                 sql.HEARTBEAT, {"group_id": req.group_id, "member_id": req.member_id, "now": now}
@@ -483,6 +486,8 @@ def sync_group(broker: BrokerContext, req: SyncGroupRequest) -> SyncGroupRespons
         group = _expire(conn, _lock_group(conn, req.group_id), now)
         members = {mem.member_id: mem for mem in _members(conn, req.group_id)}
         member = members.get(req.member_id)
+        if fenced := static_member_refusal(members.values(), req.member_id, req.group_instance_id):
+            return SyncGroupResponse(fenced[0], error_message=fenced[1])
         if member is None:
             return SyncGroupResponse(
                 KafkaError.UNKNOWN_MEMBER_ID, error_message="member is not in the group"
@@ -619,22 +624,55 @@ def _described(group: Any, members: list[Any]) -> DescribedGroup:
     )  # fmt: skip
 
 
+def static_member_refusal(
+    members: Iterable[Any], member_id: str, group_instance_id: str | None
+) -> tuple[int, str] | None:
+    """KIP-345: a request naming a static member's instance id must come from the member
+    that instance is now (a restarted instance fences its old member id), as Kafka checks
+    every classic group request that carries one: an instance the group does not know is
+    UNKNOWN_MEMBER_ID, another member's FENCED_INSTANCE_ID. None: nothing to refuse."""
+    if group_instance_id is None:
+        return None
+    static = next((m for m in members if m.group_instance_id == group_instance_id), None)
+    if static is None:
+        return KafkaError.UNKNOWN_MEMBER_ID, f"no member has instance id {group_instance_id!r}"
+    if static.member_id != member_id:
+        return (
+            KafkaError.FENCED_INSTANCE_ID,
+            f"instance {group_instance_id!r} is member {static.member_id!r} now",
+        )
+    return None
+
+
 def check_generation(
-    conn: Connection, group_id: str, member_id: str, generation_id: int, now: int
+    conn: Connection,
+    group_id: str,
+    member_id: str,
+    generation_id: int,
+    now: int,
+    group_instance_id: str | None = None,
 ) -> None:
     """Offset commits from a group member must come from its current, stable generation.
 
     Generation -1 (a consumer using assign() only) is accepted, as Kafka accepts it for
-    groups it manages without membership.
+    groups it manages without membership. A static member's instance id, if given, must
+    name ``member_id`` in a group that has members (``static_member_refusal``).
     """
-    if generation_id < 0:
+    if generation_id < 0 and group_instance_id is None:
         return
     group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
-    if group is None:
+    if group is None or (generation_id < 0 and group.state == EMPTY):
+        if generation_id < 0:
+            return
         raise fail(
             KafkaError.ILLEGAL_GENERATION, f"group {group_id!r} has no generation {generation_id}"
         )
-    member = next((mem for mem in _members(conn, group_id) if mem.member_id == member_id), None)
+    members = _members(conn, group_id)
+    if refused := static_member_refusal(members, member_id, group_instance_id):
+        raise fail(*refused)
+    if generation_id < 0:
+        return
+    member = next((mem for mem in members if mem.member_id == member_id), None)
     if member is None or member.last_heartbeat_ms + member.session_timeout_ms < now:
         raise fail(
             KafkaError.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in group {group_id!r}"

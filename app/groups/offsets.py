@@ -165,7 +165,9 @@ def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetComm
         with broker.engine.begin() as conn:
             authorize_all(conn, broker, needs.offset_commit(req.group_id))
             refused = refused_partitions(conn, broker, req.offsets)
-            check_generation(conn, req.group_id, req.member_id, req.generation_id, now)
+            check_generation(
+                conn, req.group_id, req.member_id, req.generation_id, now, req.group_instance_id
+            )
             accepted = {tp: om for tp, om in req.offsets.items() if tp not in refused}
             if accepted:
                 params = {**_columns(accepted), "group_id": req.group_id, "now": now}
@@ -197,7 +199,9 @@ def record_txn_offsets(
     ends (the transaction's own check is the coordinator's, in the same DB transaction:
     ``app.broker.offsets``). The generation is checked at once; the writes, whose results
     nothing reads, are queued on ``writes`` if given."""
-    check_generation(conn, req.group_id, req.member_id, req.generation_id, now_ms)
+    check_generation(
+        conn, req.group_id, req.member_id, req.generation_id, now_ms, req.group_instance_id
+    )
     params = {
         **_columns(accepted), "group_id": req.group_id, "now": now_ms,
         "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,

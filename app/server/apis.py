@@ -392,6 +392,7 @@ def txn_offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any
             request.transactional_id, request.group_id, request.producer_id,
             request.producer_epoch, offsets, getattr(request, "generation_id", -1),
             getattr(request, "member_id", ""),
+            group_instance_id=getattr(request, "group_instance_id", None),
         )
     )  # fmt: skip
     return {"topics": _partition_codes(offsets, a.results, a.error_code)}
@@ -402,7 +403,10 @@ def offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     generation = getattr(
         request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1)
     )
-    a = broker.handle(OffsetCommitRequest(request.group_id, offsets, generation, request.member_id))
+    instance = getattr(request, "group_instance_id", None)
+    a = broker.handle(
+        OffsetCommitRequest(request.group_id, offsets, generation, request.member_id, instance)
+    )
     return {"topics": _partition_codes(offsets, a.results, a.error_code)}
 
 

@@ -101,7 +101,10 @@ def sync_group(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pen
         a.member_id: MemberAssignment(a.assignment, _assigned(protocol_type, a.assignment))
         for a in request.assignments
     }
-    sync = SyncGroupRequest(request.group_id, request.member_id, request.generation_id, plan)
+    sync = SyncGroupRequest(
+        request.group_id, request.member_id, request.generation_id, plan,
+        getattr(request, "group_instance_id", None),
+    )  # fmt: skip
     return _sync_pass(broker, sync, time.monotonic() + SYNC_WAIT_S, FIRST_PAUSE_S)
 
 
@@ -124,7 +127,12 @@ def _sync_pass(
 
 def heartbeat(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     answer = broker.handle(
-        HeartbeatRequest(request.group_id, request.member_id, request.generation_id)
+        HeartbeatRequest(
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            getattr(request, "group_instance_id", None),
+        )
     )
     return {"error_code": answer.error_code}
 

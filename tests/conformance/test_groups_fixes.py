@@ -1,0 +1,83 @@
+"""Group and offset answers kip98 once gave otherwise than Kafka, each against both brokers:
+a static member's instance id checked by every request that carries it (KIP-345)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conformance.group_calls import (
+    Member,
+    commit,
+    heartbeat,
+    join,
+    joined,
+    sync,
+)
+from tests.conformance.harness import Observation, Target, same
+from tests.conformance.normalise import error_name
+from tests.conformance.raw_calls import error
+from tests.conformance.requests import (
+    RawTransaction,
+    add_offsets,
+    end_txn,
+    txn_offset_commit,
+)
+
+
+def scenario_a_static_members_instance_id_is_checked(target: Target) -> Observation:
+    """A static member ("instance-1") in a Stable group: TxnOffsetCommit and OffsetCommit
+    naming an instance the group does not have, or the instance with another member id,
+    are refused; once the instance restarts under a new member id, its old id is fenced
+    in heartbeats, syncs and commits."""
+    topic = target.create_topic("grp-static")
+    group = target.name_for("grp-static")
+    member = joined(target, group, topics=(topic,), instance="instance-1")
+    assert error(sync(target, member, {member.member_id: b""}).error_code) == "NONE"
+    gen, mid = member.generation, member.member_id
+
+    txn = RawTransaction(target)
+    assert error_name(add_offsets(target, txn.transactional_id, txn.producer_id, txn.epoch,
+                                  group)) == "NONE"  # fmt: skip
+
+    def txn_commit(member_id: str, instance: str | None) -> str:
+        return error_name(txn_offset_commit(
+            target, txn.transactional_id, txn.producer_id, txn.epoch, group, topic, 3,
+            generation=gen, member_id=member_id, group_instance_id=instance,
+        ))  # fmt: skip
+
+    def plain_commit(member_id: str, instance: str | None) -> str:
+        answer = commit(target, group, {(topic, 0): 4}, member_id=member_id, generation=gen,
+                        instance=instance)  # fmt: skip
+        return answer[(topic, 0)]
+
+    observed: dict[str, Any] = {}
+    for name, check in (("txn_offset_commit", txn_commit), ("offset_commit", plain_commit)):
+        observed[name] = {
+            "unknown_instance": check(mid, "someone-else"),
+            "other_member": check("another-member", "instance-1"),
+            "its_member": check(mid, "instance-1"),
+            "no_instance": check(mid, None),
+        }
+    assert error_name(end_txn(target, txn.transactional_id, txn.producer_id, txn.epoch,
+                              False)) == "NONE"  # fmt: skip
+
+    # The instance restarts: its join with no member id takes the old member's place.
+    restarted = join(target, group, topics=(topic,), instance="instance-1")
+    new = Member(group, restarted.member_id, restarted.generation_id, restarted.leader,
+                 "instance-1")  # fmt: skip
+    old = Member(group, mid, restarted.generation_id, restarted.leader, "instance-1")
+    observed["restart"] = {
+        "join": error(restarted.error_code),
+        "new_member_id": restarted.member_id != mid,
+        "old_heartbeat": heartbeat(target, old),
+        "old_sync": error(sync(target, old).error_code),
+        "old_commit": commit(target, group, {(topic, 0): 5}, member_id=mid,
+                             generation=new.generation, instance="instance-1")[(topic, 0)],
+        "new_heartbeat_after_sync": [error(sync(target, new).error_code),
+                                     heartbeat(target, new)],
+    }  # fmt: skip
+    return observed
+
+
+def test_a_static_members_instance_id_is_checked(targets: Any) -> None:
+    same(scenario_a_static_members_instance_id_is_checked, *targets)
