@@ -316,8 +316,9 @@ def test_a_version_not_served_closes_the_connection(targets: Any) -> None:
 
 def scenario_a_request_that_cannot_be_read_closes_the_connection(target: Target) -> Observation:
     """Bytes that are not a request: a body cut short, garbage for a known API, an API key
-    there is not, a header cut short. Each closes its connection unanswered; nothing is
-    written and the broker answers the next connection."""
+    there is not, a header cut short, a size below zero or over socket.request.max.bytes
+    (100 MiB). Each closes its connection unanswered; nothing is written and the broker
+    answers the next connection."""
     topic = target.create_topic("garbage")
     whole = _produce_body(topic)
     frames = {
@@ -327,6 +328,7 @@ def scenario_a_request_that_cannot_be_read_closes_the_connection(target: Target)
         "unknown_api_key": frame(999, 0, b""),
         "short_header": b"\0\0\0\x03\0\0\0",
         "negative_size": b"\xff\xff\xff\xf0" + b"\0" * 16,
+        "over_the_size_limit": struct.pack(">i", 200_000_000) + b"\0" * 16,
     }
     answered = {name: target.raw_bytes(f) is not None for name, f in frames.items()}
     return {"answered": answered, "end": log_end(target, topic),
