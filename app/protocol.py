@@ -622,9 +622,15 @@ class OffsetFetchRequest(Request["OffsetFetchResponse"]):
 
 @dataclass(frozen=True)
 class OffsetFetchResponse:
+    """``partition_errors``: a partition's own error (KIP-447: UNSTABLE_OFFSET_COMMIT for
+    one with a transactional commit pending, under ``require_stable``; its offset then -1).
+    While there is one, ``error_code`` is UNSTABLE_OFFSET_COMMIT too, the summary a native
+    client retries on; the wire answers it per partition only, as Kafka does."""
+
     error_code: int
     offsets: dict[TopicPartitionKey, OffsetAndMetadata] = field(default_factory=dict)
     error_message: str | None = None
+    partition_errors: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

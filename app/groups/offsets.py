@@ -212,22 +212,21 @@ def record_txn_offsets(
 
 
 def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchResponse:
+    """The group's committed offsets. Under ``require_stable`` (KIP-447) a partition with
+    a transactional commit pending is answered UNSTABLE_OFFSET_COMMIT on its own, with no
+    offset, and the others with theirs, as Kafka's coordinator answers; a fetch of all the
+    group's offsets lists only the partitions that have one."""
     try:
         check_group_id(req.group_id)
         wanted = None if req.partitions is None else set(req.partitions)
         with broker.engine.connect() as conn:
             authorize_all(conn, broker, needs.offset_fetch(req.group_id))
+            pending: set[TopicPartitionKey] = set()
             if req.require_stable:
                 pending = {
                     (r.topic, r.partition)
                     for r in conn.execute(sql.PENDING_FOR_GROUP, {"group_id": req.group_id})
                 }
-                unstable = pending if wanted is None else pending & wanted
-                if unstable:
-                    raise fail(
-                        KafkaError.UNSTABLE_OFFSET_COMMIT,
-                        f"transactional offsets pending for {sorted(unstable)}",
-                    )
             rows = conn.execute(sql.FETCH_COMMITTED, {"group_id": req.group_id}).all()
         found = {
             (r.topic, r.partition): OffsetAndMetadata(
@@ -239,6 +238,14 @@ def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchR
         if wanted is not None:
             for tp in wanted:
                 found.setdefault(tp, OffsetAndMetadata(-1, None))
+        unstable = {tp: KafkaError.UNSTABLE_OFFSET_COMMIT for tp in found if tp in pending}
+        for tp in unstable:
+            found[tp] = OffsetAndMetadata(-1, None)
+        if unstable:
+            return OffsetFetchResponse(
+                KafkaError.UNSTABLE_OFFSET_COMMIT, found,
+                f"transactional offsets pending for {sorted(unstable)}", unstable,
+            )  # fmt: skip
         return OffsetFetchResponse(KafkaError.NO_ERROR, found)
     except KafkaException as exc:
         return OffsetFetchResponse(exc.error.code(), error_message=exc.error.str())

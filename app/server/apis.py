@@ -418,10 +418,12 @@ def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         OffsetFetchRequest(request.group_id, asked, getattr(request, "require_stable", False))
     )
     wanted = asked if asked is not None else sorted(a.offsets)
+    # Partitions' own errors (UNSTABLE_OFFSET_COMMIT) are theirs alone, as Kafka answers.
+    group_code = KafkaError.NO_ERROR if a.partition_errors else a.error_code
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, partition in wanted:
         found = a.offsets.get((topic, partition))
-        code = a.error_code
+        code = a.partition_errors.get((topic, partition), group_code)
         by_topic.setdefault(topic, []).append(
             {"partition_index": partition, "error_code": code,
              "committed_offset": -1 if found is None else found.offset,
@@ -430,7 +432,7 @@ def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
              else found.metadata}
         )  # fmt: skip
     topics = [{"name": t, "partitions": p} for t, p in by_topic.items()]
-    return {"topics": topics, "error_code": a.error_code}
+    return {"topics": topics, "error_code": group_code}
 
 
 # Kafka's metadata of an offset committed with none, and of a partition with no offset

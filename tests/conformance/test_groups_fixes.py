@@ -81,3 +81,46 @@ def scenario_a_static_members_instance_id_is_checked(target: Target) -> Observat
 
 def test_a_static_members_instance_id_is_checked(targets: Any) -> None:
     same(scenario_a_static_members_instance_id_is_checked, *targets)
+
+
+def _fetch_stable(target: Target, group: str, topic: str | None) -> Observation:
+    """OffsetFetch v7 with requireStable of ``topic``'s partitions 0 and 1 (None: all the
+    group's): the request's error and each partition's [error, offset]."""
+    from kio.schema.offset_fetch.v7 import request as r
+
+    topics = None
+    if topic is not None:
+        topics = (r.OffsetFetchRequestTopic(name=topic, partition_indexes=(0, 1)),)
+    answer = target.raw(9, 7, r.OffsetFetchRequest(group_id=group, require_stable=True,
+                                                    topics=topics))  # fmt: skip
+    return {
+        "error": error_name(answer.error_code),
+        "partitions": {
+            str(p.partition_index): [error_name(p.error_code), p.committed_offset]
+            for t in answer.topics
+            for p in t.partitions
+        },
+    }
+
+
+def scenario_an_unstable_offset_is_the_partitions_error(target: Target) -> Observation:
+    """KIP-447: with a transactional commit pending on partition 0 only, OffsetFetch with
+    requireStable answers UNSTABLE_OFFSET_COMMIT (and no offset) for that partition alone;
+    the request's error stays NONE and partition 1 has its offset."""
+    topic = target.create_topic("grp-unstable", partitions=2)
+    group = target.name_for("grp-unstable")
+    assert set(commit(target, group, {(topic, 0): 2, (topic, 1): 7}).values()) == {"NONE"}
+    txn = RawTransaction(target)
+    assert error_name(add_offsets(target, txn.transactional_id, txn.producer_id, txn.epoch,
+                                  group)) == "NONE"  # fmt: skip
+    assert error_name(txn_offset_commit(target, txn.transactional_id, txn.producer_id,
+                                        txn.epoch, group, topic, 5)) == "NONE"  # fmt: skip
+    observed = {"asked": _fetch_stable(target, group, topic),
+                "all": _fetch_stable(target, group, None)}  # fmt: skip
+    assert error_name(end_txn(target, txn.transactional_id, txn.producer_id, txn.epoch,
+                              False)) == "NONE"  # fmt: skip
+    return observed
+
+
+def test_an_unstable_offset_is_the_partitions_error(targets: Any) -> None:
+    same(scenario_an_unstable_offset_is_the_partitions_error, *targets)
