@@ -17,6 +17,9 @@ from app.protocol import (
 )
 from app.server.node import Node
 
+EMPTY = "Empty"
+NO_START_TIME = -1
+
 
 def _kafka_state(state: str) -> str:
     return KAFKA_STATES.get(state, state)
@@ -60,10 +63,14 @@ def describe_transactions(broker: Broker, node: Node, request: Any) -> dict[str,
         by_topic: dict[str, list[int]] = {}
         for topic, partition in d.partitions:
             by_topic.setdefault(topic, []).append(partition)
+        state = _kafka_state(d.state)
+        # Kafka's Empty id has no transaction, so no start time: -1 (the coordinator keeps
+        # its own for the timeout of the next one).
+        started = NO_START_TIME if state == EMPTY else d.txn_start_ms
         states.append(
             {"error_code": t.error_code, "transactional_id": d.transactional_id,
-             "transaction_state": _kafka_state(d.state), "transaction_timeout": d.timeout_ms,
-             "transaction_start_time": d.txn_start_ms, "producer_id": d.producer_id,
+             "transaction_state": state, "transaction_timeout": d.timeout_ms,
+             "transaction_start_time": started, "producer_id": d.producer_id,
              "producer_epoch": d.producer_epoch,
              "topics": [{"topic": topic, "partitions": p} for topic, p in by_topic.items()]}
         )  # fmt: skip

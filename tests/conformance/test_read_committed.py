@@ -215,9 +215,9 @@ def test_offset_fetch_require_stable(targets: tuple[Target, Target]) -> None:
     same(scenario_offset_fetch_require_stable, *targets)
 
 
-def described(target: Target, transactional_id: str, first_epoch: int, started: bool = True) -> Any:
-    """The id's DescribeTransactions state; ``started``: whether to say if it carries a
-    transaction start time."""
+def described(target: Target, transactional_id: str, first_epoch: int) -> Any:
+    """The id's DescribeTransactions state; its start time as whether it has one (-1: an
+    Empty id has none)."""
     [state] = describe_transactions(target, transactional_id)
     seen = {
         "error": error_name(state["error_code"]),
@@ -226,8 +226,8 @@ def described(target: Target, transactional_id: str, first_epoch: int, started: 
         "epoch": state["producer_epoch"] - first_epoch if state["producer_epoch"] >= 0 else None,
         "topics": sorted([stems(t), sorted(p)] for t, p in state["topics"]),
     }
-    if started:
-        seen["started"] = state["transaction_start_time_ms"] > 0
+    start = state["transaction_start_time_ms"]
+    seen["started"] = start if start == -1 else start > 0
     return seen
 
 
@@ -237,7 +237,7 @@ def scenario_describe_transactions(target: Target) -> Any:
     CompleteAbort; an id never initialised is TRANSACTIONAL_ID_NOT_FOUND."""
     topic = target.create_topic("describe", partitions=2)
     txn = RawTransaction(target, timeout_ms=45_000)
-    seen = {"empty": described(target, txn.transactional_id, txn.epoch, started=False)}
+    seen = {"empty": described(target, txn.transactional_id, txn.epoch)}
     txn.open(topic, ["a"], partition=1)
     seen["ongoing"] = described(target, txn.transactional_id, txn.epoch)
     assert error_name(txn.end(commit=True)) == "NONE"
