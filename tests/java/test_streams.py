@@ -148,6 +148,12 @@ def run_application(target: Target, classpath: str, workdir: Path) -> dict[str, 
             instance.check_alive()
         return output.poll() > beyond
 
+    def moving(beyond: int) -> bool:
+        """Progress past ``beyond``, or the output complete for the input so far (two
+        updates per record, its count and its window's), when the round was done before
+        the kill: then the next round shows the restarted group's progress."""
+        return progressed(beyond) or output.seen >= 2 * sum(expected.values())
+
     try:
         for instance in instances:
             instance.start()
@@ -160,7 +166,7 @@ def run_application(target: Target, classpath: str, workdir: Path) -> dict[str, 
                 victim.kill()
                 victim.start()
                 moved = output.poll()
-                wait_until(partial(progressed, moved), f"output beyond {moved}", GUARD)
+                wait_until(partial(moving, moved), f"output beyond {moved}", GUARD)
 
         def done() -> bool:
             """Every word at its input count, in the counts and summed over its windows
