@@ -326,9 +326,11 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
                     KafkaError.MEMBER_ID_REQUIRED, member_id,
                     error_message="join again with the member id given",
                 )  # fmt: skip
-            conn.execute(
+            pending = conn.execute(
                 sql.DROP_PENDING_MEMBER, {"group_id": req.group_id, "member_id": member_id}
-            )
+            ).rowcount
+            if req.protocol_type is not None and req.member_id and not pending:
+                _check_known_member(current, req)
             old = _restarted_static_member(group, current, req, member_id)
             if old is not None:
                 return _replace_static_member(conn, group, old, req, member_id, now)
@@ -395,7 +397,22 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
             _maybe_complete(conn, _group(conn, req.group_id), generation, now)
             return _joined(conn, req.group_id, member_id)
     except KafkaException as exc:
-        return JoinGroupResponse(exc.error.code(), error_message=exc.error.str())
+        # Kafka's refused join echoes the member id it was sent.
+        return JoinGroupResponse(exc.error.code(), req.member_id, error_message=exc.error.str())
+
+
+def _check_known_member(current: dict[str, Any], req: JoinGroupRequest) -> None:
+    """A classic join naming a member id must name one the group has (or handed out and
+    awaits, KIP-394), and its static instance's current member, as Kafka's coordinator
+    checks an existing member's join; raised, so the join leaves nothing behind (not even
+    the group). A member that lost its id joins again without one."""
+    if refused := static_member_refusal(current.values(), req.member_id, req.group_instance_id):
+        raise fail(*refused)
+    if req.member_id not in current:
+        raise fail(
+            KafkaError.UNKNOWN_MEMBER_ID,
+            f"member {req.member_id!r} is not in group {req.group_id!r}: join without a member id",
+        )
 
 
 def _restarted_static_member(

@@ -8,8 +8,10 @@ from typing import Any
 from tests.conformance.group_calls import (
     Member,
     commit,
+    describe,
     heartbeat,
     join,
+    join_once,
     joined,
     sync,
 )
@@ -124,3 +126,35 @@ def scenario_an_unstable_offset_is_the_partitions_error(target: Target) -> Obser
 
 def test_an_unstable_offset_is_the_partitions_error(targets: Any) -> None:
     same(scenario_an_unstable_offset_is_the_partitions_error, *targets)
+
+
+def scenario_a_join_with_a_member_id_the_group_does_not_have(target: Target) -> Observation:
+    """A classic JoinGroup naming a member id is an existing member's: one the group does
+    not have is UNKNOWN_MEMBER_ID (in a group that does not exist too, which stays
+    unmade); with a static instance id, one the group does not have is UNKNOWN_MEMBER_ID,
+    the instance under another member id FENCED_INSTANCE_ID. The members stay as they were."""
+    topic = target.create_topic("grp-join-unknown")
+    group = target.name_for("grp-join-unknown")
+    member = joined(target, group, topics=(topic,), instance="instance-1")
+    assert error(sync(target, member, {member.member_id: b""}).error_code) == "NONE"
+    nowhere = target.name_for("grp-join-nowhere")
+
+    def attempt(group_id: str, member_id: str, instance: str | None = None) -> list[Any]:
+        answer = join_once(target, group_id, member_id, topics=(topic,), instance=instance)
+        return [error(answer.error_code), answer.member_id == member_id]
+
+    observed = {
+        "unknown_member": attempt(group, "no-such-member"),
+        "unknown_group": attempt(nowhere, "no-such-member"),
+        "unknown_group_state": describe(target, nowhere).group_state,
+        "unknown_instance": attempt(group, "no-such-member", "instance-2"),
+        "instance_of_another_member": attempt(group, "no-such-member", "instance-1"),
+        "members": [m.member_id == member.member_id for m in describe(target, group).members],
+        "state": describe(target, group).group_state,
+        "heartbeat": heartbeat(target, member),
+    }
+    return observed
+
+
+def test_a_join_with_a_member_id_the_group_does_not_have(targets: Any) -> None:
+    same(scenario_a_join_with_a_member_id_the_group_does_not_have, *targets)
