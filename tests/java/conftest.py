@@ -7,12 +7,25 @@ configured as the session's Kafka broker is (tests/conformance/conftest.py).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conformance.conftest import kafka, kafka_target, kip98_target, targets
 from tests.java.build import build
 
 __all__ = ["java_classpath", "kafka", "kafka_target", "kip98_target", "targets"]
+
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here runs against Apache Kafka too: the ``conformance`` mark, so
+    ``-m conformance`` runs them and ``-m "not conformance"`` leaves them out."""
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.conformance)
 
 
 @pytest.fixture(scope="session")
