@@ -55,6 +55,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "RESOURCE_NOT_FOUND": (91, False, "A request referred to a resource that does not exist"),
     "TOPIC_ALREADY_EXISTS": (36, False, "Topic already exists"),
     "INVALID_PARTITIONS": (37, False, "Invalid number of partitions"),
+    "INVALID_REPLICATION_FACTOR": (38, False, "Invalid replication factor"),
     "INVALID_REPLICA_ASSIGNMENT": (39, False, "Replica assignment is invalid"),
     "INVALID_REQUEST": (42, False, "Invalid request"),
     "UNSUPPORTED_FOR_MESSAGE_FORMAT": (
@@ -202,6 +203,7 @@ class KafkaError:
     RESOURCE_NOT_FOUND: int
     TOPIC_ALREADY_EXISTS: int
     INVALID_PARTITIONS: int
+    INVALID_REPLICATION_FACTOR: int
     INVALID_REPLICA_ASSIGNMENT: int
     INVALID_REQUEST: int
     INVALID_CONFIG: int

@@ -102,6 +102,29 @@ def test_create_topics_answers_each_topic_and_creates_only_the_good_ones(broker:
     assert topics["u"].config == {"cleanup.policy": "compact"}
 
 
+def test_colliding_names_are_refused_even_when_created_at_once(broker: Broker) -> None:
+    """Names that differ only in '.' against '_' collide (Kafka's rule): of two created at
+    the same moment, exactly one is created, the other INVALID_TOPIC_EXCEPTION."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def create(name: str) -> int:
+        return broker.handle(CreateTopicsRequest([CreatableTopic(name, 1)])).topics[0].error_code
+
+    with ThreadPoolExecutor(2) as pool:
+        for i in range(5):
+            codes = sorted(pool.map(create, [f"c{i}.a", f"c{i}_a"]))
+            assert codes == sorted([OK, KafkaError.INVALID_TOPIC_EXCEPTION]), i
+    names = sorted(_topics(broker))
+    assert [n.replace(".", "_") for n in names if n.startswith("c")] == [
+        f"c{i}_a" for i in range(5)
+    ]
+    answer = broker.handle(CreateTopicsRequest([CreatableTopic("c0.a"), CreatableTopic("c0_a")]))
+    assert {r.error_code for r in answer.topics} == {
+        KafkaError.TOPIC_ALREADY_EXISTS,
+        KafkaError.INVALID_TOPIC_EXCEPTION,
+    }
+
+
 def test_create_topics_validate_only_checks_everything_and_writes_nothing(broker: Broker) -> None:
     before = _row_counts(broker)
     answer = broker.handle(

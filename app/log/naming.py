@@ -35,6 +35,12 @@ def validate_topic_name(name: object, allow_internal: bool = False) -> str:
     return name
 
 
+def unify_collision_chars(name: str) -> str:
+    """The name two colliding topic names share: '.' and '_' made one ('_'), as Kafka's
+    ``Topic.unifyCollisionChars`` makes them."""
+    return name.replace(".", "_")
+
+
 def validate_num_partitions(n: object) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_PARTITIONS:
         raise fail(

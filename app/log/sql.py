@@ -264,6 +264,16 @@ WRITE_MARKERS = f"""
 
 # Whether a topic of this name exists (a CreateTopics that only validates).
 TOPIC_EXISTS = text("SELECT 1 FROM topics WHERE topic = :topic")
+# Topic names that differ only in '.' against '_' collide (Kafka's metrics names cannot
+# tell them apart): a creation holds this lock on the unified name for its DB transaction,
+# so two colliding creations at once are decided one after the other.
+LOCK_TOPIC_NAME = text(
+    "SELECT pg_advisory_xact_lock(hashtext('kip98.topic_name'), hashtext(:unified))"
+)
+COLLIDING_TOPIC = text(
+    "SELECT topic FROM topics WHERE replace(topic, '.', '_') = :unified AND topic <> :topic "
+    "ORDER BY topic LIMIT 1"
+)
 
 PARTITION_OFFSETS = text(
     """

@@ -11,7 +11,12 @@ from sqlalchemy.exc import IntegrityError
 
 from app.errors import KafkaError, KafkaException, fail
 from app.log import compacted, insync, sql
-from app.log.naming import could_exist, validate_num_partitions, validate_topic_name
+from app.log.naming import (
+    could_exist,
+    unify_collision_chars,
+    validate_num_partitions,
+    validate_topic_name,
+)
 from app.log.topic_config import altered, partition_columns, validate_topic_config
 from app.protocol import (
     MetadataRequest,
@@ -48,6 +53,7 @@ def create_topic(
     try:
         with broker.engine.begin() as conn:
             authorize_any(conn, broker, needs.create_topic(name))
+            _refuse_collision(conn, name)
             if validate_only:
                 if conn.execute(sql.TOPIC_EXISTS, {"topic": name}).first() is not None:
                     raise fail(KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -71,6 +77,25 @@ def create_topic(
     insync.forget(broker.engine)  # this process's next acks=all write sees it at once
     compacted.forget(broker.engine)
     return TopicInfo(name, num_partitions, cfg)
+
+
+def _refuse_collision(conn: Connection, name: str) -> None:
+    """INVALID_TOPIC_EXCEPTION if another topic's name differs from ``name`` only in '.'
+    against '_', as Kafka's controller refuses it. The lock on the unified name, held to
+    the end of the creating DB transaction, makes a concurrent colliding creation wait and
+    then see this one."""
+    if "." not in name and "_" not in name:
+        return  # neither character: nothing can collide with it
+    unified = unify_collision_chars(name)
+    conn.execute(sql.LOCK_TOPIC_NAME, {"unified": unified})
+    if conn.execute(sql.TOPIC_EXISTS, {"topic": name}).first() is not None:
+        return  # TOPIC_ALREADY_EXISTS is the answer, as Kafka's comes before the collision
+    other = conn.execute(sql.COLLIDING_TOPIC, {"unified": unified, "topic": name}).scalar()
+    if other is not None:
+        raise fail(
+            KafkaError.INVALID_TOPIC_EXCEPTION,
+            f"Topic '{name}' collides with existing topic: {other}",
+        )
 
 
 def create_partitions_in(
@@ -238,6 +263,11 @@ def metadata(broker: BrokerContext, req: MetadataRequest) -> MetadataResponse:
                     continue  # made meanwhile by another request: it is there
                 if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
                     code = KafkaError.TOPIC_AUTHORIZATION_FAILED
+                if code == KafkaError.INVALID_TOPIC_EXCEPTION:
+                    # A legal name colliding with a topic's ('.' against '_'): Kafka's
+                    # Metadata answers the creation it hands its controller (which then
+                    # refuses it) as a topic not there yet.
+                    code = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
                 refused[name] = TopicMetadata(code, name, error_message=exc.error.str())
         found.update(_described_topics(broker, missing)[0])
     unknown = KafkaError.UNKNOWN_TOPIC_OR_PARTITION

@@ -4,8 +4,9 @@ broker's request of that name.
 
 What the wire allows and the broker's requests do not carry is settled here, as Kafka's
 broker settles it before creating anything: a topic named twice, a partition count given
-both ways, a config named twice or without a value. The replication factor is accepted and
-ignored: there are no replicas, PostgreSQL keeps the data.
+both ways, a config named twice or without a value. A replication factor of 0 or below -1
+is refused as Kafka's controller refuses it; any other is accepted and ignored: there are no
+replicas, PostgreSQL keeps the data (docs/kafka-differences.md#replication-factor-not-kept).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from app.protocol import (
     AlterConfigsResource,
     AlterConfigsResourceResponse,
     CreatableTopic,
+    CreatableTopicResult,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteRecordsRequest,
@@ -50,6 +52,7 @@ def create_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     names = Counter(t.name for t in request.topics)
     refused: dict[str, KafkaException] = {}
     asked: list[CreatableTopic] = []
+    factors = {t.name: (t.replication_factor, bool(t.assignments)) for t in request.topics}
     for t in request.topics:
         if names[t.name] > 1:
             refused[t.name] = fail(KafkaError.INVALID_REQUEST, f"topic {t.name!r} named twice")
@@ -60,9 +63,7 @@ def create_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             refused[t.name] = exc
     # One request per topic (each is its own DB transaction anyway): a failure of one is
     # that topic's answer (``failures.AnsweringBroker``), the others stand.
-    answers = [
-        broker.handle(CreateTopicsRequest([t], request.validate_only)).topics[0] for t in asked
-    ]
+    answers = [_create(broker, t, request.validate_only, factors[t.name]) for t in asked]
     created = [a.name for a in answers if a.error_code == KafkaError.NO_ERROR]
     ids, configs = {}, {}
     if created and not request.validate_only and request.__version__ >= 5:
@@ -91,6 +92,27 @@ def create_topics(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             result["configs"] = _config_values(configs[name])
         results.append(result)
     return {"topics": results}
+
+
+def _create(
+    broker: Broker, t: CreatableTopic, validate_only: bool, factor: tuple[int, bool]
+) -> Any:
+    """The topic's CreateTopics answer. A replication factor of 0 or below -1 (-1 is the
+    default; an assignment names its replicas itself) is INVALID_REPLICATION_FACTOR, as
+    Kafka's controller answers it once the name, its being free and the configs have
+    passed (they are checked first, nothing written) and before the partition count."""
+    replication_factor, assigned = factor
+    if assigned or not (replication_factor < -1 or replication_factor == 0):
+        return broker.handle(CreateTopicsRequest([t], validate_only)).topics[0]
+    checked = CreatableTopic(t.name, 1, t.configs)
+    answer = broker.handle(CreateTopicsRequest([checked], True)).topics[0]
+    if answer.error_code != KafkaError.NO_ERROR:
+        return answer
+    return CreatableTopicResult(
+        t.name,
+        KafkaError.INVALID_REPLICATION_FACTOR,
+        "Replication factor must be larger than 0, or -1 to use the default value.",
+    )
 
 
 def _creatable(t: Any) -> CreatableTopic:
