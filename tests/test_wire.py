@@ -228,12 +228,28 @@ def test_a_batch_with_a_wrong_crc_is_refused_and_writes_nothing(
 
 
 def test_api_versions_of_an_unserved_version_answers_with_version_0(server: str) -> None:
+    """With the flexible header v99 has: a v0 answer listing ApiVersions' versions only
+    (KIP-511); with a v1 header, which that header version cannot read: closed."""
     host, port = server.split(":")
     with socket.create_connection((host, int(port)), 5) as s:
-        s.sendall(struct.pack(">i", 10) + struct.pack(">hhi", 18, 99, 7) + b"\xff\xff")
+        s.sendall(struct.pack(">i", 11) + struct.pack(">hhi", 18, 99, 7) + b"\xff\xff\0")
         answer = read_response(s, 18, 0)
     assert answer.error_code.value == 35  # UNSUPPORTED_VERSION
-    assert {k.api_key for k in answer.api_keys} >= {0, 1, 3, 18, 22, 24, 26}
+    assert [(k.api_key, k.min_version) for k in answer.api_keys] == [(18, 0)]
+    with socket.create_connection((host, int(port)), 5) as s:
+        s.sendall(struct.pack(">i", 10) + struct.pack(">hhi", 18, 99, 7) + b"\xff\xff")
+        s.settimeout(5)
+        assert s.recv(100) == b""  # closed, no answer
+
+
+def test_a_null_array_the_schema_does_not_allow_closes_the_connection(server: str) -> None:
+    """A Produce v3 whose topics array has length -1 (non-nullable): unreadable, closed."""
+    host, port = server.split(":")
+    header = struct.pack(">hhih", 0, 3, 7, -1)
+    with socket.create_connection((host, int(port)), 5) as s:
+        s.sendall(struct.pack(">i", len(header) + 64) + header + b"\xff" * 64)
+        s.settimeout(5)
+        assert s.recv(100) == b""  # closed, no answer
 
 
 def test_stored_batches_come_back_as_kafka_batches(

@@ -41,7 +41,7 @@ from app.protocol import NodeEndpoint
 from app.server import codec
 from app.server.address import Listener
 from app.server.answer import Answer, Pending
-from app.server.apis import API_VERSIONS_KEY, APIS, api_versions
+from app.server.apis import API_VERSIONS_KEY, APIS
 from app.server.auth_failures import WINDOW_S, Failure, FailureLog
 from app.server.failures import AnsweringBroker
 from app.server.node import Node, Session
@@ -313,6 +313,20 @@ class Server:
             await asyncio.sleep(WINDOW_S)
             self._log_lines(self.failure_log.due())
 
+    def _unsupported_api_versions(self, frame: bytes, version: int, correlation_id: int) -> bytes:
+        """ApiVersions of a version not served, as Kafka answers it (KIP-511): its header
+        read as that version's would be (the flexible one from v3 on, so a v1 header there
+        cannot be read and closes the connection), then a v0 answer, UNSUPPORTED_VERSION
+        with ApiVersions' own versions only, for the client to ask again within them."""
+        schema = codec.request_schema(API_VERSIONS_KEY, 3 if version >= 3 else 0)
+        assert schema is not None, "kio knows ApiVersions v0 and v3"
+        codec.parse_header(frame, schema)
+        low, high, _ = APIS[API_VERSIONS_KEY]
+        versions = {"error_code": UNSUPPORTED_VERSION,
+                    "api_keys": [{"api_key": API_VERSIONS_KEY, "min_version": low,
+                                  "max_version": high}]}  # fmt: skip
+        return codec.encode_response(API_VERSIONS_KEY, 0, correlation_id, versions)
+
     def answer(self, frame: bytes, node: Node) -> bytes | Waiting | None:
         """The response frame to one request frame from a connection answered as ``node``
         (its client's address and SASL session on it), or Waiting for a long poll to look
@@ -328,9 +342,7 @@ class Server:
         supported = APIS.get(api_key)
         if supported is None or not supported[0] <= version <= supported[1]:
             if api_key == API_VERSIONS_KEY:
-                versions = {**api_versions(self.broker, node, None)}
-                versions["error_code"] = UNSUPPORTED_VERSION
-                return codec.encode_response(api_key, 0, correlation_id, versions)
+                return self._unsupported_api_versions(frame, version, correlation_id)
             raise codec.MalformedRequest(f"API key {api_key} version {version} is not served")
         schema = codec.request_schema(api_key, version)
         if schema is None:
