@@ -10,6 +10,7 @@ Screenshots of each page are written to docs/console/ when KIP98_CONSOLE_SCREENS
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -143,6 +144,7 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     expect(rows.locator(".status")).to_have_text(
         ["committed", "committed", "marker COMMIT", "aborted", "marker ABORT", "open"]
     )
+    expect(rows.first.locator("td.time")).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d .*\.\d{3}Z$"))
     page.screenshot(path=str(console.shots / "records.png"), full_page=True)
     page.select_option("#isolation", "read_committed")
     page.click("#browse button")
@@ -166,6 +168,18 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     expect(page.locator("#events")).to_contain_text("PREPARE_COMMIT")
     expect(page.locator("#events")).to_contain_text("t-0")
     expect(page.locator("#markers tr")).to_have_count(3)  # header, COMMIT, ABORT
+    # Drawn above the table: a segment per event coloured by its outcome, a lane for t-0
+    # with its two markers; times are ISO-8601 UTC with milliseconds.
+    timeline = page.locator("svg#timeline")
+    expect(timeline).to_be_visible()
+    expect(timeline.locator("rect.segment[data-state='PREPARE_COMMIT']")).to_have_count(1)
+    expect(timeline.locator("rect.segment[data-state='COMPLETE_ABORT']")).to_have_attribute(
+        "data-outcome", "abort"
+    )
+    expect(timeline.locator("[data-partition='t-0'] line.marker")).to_have_count(2)
+    iso = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$")
+    for cell in page.locator("#events td.time, #markers td.time").all():
+        expect(cell).to_have_text(iso)
     page.screenshot(path=str(console.shots / "transaction.png"), full_page=True)
 
     # A hanging transaction (past its timeout, no coordinator running) is found and
@@ -208,11 +222,14 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
         page.goto(console.url + path)
         expect(page.locator("h1")).to_be_visible()
         page.screenshot(path=str(console.shots / f"{name}.png"), full_page=True)
+    page.goto(console.url + "/producers")
+    expect(page.locator("#producers td.time").first).to_have_text(re.compile(r"\.\d{3}Z$"))
 
     api = page.context.request
-    assert api.get(console.url + "/api/transactions/tx-commit").json()["events"][-1]["state"] == (
-        "COMPLETE_ABORT"
-    )
+    history = api.get(console.url + "/api/transactions/tx-commit").json()
+    assert history["events"][-1]["state"] == "COMPLETE_ABORT"
+    assert isinstance(history["events"][-1]["updated_ms"], int)  # the JSON keeps milliseconds
+    assert isinstance(history["markers"][0]["timestamp"], int)
 
 
 def test_acls_csrf_and_bad_input(browser: object, console: World) -> None:

@@ -3,7 +3,11 @@ console needs no data files installed beside it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from jinja2 import DictLoader, Environment, select_autoescape
+from markupsafe import escape
 
 _BASE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kip98 · {% block title %}{% endblock %}</title>
@@ -38,10 +42,10 @@ _OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{
 <table id="counts"><tr><th>Topics</th><td>{{ d.topics }}</td></tr>
 <tr><th>Partitions</th><td>{{ d.partitions }}</td></tr><tr><th>Groups</th><td>{{ d.groups }}</td></tr>
 <tr><th>Open transactions</th><td id="open-transactions">{{ d.open_transactions }}</td></tr>
-<tr><th>Oldest open transaction</th><td>{{ d.oldest_open_transaction or "—" }}</td></tr>
+<tr><th>Oldest open transaction</th><td>{{ d.oldest_open_transaction | iso or "—" }}</td></tr>
 <tr><th>Database</th><td>{{ d.database.role }}</td></tr></table>
 <h2>kip98 serve nodes</h2><table id="nodes"><tr><th>node</th><th>host</th><th>pid</th><th>last heartbeat</th><th>lease expires</th></tr>
-{% for n in d.nodes %}<tr><td>{{ n.node_id }}</td><td>{{ n.host }}</td><td>{{ n.pid }}</td><td>{{ n.last_heartbeat_at }}</td><td>{{ n.lease_expires_at }}</td></tr>{% endfor %}</table>
+{% for n in d.nodes %}<tr><td>{{ n.node_id }}</td><td>{{ n.host }}</td><td>{{ n.pid }}</td><td>{{ n.last_heartbeat_at | iso }}</td><td>{{ n.lease_expires_at | iso }}</td></tr>{% endfor %}</table>
 <h2>Coordinator leases</h2><table><tr><th>owner</th><th>partitions</th></tr>
 {% for l in d.leases %}<tr><td>{{ l.owner }}</td><td>{{ l.leases }}</td></tr>{% endfor %}</table>
 <h2>Standbys</h2><table><tr><th>name</th><th>address</th><th>state</th><th>replay lag (ms)</th></tr>
@@ -68,7 +72,7 @@ _TOPIC = """{% extends "base.html" %}{% block title %}{{ d.topic }}{% endblock %
 <label>Offset <input name="offset" size="10"></label> <label>or time (ms) <input name="timestamp" size="14"></label>
 <label>Limit <input name="limit" size="5" value="{{ d.limit }}"></label> <button>Show</button></form>
 <table id="records"><tr><th>offset</th><th>timestamp</th><th>key</th><th>value</th><th>producer</th><th>status</th></tr>
-{% for r in d.records %}<tr class="{{ r["status"].split(" ")[0] }}" data-offset="{{ r["offset"] }}"><td>{{ r["offset"] }}</td><td>{{ r["timestamp"] }}</td><td>{{ r["key"] or "" }}</td><td>{{ r["value"] or "" }}</td><td>{{ r["producer_id"] }}/{{ r["producer_epoch"] }}</td><td class="status">{{ r["status"] }}</td></tr>{% endfor %}</table>
+{% for r in d.records %}<tr class="{{ r["status"].split(" ")[0] }}" data-offset="{{ r["offset"] }}"><td>{{ r["offset"] }}</td><td class="time">{{ r["timestamp"] | iso }}</td><td>{{ r["key"] or "" }}</td><td>{{ r["value"] or "" }}</td><td>{{ r["producer_id"] }}/{{ r["producer_epoch"] }}</td><td class="status">{{ r["status"] }}</td></tr>{% endfor %}</table>
 {% if d.next_offset < (d.high_watermark if d.isolation == "read_uncommitted" else d.last_stable_offset) %}
 <a id="next" href="?partition={{ d.partition }}&isolation={{ d.isolation }}&offset={{ d.next_offset }}&limit={{ d.limit }}">next page</a>{% endif %}
 {% endblock %}"""
@@ -86,7 +90,7 @@ _TRANSACTIONS = (
 {% for t in d.transactions %}<tr><td><a href="/transactions/{{ t.transactional_id | urlencode }}">{{ t.transactional_id }}</a></td><td class="state">{{ t.state }}</td><td>{{ t.producer_id }}/{{ t.producer_epoch }}</td><td>{% for p in t.partitions %}{{ p[0] }}-{{ p[1] }} {% endfor %}</td></tr>{% endfor %}</table>
 <h2 id="find-hanging">Hanging transactions</h2>
 <table id="hanging"><tr><th>partition</th><th>producer</th><th>start offset</th><th>started</th><th></th></tr>
-{% for h in d.hanging %}<tr><td>{{ h.topic }}-{{ h.partition }}</td><td>{{ h.producer_id }}/{{ h.producer_epoch }}</td><td>{{ h.start_offset }}</td><td>{{ h.started_at }}</td>
+{% for h in d.hanging %}<tr><td>{{ h.topic }}-{{ h.partition }}</td><td>{{ h.producer_id }}/{{ h.producer_epoch }}</td><td>{{ h.start_offset }}</td><td class="time">{{ h.started_at | iso }}</td>
 <td>{% if actions and h.topic in may_abort %}"""
     + _ABORT_FORM
     + """{% endif %}</td></tr>{% else %}<tr><td colspan="5" class="muted">none</td></tr>{% endfor %}</table>
@@ -96,15 +100,16 @@ _TRANSACTIONS = (
 _TRANSACTION = """{% extends "base.html" %}{% block title %}{{ d.transactional_id }}{% endblock %}{% block main %}
 <h1>Transaction {{ d.transactional_id }}</h1><p>State: <b id="state">{{ d.state }}</b></p>
 <h2>Timeline</h2>
+{{ timeline | safe }}
 <table id="events"><tr><th>event</th><th>state</th><th>producer</th><th>partitions added</th><th>updated</th><th>reason</th></tr>
-{% for e in d.events %}<tr><td>{{ e.event_id }}</td><td class="state">{{ e.state }}</td><td>{{ e.producer_id }}/{{ e.producer_epoch }}</td><td>{% for p in e.added_partitions %}{{ p[0] }}-{{ p[1] }} {% endfor %}</td><td>{{ e.updated_ms }}</td><td>{{ e.reason or "" }}</td></tr>{% endfor %}</table>
+{% for e in d.events %}<tr><td>{{ e.event_id }}</td><td class="state">{{ e.state }}</td><td>{{ e.producer_id }}/{{ e.producer_epoch }}</td><td>{% for p in e.added_partitions %}{{ p[0] }}-{{ p[1] }} {% endfor %}</td><td class="time">{{ e.updated_ms | iso }}</td><td>{{ e.reason or "" }}</td></tr>{% endfor %}</table>
 <h2>Markers written</h2><table id="markers"><tr><th>partition</th><th>offset</th><th>marker</th><th>epoch</th><th>time</th></tr>
-{% for m in d.markers %}<tr><td>{{ m.topic }}-{{ m.partition }}</td><td>{{ m.offset }}</td><td>{{ m.control_type }}</td><td>{{ m.producer_epoch }}</td><td>{{ m.timestamp }}</td></tr>{% endfor %}</table>
+{% for m in d.markers %}<tr><td>{{ m.topic }}-{{ m.partition }}</td><td>{{ m.offset }}</td><td>{{ m.control_type }}</td><td>{{ m.producer_epoch }}</td><td class="time">{{ m.timestamp | iso }}</td></tr>{% endfor %}</table>
 {% endblock %}"""
 
 _PRODUCERS = """{% extends "base.html" %}{% block title %}Producers{% endblock %}{% block main %}
-<h1>Producers</h1><table id="producers"><tr><th>partition</th><th>producer id</th><th>epoch</th><th>last sequence</th><th>coordinator epoch</th><th>open transaction at</th></tr>
-{% for p in d.producers %}<tr><td>{{ p.topic }}-{{ p.partition }}</td><td>{{ p.producer_id }}</td><td>{{ p.producer_epoch }}</td><td>{{ p.last_sequence }}</td><td>{{ p.coordinator_epoch }}</td><td>{{ p.current_txn_start_offset if p.current_txn_start_offset is not none else "" }}</td></tr>{% endfor %}</table>
+<h1>Producers</h1><table id="producers"><tr><th>partition</th><th>producer id</th><th>epoch</th><th>last sequence</th><th>last timestamp</th><th>coordinator epoch</th><th>open transaction at</th></tr>
+{% for p in d.producers %}<tr><td>{{ p.topic }}-{{ p.partition }}</td><td>{{ p.producer_id }}</td><td>{{ p.producer_epoch }}</td><td>{{ p.last_sequence }}</td><td class="time">{{ p.last_timestamp | iso }}</td><td>{{ p.coordinator_epoch }}</td><td>{{ p.current_txn_start_offset if p.current_txn_start_offset is not none else "" }}</td></tr>{% endfor %}</table>
 {% endblock %}"""
 
 _GROUPS = """{% extends "base.html" %}{% block title %}Groups{% endblock %}{% block main %}
@@ -130,13 +135,13 @@ TEMPLATES = {
 
 
 def environment() -> Environment:
-    return Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True))
+    env = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True))
+    env.filters["iso"] = iso_ms
+    return env
 
 
 def bar_chart(values: list[tuple[str, int]], width: int = 400) -> str:
     """An inline SVG bar chart (server-side: no script, no asset to fetch)."""
-    from markupsafe import escape
-
     if not values:
         return '<p class="muted">no partitions</p>'
     top = max(v for _, v in values) or 1
@@ -175,4 +180,172 @@ def sparkline(
         f'<svg id="{chart_id}" class="chart" width="{width}" height="{height}" role="img">'
         f'<rect width="{width}" height="{height}" fill="#f4f7fa"></rect>'
         f'<polyline fill="none" stroke="#4a7bb0" stroke-width="1.5" points="{xy}"></polyline></svg>'
+    )
+
+
+def iso_ms(value: object) -> str:
+    """A time as ISO-8601 UTC with milliseconds (``2026-11-28 05:12:03.771Z``): epoch
+    milliseconds (the log's and the coordinator's times) or an ISO string or datetime (the
+    SQL views' timestamps). Empty for none; anything else is shown as it is."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int | float):  # whole milliseconds, free of float rounding
+        ms = int(value)
+        moment = datetime.fromtimestamp(ms // 1000, tz=UTC) + timedelta(milliseconds=ms % 1000)
+    elif isinstance(value, datetime):
+        moment = value
+    else:
+        try:
+            moment = datetime.fromisoformat(str(value))
+        except ValueError:
+            return str(value)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _outcome(state: str) -> str:
+    return "commit" if "COMMIT" in state else "abort" if "ABORT" in state else "open"
+
+
+_COLOURS = {"commit": "#3c9a4a", "abort": "#c8413b", "open": "#e0a526"}
+
+
+def _rows_for(labels: list[tuple[float, str]], width: int) -> list[tuple[float, int]]:
+    """Where each label goes: at its x (pulled left to fit), on the first row where it
+    overlaps none before it, so crowded events stack rather than overprint."""
+    ends: list[float] = []
+    out = []
+    for lx, text in labels:
+        w = 7.0 * len(text) + 6  # about 11px sans-serif
+        lx = max(0.0, min(lx, width - w))
+        row = next((r for r, end in enumerate(ends) if end <= lx), len(ends))
+        if row == len(ends):
+            ends.append(0.0)
+        ends[row] = lx + w
+        out.append((lx, row))
+    return out
+
+
+def timeline_svg(
+    events: list[dict[str, Any]], markers: list[dict[str, Any]], width: int = 900
+) -> str:
+    """A transaction's history drawn on one time axis (server-side: no script, no asset):
+    a lane of its states, one segment per coordinator event until the next, coloured by
+    the outcome of the transaction it belongs to (commit green, abort red, still open
+    amber); and a lane per partition added, a bar from its addition to the marker that
+    closed it, the marker a tick labelled with its type and offset. ``events`` and
+    ``markers`` are the transaction page's (``data.transaction``), oldest first."""
+    if not events:
+        return '<p class="muted">no events</p>'
+    times = [int(e["updated_ms"]) for e in events] + [int(m["timestamp"]) for m in markers]
+    t0, t1 = min(times), max(times)
+    left, right = 130, width - 60
+    span = max(t1 - t0, 1)
+
+    def x(t: int) -> float:
+        return left + (t - t0) * (right - left) / span
+
+    # Each event's outcome: that of the first PREPARE/COMPLETE at or after it, open if none.
+    outcomes: list[str] = []
+    pending = "open"
+    for e in reversed(events):
+        state = str(e["state"])
+        if state.startswith(("PREPARE_", "COMPLETE_")):
+            pending = _outcome(state)
+        outcomes.append(pending)
+        if state in ("EMPTY", "BEGIN"):
+            pending = "open"
+    outcomes.reverse()
+
+    parts: list[str] = []
+    axis_y = 24
+    parts.append(
+        f'<line x1="{left}" y1="{axis_y}" x2="{right}" y2="{axis_y}" stroke="#555"></line>'
+    )
+    axis = [t0 + span * i // 4 for i in range(5)] if t1 > t0 else [t0]
+    shown_to = 0.0
+    for i, t in enumerate(axis):
+        tx = x(t)
+        label = iso_ms(t) if i == 0 else iso_ms(t)[11:]
+        lx = tx if i == 0 else min(tx - 3.25 * len(label), width - 6.5 * len(label))
+        parts.append(
+            f'<line x1="{tx:.1f}" y1="{axis_y - 4}" x2="{tx:.1f}" y2="{axis_y + 4}" '
+            f'stroke="#555"></line>'
+        )
+        if lx >= shown_to:  # a label that would overprint the one before is left out
+            parts.append(
+                f'<text class="axis" x="{lx:.1f}" y="{axis_y - 8}" font-size="11">'
+                f"{escape(label)}</text>"
+            )
+            shown_to = lx + 6.5 * len(label) + 8
+
+    lane_y = 44
+    parts.append(f'<text x="0" y="{lane_y + 14}" font-size="12">state</text>')
+    labels = [(x(int(e["updated_ms"])), f"{e['state']} e{e['producer_epoch']}") for e in events]
+    places = _rows_for(labels, width)
+    for i, e in enumerate(events):
+        start = int(e["updated_ms"])
+        x0 = x(start)
+        x1 = x(int(events[i + 1]["updated_ms"])) if i + 1 < len(events) else right + 40
+        state = str(e["state"])
+        label = labels[i][1]
+        lx, row = places[i]
+        ly = lane_y + 34 + 13 * row
+        parts.append(
+            f'<rect class="segment" data-state="{escape(state)}" '
+            f'data-outcome="{outcomes[i]}" x="{x0:.1f}" y="{lane_y}" '
+            f'width="{max(x1 - x0, 3.0):.1f}" height="20" fill="{_COLOURS[outcomes[i]]}" '
+            f'stroke="#fff" stroke-width="0.5">'
+            f"<title>{escape(label)} at {escape(iso_ms(start))}</title></rect>"
+            f'<line x1="{x0:.1f}" y1="{lane_y + 20}" x2="{lx:.1f}" y2="{ly - 9}" '
+            f'stroke="#bbb"></line>'
+            f'<text class="label" x="{lx:.1f}" y="{ly}" font-size="11">{escape(label)}</text>'
+        )
+    rows = max(row for _x, row in places) + 1
+
+    added: dict[tuple[str, int], list[int]] = {}
+    for e in events:
+        for t, p in e.get("added_partitions") or []:
+            added.setdefault((str(t), int(p)), []).append(int(e["updated_ms"]))
+    y = lane_y + 34 + 13 * rows
+    for (topic, partition), at in sorted(added.items()):
+        name = f"{topic}-{partition}"
+        ticks = [m for m in markers if (str(m["topic"]), int(m["partition"])) == (topic, partition)]
+        parts.append(
+            f'<g class="partition" data-partition="{escape(name)}">'
+            f'<text x="0" y="{y + 14}" font-size="12">{escape(name)}</text>'
+        )
+        for a in at:
+            closing = next((m for m in ticks if int(m["timestamp"]) >= a), None)
+            end = x(int(closing["timestamp"])) if closing else right + 40
+            colour = _COLOURS[_outcome(str(closing["control_type"])) if closing else "open"]
+            parts.append(
+                f'<rect class="added" x="{x(a):.1f}" y="{y + 6}" width="{max(end - x(a), 3):.1f}" '
+                f'height="8" fill="{colour}" opacity="0.5"><title>added at '
+                f"{escape(iso_ms(a))}</title></rect>"
+            )
+        tick_labels = [
+            (x(int(m["timestamp"])), f"{m['control_type']} @{m['offset']}") for m in ticks
+        ]
+        tick_places = _rows_for(tick_labels, width)
+        for m, (mx, label), (lx, row) in zip(ticks, tick_labels, tick_places, strict=True):
+            kind = str(m["control_type"])
+            colour = _COLOURS[_outcome(kind)]
+            parts.append(
+                f'<line class="marker" data-marker="{escape(kind)}" data-offset="{m["offset"]}" '
+                f'x1="{mx:.1f}" y1="{y}" x2="{mx:.1f}" y2="{y + 20}" stroke="{colour}" '
+                f'stroke-width="3"><title>{escape(kind)} at offset {m["offset"]}, '
+                f"{escape(iso_ms(m['timestamp']))}</title></line>"
+                f'<text class="label" x="{lx:.1f}" y="{y + 33 + 13 * row}" font-size="11">'
+                f"{escape(label)}</text>"
+            )
+        parts.append("</g>")
+        y += 40 + 13 * (max((r for _x, r in tick_places), default=0) + 1)
+    return (
+        f'<svg id="timeline" width="{width}" height="{y}" role="img" '
+        f'aria-label="the transaction over time">' + "".join(parts) + "</svg>"
     )

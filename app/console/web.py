@@ -30,7 +30,7 @@ from app.admin import AdminClient
 from app.console import data
 from app.console.auth import check_password, principal
 from app.console.samples import Sampler, rates
-from app.console.templates import bar_chart, environment, sparkline
+from app.console.templates import bar_chart, environment, sparkline, timeline_svg
 from app.errors import KafkaError, KafkaException
 from app.security.rules import TOPIC
 from app.storage.context import BrokerContext
@@ -259,7 +259,8 @@ def create_app(
         ("/topics/{name:path}", "topic.html", read_topic, None),
         ("/transactions", "transactions.html", lambda r, b: data.transactions(b), transactions_extra),
         ("/transactions/{id:path}", "transaction.html",
-         lambda r, b: data.transaction(b, r.path_params["id"]), None),
+         lambda r, b: data.transaction(b, r.path_params["id"]),
+         lambda r, b, d: {"timeline": timeline_svg(d["events"], d["markers"])}),
         ("/producers", "producers.html", lambda r, b: data.producers(b), None),
         ("/groups", "groups.html", lambda r, b: data.groups(b), None),
         ("/groups/{id:path}", "group.html", lambda r, b: data.group(b, r.path_params["id"]), None),

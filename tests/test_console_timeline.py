@@ -1,0 +1,76 @@
+"""The console's times and its drawn transaction timeline (app/console/templates.py): one
+filter shows every time as ISO-8601 UTC with milliseconds, and the timeline is a pure
+function from the page's events and markers to an inline SVG."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from app.console.templates import environment, iso_ms, timeline_svg
+
+T = 1_795_842_723_771  # 2026-11-28 05:12:03.771Z
+
+
+def test_times_are_iso_utc_with_milliseconds() -> None:
+    assert iso_ms(T) == "2026-11-28 05:12:03.771Z"
+    assert iso_ms(0) == "1970-01-01 00:00:00.000Z"
+    assert iso_ms("2026-11-28T06:12:03.771+01:00") == "2026-11-28 05:12:03.771Z"
+    assert iso_ms(datetime(2026, 11, 28, 5, 12, 3, 771999, tzinfo=UTC)) == (
+        "2026-11-28 05:12:03.771Z"
+    )
+    assert iso_ms(None) == ""
+    assert iso_ms("not a time") == "not a time"
+    assert environment().from_string("{{ t | iso }}").render(t=T) == "2026-11-28 05:12:03.771Z"
+
+
+def _event(i: int, state: str, at: int, epoch: int = 0, added: list[list[object]] | None = None):
+    return {"event_id": i, "state": state, "producer_id": 7, "producer_epoch": epoch,
+            "updated_ms": at, "added_partitions": added or []}  # fmt: skip
+
+
+def test_timeline_draws_states_partitions_and_markers() -> None:
+    events = [
+        _event(1, "EMPTY", T),
+        _event(2, "BEGIN", T + 10, added=[["t", 0], ["u<&>", 1]]),
+        _event(3, "PREPARE_COMMIT", T + 20),
+        _event(4, "COMPLETE_COMMIT", T + 30),
+        _event(5, "BEGIN", T + 40, epoch=1, added=[["t", 0]]),
+        _event(6, "PREPARE_ABORT", T + 50, epoch=1),
+        _event(7, "COMPLETE_ABORT", T + 60, epoch=1),
+        _event(8, "BEGIN", T + 70, epoch=1, added=[["t", 0]]),
+    ]
+    markers = [
+        {"topic": "t", "partition": 0, "offset": 2, "control_type": "COMMIT", "timestamp": T + 25},
+        {"topic": "u<&>", "partition": 1, "offset": 0, "control_type": "COMMIT",
+         "timestamp": T + 26},
+        {"topic": "t", "partition": 0, "offset": 4, "control_type": "ABORT", "timestamp": T + 55},
+    ]  # fmt: skip
+    svg = timeline_svg(events, markers)
+    assert svg.startswith('<svg id="timeline"') and svg.endswith("</svg>")
+    assert "<script" not in svg
+    # One segment per event, each coloured by the outcome of its transaction.
+    assert svg.count('class="segment"') == 8
+    for state, outcome in [
+        ("EMPTY", "open"), ("BEGIN", "commit"), ("PREPARE_COMMIT", "commit"),
+        ("COMPLETE_COMMIT", "commit"), ("PREPARE_ABORT", "abort"), ("COMPLETE_ABORT", "abort"),
+    ]:  # fmt: skip
+        assert f'data-state="{state}" data-outcome="{outcome}"' in svg
+    assert svg.count('data-state="BEGIN" data-outcome="abort"') == 1
+    assert svg.count('data-state="BEGIN" data-outcome="open"') == 1  # the one still running
+    assert ">BEGIN e1<" in svg and ">PREPARE_COMMIT e0<" in svg
+    # A lane per partition added; a tick per marker with its offset.
+    assert svg.count('class="partition"') == 2
+    assert svg.count('class="marker"') == 3
+    assert 'data-marker="COMMIT" data-offset="2"' in svg
+    assert 'data-marker="ABORT" data-offset="4"' in svg
+    assert ">COMMIT @2<" in svg and ">ABORT @4<" in svg
+    assert svg.count('class="added"') == 4  # t-0 three times, u<&>-1 once
+    # The axis shows ISO times; names are escaped.
+    assert "2026-11-28 05:12:03.771Z" in svg
+    assert "u<&>" not in svg and "u&lt;&amp;&gt;-1" in svg
+
+
+def test_timeline_of_one_instant_and_of_nothing() -> None:
+    svg = timeline_svg([_event(1, "EMPTY", T)], [])
+    assert svg.count('class="segment"') == 1 and 'class="partition"' not in svg
+    assert "no events" in timeline_svg([], [])
