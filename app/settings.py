@@ -74,6 +74,11 @@ class BrokerSettings:
     # extending the wait up to the rebalance timeout (Kafka:
     # group.initial.rebalance.delay.ms, KIP-134).
     group_initial_rebalance_delay_ms: int = 3_000
+    # The session timeouts a JoinGroup may ask for; outside them it is
+    # INVALID_SESSION_TIMEOUT (Kafka: group.min.session.timeout.ms,
+    # group.max.session.timeout.ms, with Kafka's defaults).
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
     # The longest metadata an offset commit may carry (Kafka: offset.metadata.max.bytes,
     # counted as Kafka counts it, in UTF-16 code units); longer is OFFSET_METADATA_TOO_LARGE.
     offset_metadata_max_bytes: int = 4_096

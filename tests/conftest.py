@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # Groups form at once in tests (Kafka's own test brokers set it to 0 too); the tests of
 # group.initial.rebalance.delay.ms set it themselves. Subprocesses inherit it.
 os.environ.setdefault("KIP98_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+os.environ.setdefault("KIP98_GROUP_MIN_SESSION_TIMEOUT_MS", "1000")  # tests' short sessions
 
 
 def admin_conninfo(url: str) -> str:

@@ -27,6 +27,7 @@ from app.protocol import (
     OffsetCommitRequest,
     SyncGroupRequest,
 )
+from app.settings import BrokerSettings
 
 RANGE = GroupProtocol("range", b"range-meta")
 ROUNDROBIN = GroupProtocol("roundrobin", b"rr-meta")
@@ -314,3 +315,61 @@ def test_leader_is_kept_while_a_member_else_the_first_to_join() -> None:
     assert choose_leader("b", ["a", "b"]) == "b"
     assert choose_leader("gone", ["a", "b"]) == "a"
     assert choose_leader(None, ["c"]) == "c"
+
+
+@pytest.mark.parametrize("session_timeout_ms", [1_999, 5_001])
+def test_a_session_timeout_outside_the_settings_bounds_is_refused_before_kip394(
+    db_url: str, session_timeout_ms: int
+) -> None:
+    """``group_min/max_session_timeout_ms`` (Kafka's group.min/max.session.timeout.ms)
+    bound a join's session timeout, checked before a member id is handed out."""
+    bounded = Broker.connect(
+        db_url,
+        settings=BrokerSettings(
+            group_min_session_timeout_ms=2_000, group_max_session_timeout_ms=5_000
+        ),
+    )
+    r = bounded.handle(
+        JoinGroupRequest(
+            "g", "", [], session_timeout_ms, protocol_type="consumer", protocols=(RANGE,),
+            rebalance_timeout_ms=60_000, require_known_member_id=True,
+        )
+    )  # fmt: skip
+    assert (r.error_code, r.member_id) == (KafkaError.INVALID_SESSION_TIMEOUT, "")
+    assert bounded.handle(DescribeGroupsRequest(("g",))).groups[0].state == "Dead"
+    for ok in (2_000, 5_000):
+        assert _required(bounded, session_timeout_ms=ok)
+
+
+def test_a_heartbeat_from_another_generation_of_a_stable_group_is_illegal(broker: Broker) -> None:
+    a = join(broker)
+    broker.handle(SyncGroupRequest("g", a.member_id, a.generation_id, plan()))
+    for generation in (a.generation_id + 1, a.generation_id - 1):
+        hb = broker.handle(HeartbeatRequest("g", a.member_id, generation))
+        assert hb.error_code == KafkaError.ILLEGAL_GENERATION
+    assert broker.handle(HeartbeatRequest("g", a.member_id, a.generation_id)).error_code == 0
+
+
+def test_a_group_that_only_holds_offsets_is_described_and_listed_empty(broker: Broker) -> None:
+    offsets = {("in", 0): OffsetAndMetadata(3)}
+    assert broker.handle(OffsetCommitRequest("held", offsets)).error_code == 0
+    described = broker.handle(DescribeGroupsRequest(("held", "never"))).groups
+    assert [(d.group_id, d.state, d.protocol_type) for d in described] == [
+        ("held", "Empty", ""), ("never", "Dead", ""),
+    ]  # fmt: skip
+    listed = broker.handle(ListGroupsRequest()).groups
+    assert [(g.group_id, g.protocol_type, g.state) for g in listed] == [("held", "", "Empty")]
+
+
+def test_an_admin_commit_to_a_classic_group_with_members_is_refused(broker: Broker) -> None:
+    a = join(broker)
+    broker.handle(SyncGroupRequest("g", a.member_id, a.generation_id, plan()))
+    offsets = {("in", 0): OffsetAndMetadata(3)}
+    for gen, member, code in (
+        (-1, "", KafkaError.UNKNOWN_MEMBER_ID),
+        (-1, a.member_id, KafkaError.ILLEGAL_GENERATION),
+        (a.generation_id, a.member_id, 0),
+    ):
+        assert broker.handle(OffsetCommitRequest("g", offsets, gen, member)).error_code == code
+    broker.handle(LeaveGroupRequest("g", a.member_id))
+    assert broker.handle(OffsetCommitRequest("g", offsets)).error_code == 0

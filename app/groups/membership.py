@@ -61,8 +61,6 @@ STABLE = "Stable"
 DEAD = "Dead"
 # A member's generation is its current one in these states (heartbeats and syncs pass).
 _SETTLED = (COMPLETING_REBALANCE, STABLE)
-MIN_SESSION_TIMEOUT_MS = 1
-MAX_SESSION_TIMEOUT_MS = 3_600_000
 # How native (coordinator-assigned) groups are listed: they are consumer groups.
 CONSUMER = "consumer"
 
@@ -301,10 +299,14 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
             raise fail(
                 KafkaError.INVALID_GROUP_ID, "group id must be a non-empty string without NUL"
             )
-        if not MIN_SESSION_TIMEOUT_MS <= req.session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+        low = broker.settings.group_min_session_timeout_ms
+        high = broker.settings.group_max_session_timeout_ms
+        if not low <= req.session_timeout_ms <= high:
+            # Before KIP-394's member-id step, as Kafka checks it (docs/design.md rule 26).
             raise fail(
                 KafkaError.INVALID_SESSION_TIMEOUT,
-                f"session timeout {req.session_timeout_ms} out of range",
+                f"session timeout {req.session_timeout_ms} ms is outside "
+                f"[{low}, {high}] (KIP98_GROUP_MIN/MAX_SESSION_TIMEOUT_MS)",
             )
         now = broker.clock.now_ms()
         with broker.engine.begin() as conn:
@@ -483,10 +485,15 @@ def heartbeat(broker: BrokerContext, req: HeartbeatRequest) -> HeartbeatResponse
                 KafkaError.UNKNOWN_MEMBER_ID, "member is not in the group (expired or left)"
             )
         group = _expire(conn, group, now)
-    if group.state not in _SETTLED or group.generation_id != req.generation_id:
+    if group.state not in _SETTLED:
         return HeartbeatResponse(
             KafkaError.REBALANCE_IN_PROGRESS,
             f"group is {group.state} in generation {group.generation_id}",
+        )
+    if group.generation_id != req.generation_id:
+        # A settled group's other generation is not this member's, as Kafka answers it.
+        return HeartbeatResponse(
+            KafkaError.ILLEGAL_GENERATION, f"generation is {group.generation_id}"
         )
     return HeartbeatResponse(KafkaError.NO_ERROR)
 
@@ -587,21 +594,35 @@ def leave_group(broker: BrokerContext, req: LeaveGroupRequest) -> LeaveGroupResp
     return LeaveGroupResponse(KafkaError.NO_ERROR)
 
 
+def offsets_only(conn: Connection, group_id: str) -> bool:
+    """Whether a group without a membership row holds offsets (committed, or pending in a
+    transaction): a consumer that only commits. Kafka describes and lists such a group
+    Empty, with no protocol type."""
+    held = conn.execute(sql.GROUP_OFFSETS_HELD, {"group_id": group_id}).one()
+    return bool(held.committed or held.pending)
+
+
 def list_groups(broker: BrokerContext, req: ListGroupsRequest) -> ListGroupsResponse:
-    """The groups the caller may describe, as Kafka lists them."""
+    """The groups the caller may describe, as Kafka lists them: those with a membership
+    row, and those that only hold offsets (``offsets_only``), Empty."""
     with broker.engine.begin() as conn:
-        rows = conn.execute(sql.ALL_GROUPS).all()
+        rows = {
+            g.group_id: (g.protocol_type or CONSUMER, g.state) for g in conn.execute(sql.ALL_GROUPS)
+        }
+        for held in conn.execute(sql.GROUPS_HOLDING_OFFSETS).scalars():
+            rows.setdefault(held, ("", EMPTY))
         listed = [
-            ListedGroup(g.group_id, g.protocol_type or CONSUMER, g.state)
-            for g in rows
-            if (req.states is None or g.state in req.states)
-            and not denied_checks(conn, broker, needs.describe_group(g.group_id))
+            ListedGroup(group_id, protocol_type, state)
+            for group_id, (protocol_type, state) in sorted(rows.items())
+            if (req.states is None or state in req.states)
+            and not denied_checks(conn, broker, needs.describe_group(group_id))
         ]
     return ListGroupsResponse(KafkaError.NO_ERROR, listed)
 
 
 def describe_groups(broker: BrokerContext, req: DescribeGroupsRequest) -> DescribeGroupsResponse:
-    """Each group's state, protocol and members; one it has never seen is Dead."""
+    """Each group's state, protocol and members; one that only holds offsets is Empty
+    (``offsets_only``), one it has never seen Dead."""
     out = []
     with broker.engine.begin() as conn:
         for group_id in req.group_ids:
@@ -613,7 +634,8 @@ def describe_groups(broker: BrokerContext, req: DescribeGroupsRequest) -> Descri
                 continue
             group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
             if group is None:
-                out.append(DescribedGroup(group_id, KafkaError.NO_ERROR, DEAD, "", ""))
+                state = EMPTY if offsets_only(conn, group_id) else DEAD
+                out.append(DescribedGroup(group_id, KafkaError.NO_ERROR, state, "", ""))
                 continue
             out.append(_described(group, _members(conn, group_id)))
     return DescribeGroupsResponse(out)
@@ -668,14 +690,29 @@ def check_generation(
     generation_id: int,
     now: int,
     group_instance_id: str | None = None,
+    *,
+    transactional: bool = False,
 ) -> None:
     """Offset commits from a group member must come from its current, stable generation.
 
-    Generation -1 (a consumer using assign() only) is accepted, as Kafka accepts it for
-    groups it manages without membership. A static member's instance id, if given, must
+    Generation -1 (a consumer using assign() only, an admin) is accepted while the group
+    has no members, as Kafka accepts it; in a classic group with members an OffsetCommit
+    is then checked as a member's (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), as Kafka's
+    ClassicGroup checks it, while a TxnOffsetCommit of generation -1 (a producer sending
+    offsets by group id alone) and a native group's commit are accepted. A static member's instance id, if given, must
     name ``member_id`` in a group that has members (``static_member_refusal``).
     """
-    if generation_id < 0 and group_instance_id is None:
+    if generation_id < 0 and group_instance_id is None and (transactional or not member_id):
+        group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
+        if transactional or group is None or group.state == EMPTY or not group.protocol_type:
+            return
+        if _members(conn, group_id):
+            # An admin's commit (generation -1, no member) to a classic group with members:
+            # Kafka accepts it only while the group is Empty.
+            raise fail(
+                KafkaError.UNKNOWN_MEMBER_ID,
+                f"group {group_id!r} has members: commit as one, or once it is Empty",
+            )
         return
     group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
     if group is None or (generation_id < 0 and group.state == EMPTY):
@@ -687,7 +724,7 @@ def check_generation(
     members = _members(conn, group_id)
     if refused := static_member_refusal(members, member_id, group_instance_id):
         raise fail(*refused)
-    if generation_id < 0:
+    if generation_id < 0 and (transactional or not members or not group.protocol_type):
         return
     member = next((mem for mem in members if mem.member_id == member_id), None)
     if member is None or member.last_heartbeat_ms + member.session_timeout_ms < now:

@@ -200,8 +200,9 @@ def record_txn_offsets(
     ``app.broker.offsets``). The generation is checked at once; the writes, whose results
     nothing reads, are queued on ``writes`` if given."""
     check_generation(
-        conn, req.group_id, req.member_id, req.generation_id, now_ms, req.group_instance_id
-    )
+        conn, req.group_id, req.member_id, req.generation_id, now_ms, req.group_instance_id,
+        transactional=True,
+    )  # fmt: skip
     params = {
         **_columns(accepted), "group_id": req.group_id, "now": now_ms,
         "producer_id": req.producer_id, "producer_epoch": req.producer_epoch,

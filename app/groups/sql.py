@@ -61,6 +61,11 @@ GROUP_OFFSETS_HELD = text(
            EXISTS (SELECT 1 FROM pending_txn_offsets WHERE group_id = :group_id) AS pending
     """
 )
+# Groups known only by their offsets (committed, or pending in a transaction) and no
+# membership row: Kafka describes and lists them, Empty (``membership.offsets_only``).
+GROUPS_HOLDING_OFFSETS = text(
+    "SELECT group_id FROM group_offsets UNION SELECT group_id FROM pending_txn_offsets"
+)
 # Committed offsets forgotten by an admin (OffsetDelete, DeleteGroups): one
 # 'offset_delete' event each, then the rows. Pending transactional ones are not touched.
 LOG_OFFSETS_DELETED = text(
