@@ -236,13 +236,18 @@ def test_a_request_before_authentication_closes_the_connection(
         # Anything else before authenticating: no answer, the connection is closed.
         s.sendall(request_frame(3, 12, METADATA))
         assert s.recv(100) == b""
-    # Authenticated, the same request is answered on the same connection.
+    # A mechanism not enabled is answered with the enabled ones, then the connection is
+    # closed, as Kafka's SaslServerAuthenticator closes it.
     with socket.create_connection((host, port), 5) as s:
         s.settimeout(10)
         s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="GSSAPI")))
         refused = read_response(s, 17, 1)
         assert refused.error_code == KafkaError.UNSUPPORTED_SASL_MECHANISM
         assert refused.mechanisms == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        assert s.recv(100) == b""
+    # Authenticated, the same request is answered on the same connection.
+    with socket.create_connection((host, port), 5) as s:
+        s.settimeout(10)
         s.sendall(request_frame(17, 1, SaslHandshakeRequest(mechanism="PLAIN")))
         assert read_response(s, 17, 1).error_code == KafkaError.NO_ERROR
         s.sendall(request_frame(36, 2, SaslAuthenticateRequest(auth_bytes=b"\0bob\0bob-secret")))
@@ -260,7 +265,8 @@ def test_a_request_before_authentication_closes_the_connection(
         assert s.recv(100) == b""
     counted = _scraped(metrics_port)
     assert counted['kip98_server_refused_total{reason="unauthenticated"}'] == 1
-    assert counted['kip98_server_refused_total{reason="authentication"}'] == 1
+    # The unsupported mechanism and the wrong password.
+    assert counted['kip98_server_refused_total{reason="authentication"}'] == 2
 
 
 @pytest.mark.parametrize(

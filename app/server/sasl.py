@@ -13,7 +13,8 @@ closes the connection unanswered, as Kafka's SaslServerAuthenticator does. The u
 ``kip98 users``' (``app.security.users``, asked through the broker's SaslPlainRequest and
 SaslScramRequest); a user logs in by the mechanism it was added with. A connection that
 authenticates acts as ``User:NAME`` from then on, which the ACLs decide about; one that
-fails is answered SASL_AUTHENTICATION_FAILED and closed; any other request before
+fails is answered SASL_AUTHENTICATION_FAILED and closed, as is a handshake naming a mechanism
+not enabled (UNSUPPORTED_SASL_MECHANISM with the enabled ones); any other request before
 authentication closes the connection (the listener counts it as ``unauthenticated``), as
 Kafka's brokers do (docs/design.md rule 30).
 """
@@ -68,6 +69,9 @@ def sasl_handshake(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     if session.principal is not None or session.mechanism is not None:
         return {"error_code": KafkaError.ILLEGAL_SASL_STATE, "mechanisms": MECHANISMS}
     if request.mechanism not in MECHANISMS:
+        # Answered with the mechanisms it could have named, then closed, as Kafka's
+        # SaslServerAuthenticator does (its handshake fails as an authentication does).
+        session.failed = True
         return {"error_code": KafkaError.UNSUPPORTED_SASL_MECHANISM, "mechanisms": MECHANISMS}
     session.mechanism = request.mechanism
     session.bare_tokens = request.__version__ == 0
