@@ -65,7 +65,8 @@ def plain_credentials(token: bytes) -> tuple[str, str] | None:
 def sasl_handshake(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     session = node.session
     if session is None or not session.enabled:
-        return {"error_code": KafkaError.UNSUPPORTED_SASL_MECHANISM, "mechanisms": []}
+        # A listener without SASL: as Kafka's KafkaApis answers a handshake there.
+        return {"error_code": KafkaError.ILLEGAL_SASL_STATE, "mechanisms": []}
     if session.principal is not None or session.mechanism is not None:
         return {"error_code": KafkaError.ILLEGAL_SASL_STATE, "mechanisms": MECHANISMS}
     if request.mechanism not in MECHANISMS:

@@ -18,17 +18,19 @@ import pytest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from app.server.process import ServeProcess
-from tests.conformance.harness import Observation, Target, documented_difference, wait_until
+from tests.conformance.harness import Observation, Target, documented_difference, same, wait_until
 from tests.conformance.raw_calls import (
+    API_VERSIONS,
     DESCRIBE_CONFIGS,
     INCREMENTAL_ALTER_CONFIGS,
     METADATA,
     call,
+    call_frame,
     error,
 )
 from tests.wire_client import read_response, request_frame
 
-SASL_HANDSHAKE = 17
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 RESOURCE_BROKER = 4
 OP_SET, OP_DELETE = 0, 1
 # A dynamic broker config librdkafka's own suite (0081) sets on a node and expects taken.
@@ -133,3 +135,27 @@ def test_a_dynamic_broker_config(targets: Any) -> None:
             "deleted": ["NONE", None],
         },
     )  # fmt: skip
+
+
+def scenario_sasl_on_a_plaintext_listener(target: Target) -> Observation:
+    """SaslHandshake then SaslAuthenticate on a listener without SASL, then ApiVersions on
+    the same connection: the error codes, and whether the connection still answers."""
+    host, port = target.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), 10) as s:
+        s.settimeout(10)
+        s.sendall(request_frame(SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism="PLAIN")))
+        handshake = read_response(s, SASL_HANDSHAKE, 1)
+        s.sendall(call_frame(SASL_AUTHENTICATE, 2, {"auth_bytes": b"\0bob\0bob-secret"}))
+        authenticate = read_response(s, SASL_AUTHENTICATE, 2)
+        s.sendall(call_frame(API_VERSIONS, 3, {"client_software_name": "t",
+                                               "client_software_version": "1"}))  # fmt: skip
+        versions = read_response(s, API_VERSIONS, 3)
+    return {
+        "handshake": [error(handshake.error_code), sorted(handshake.mechanisms)],
+        "authenticate": error(authenticate.error_code),
+        "then": error(versions.error_code),
+    }
+
+
+def test_sasl_on_a_plaintext_listener(targets: Any) -> None:
+    same(scenario_sasl_on_a_plaintext_listener, *targets)
