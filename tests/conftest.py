@@ -29,6 +29,10 @@ from app.storage.engine import dispose_engines
 from app.storage.migrate import upgrade_to_head
 from app.storage.one_query import QueryCopies
 
+# Apache Kafka 4.4 beside kip98 serve, one Kafka for the whole session: the conformance
+# suite's fixtures, here so tests/conformance and tests/java share them.
+from tests.conformance.fixtures import kafka, kafka_target, kip98_target, targets  # noqa: F401
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 

@@ -2,7 +2,8 @@
 are built once per session (or found built), each test starts them as subprocesses.
 
 The brokers are the conformance suite's: a ``kip98 serve`` per test over a fresh database,
-configured as the session's Kafka broker is (tests/conformance/conftest.py).
+configured as the session's Kafka broker is (tests/conformance/fixtures.py, one Kafka
+for the whole session, shared with the conformance suite).
 """
 
 from __future__ import annotations
@@ -11,11 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conformance.conftest import kafka, kafka_target, kip98_target, targets
 from tests.java.build import build
-
-__all__ = ["java_classpath", "kafka", "kafka_target", "kip98_target", "targets"]
-
 
 HERE = Path(__file__).resolve().parent
 
