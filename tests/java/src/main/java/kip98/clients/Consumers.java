@@ -47,10 +47,13 @@ public final class Consumers {
             p.beginTransaction();
             send(p, topic, "aborted");
             p.abortTransaction();
-            p.beginTransaction();
-            send(p, topic, "open");
             committed.assign(List.of(tp));
             uncommitted.assign(List.of(tp));
+            // Kafka answers EndTxn once the outcome is decided and writes its markers after:
+            // the next transaction starts once the abort's marker is in (the LSO at the end).
+            settled(committed, uncommitted, tp);
+            p.beginTransaction();
+            send(p, topic, "open");
             long lso = committed.endOffsets(List.of(tp)).get(tp);
             long hw = uncommitted.endOffsets(List.of(tp)).get(tp);
             committed.seekToEnd(List.of(tp));
@@ -60,7 +63,7 @@ public final class Consumers {
             // Nothing past the LSO while the transaction is open: one more poll returns none.
             int beyond = committed.poll(Duration.ofMillis(500)).count();
             p.commitTransaction();
-            long lsoAfter = committed.endOffsets(List.of(tp)).get(tp);
+            long lsoAfter = settled(committed, uncommitted, tp);
             List<List<Object>> afterCommit = pollTo(committed, tp, lsoAfter);
             uncommitted.seekToBeginning(List.of(tp));
             result = obj(
@@ -74,6 +77,24 @@ public final class Consumers {
                 "read_uncommitted", pollTo(uncommitted, tp, lsoAfter));
         }
         return result;
+    }
+
+    /** The LSO once it has reached the high watermark: no transaction open on ``tp``, its
+     * last marker written. */
+    static long settled(
+            KafkaConsumer<String, String> committed, KafkaConsumer<String, String> uncommitted,
+            TopicPartition tp) throws InterruptedException {
+        long deadline = System.nanoTime() + GUARD.toNanos();
+        while (true) {
+            long lso = committed.endOffsets(List.of(tp)).get(tp);
+            if (lso == uncommitted.endOffsets(List.of(tp)).get(tp)) {
+                return lso;
+            }
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("the LSO of " + tp + " never reached its end");
+            }
+            Thread.sleep(20);
+        }
     }
 
     static List<List<Object>> pollTo(KafkaConsumer<String, String> c, TopicPartition tp, long end) {
