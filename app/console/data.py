@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from app.console import sql
 from app.coordinator.inspect import list_transactions
 from app.groups import sql as groups_sql
+from app.groups.membership import offsets_only
 from app.log import sql as log_sql
 from app.log.inspect import find_hanging
 from app.security import needs
@@ -344,12 +345,12 @@ def producers(broker: BrokerContext) -> dict[str, Any]:
 def groups(broker: BrokerContext) -> dict[str, Any]:
     with broker.engine.connect() as conn:
         rows = {r["group_id"]: r for r in _rows(conn.execute(groups_sql.ALL_GROUPS))}
-        # A group that only commits offsets (a consumer without subscription) has no
-        # membership row; Kafka lists it, Empty.
-        for r in conn.execute(sql.GROUPS_WITH_OFFSETS):
+        # A group that only holds offsets has no membership row; Kafka lists it, Empty
+        # (the rule ListGroups follows: app.groups.membership.offsets_only).
+        for group_id in conn.execute(groups_sql.GROUPS_HOLDING_OFFSETS).scalars():
             rows.setdefault(
-                r.group_id,
-                {"group_id": r.group_id, "state": "Empty", "generation_id": 0, "protocol": None},
+                group_id,
+                {"group_id": group_id, "state": "Empty", "generation_id": 0, "protocol": None},
             )
         ids = sorted(rows)
         seen = set(visible(conn, broker, GROUP, ids))
@@ -359,8 +360,7 @@ def groups(broker: BrokerContext) -> dict[str, Any]:
 def group(broker: BrokerContext, group_id: str) -> dict[str, Any]:
     with broker.engine.connect() as conn:
         row = conn.execute(groups_sql.GROUPS, {"group_ids": [group_id]}).first()
-        held = conn.execute(groups_sql.GROUP_OFFSETS_HELD, {"group_id": group_id}).one()
-        if row is None and not (held.committed or held.pending):
+        if row is None and not offsets_only(conn, group_id):
             raise NotFound(f"no group {group_id!r}")
         if not visible(conn, broker, GROUP, [group_id]):
             raise Forbidden(f"not authorized to Describe group {group_id!r}")

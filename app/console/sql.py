@@ -52,7 +52,6 @@ GROUP_LAG = text(
     "last_stable_offset, lag FROM consumer_group_lag WHERE group_id = :group_id "
     "ORDER BY topic, partition"
 )
-GROUPS_WITH_OFFSETS = text("SELECT DISTINCT group_id FROM group_offsets")
 # The overview's samples (``samples``): the offsets summed over the partitions, and the
 # coordinator's events since the last sample.
 OFFSET_TOTALS = text(

@@ -386,14 +386,7 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
                 {
                     "group_id": req.group_id, "member_id": member_id, "client_id": req.client_id,
                     "client_host": req.client_host, "group_instance_id": req.group_instance_id,
-                    "generation_id": generation, "topics": json.dumps(sorted(set(req.topics))),
-                    "protocol_names": [p.name for p in req.protocols] or None,
-                    "protocol_metadata": [p.metadata for p in req.protocols] or None,
-                    "session_timeout_ms": req.session_timeout_ms,
-                    "rebalance_timeout_ms": (
-                        req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else None
-                    ),
-                    "now": now,
+                    "generation_id": generation, **_subscription_params(req), "now": now,
                 },
             )  # fmt: skip
             _maybe_complete(conn, _group(conn, req.group_id), generation, now)
@@ -435,6 +428,19 @@ def _restarted_static_member(
     return old if keeps_protocol(group.protocol, group.leader_id, protocols) else None
 
 
+def _subscription_params(req: JoinGroupRequest) -> dict[str, Any]:
+    """What a join stores of a member's subscription: its topics, protocols and timeouts."""
+    return {
+        "topics": json.dumps(sorted(set(req.topics))),
+        "protocol_names": [p.name for p in req.protocols] or None,
+        "protocol_metadata": [p.metadata for p in req.protocols] or None,
+        "session_timeout_ms": req.session_timeout_ms,
+        "rebalance_timeout_ms": (
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else None
+        ),
+    }
+
+
 def _replace_static_member(
     conn: Connection, group: Any, old: Any, req: JoinGroupRequest, member_id: str, now: int
 ) -> JoinGroupResponse:
@@ -446,14 +452,7 @@ def _replace_static_member(
         sql.REKEY_STATIC_MEMBER,
         {
             "group_id": req.group_id, "member_id": member_id, "old_member_id": old.member_id,
-            "topics": json.dumps(sorted(set(req.topics))),
-            "protocol_names": [p.name for p in req.protocols] or None,
-            "protocol_metadata": [p.metadata for p in req.protocols] or None,
-            "session_timeout_ms": req.session_timeout_ms,
-            "rebalance_timeout_ms": (
-                req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else None
-            ),
-            "now": now,
+            **_subscription_params(req), "now": now,
         },
     )  # fmt: skip
     if group.leader_id != old.member_id:

@@ -84,19 +84,23 @@ public final class Common {
             TopicPartition tp = new TopicPartition(topic, 0);
             c.assign(List.of(tp));
             c.seekToBeginning(List.of(tp));
-            long end = c.endOffsets(List.of(tp)).get(tp);
-            List<List<Object>> out = new ArrayList<>();
-            long deadline = System.nanoTime() + GUARD.toNanos();
-            while (c.position(tp) < end) {
-                if (System.nanoTime() > deadline) {
-                    throw new IllegalStateException("not at " + end + " of " + tp + " within the guard");
-                }
-                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
-                    out.add(List.of(r.offset(), r.value()));
-                }
-            }
-            return out;
+            return pollTo(c, tp, c.endOffsets(List.of(tp)).get(tp));
         }
+    }
+
+    /** What ``c`` reads of ``tp`` from its position up to ``end``, each as [offset, value]. */
+    public static List<List<Object>> pollTo(KafkaConsumer<String, String> c, TopicPartition tp, long end) {
+        List<List<Object>> out = new ArrayList<>();
+        long deadline = System.nanoTime() + GUARD.toNanos();
+        while (c.position(tp) < end) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("not at " + end + " of " + tp + " within the guard");
+            }
+            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                out.add(List.of(r.offset(), r.value()));
+            }
+        }
+        return out;
     }
 
     /** An error's name: the exception's class, the cause's for a future's failure. */

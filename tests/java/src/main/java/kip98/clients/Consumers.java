@@ -1,15 +1,14 @@
 package kip98.clients;
 
 import static kip98.clients.Common.GUARD;
+import static kip98.clients.Common.pollTo;
 import static kip98.clients.Common.send;
 import static kip98.clients.Json.obj;
 
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 
-import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.TopicPartition;
@@ -95,19 +94,5 @@ public final class Consumers {
             }
             Thread.sleep(20);
         }
-    }
-
-    static List<List<Object>> pollTo(KafkaConsumer<String, String> c, TopicPartition tp, long end) {
-        List<List<Object>> out = new ArrayList<>();
-        long deadline = System.nanoTime() + GUARD.toNanos();
-        while (c.position(tp) < end) {
-            if (System.nanoTime() > deadline) {
-                throw new IllegalStateException("not at " + end + " of " + tp + " within the guard");
-            }
-            for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
-                out.add(List.of(r.offset(), r.value()));
-            }
-        }
-        return out;
     }
 }
