@@ -225,6 +225,25 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     page.goto(console.url + "/producers")
     expect(page.locator("#producers td.time").first).to_have_text(re.compile(r"\.\d{3}Z$"))
 
+    # A second instance of a transactional id fences the first mid-transaction: the
+    # fence shows in the id's epochs, with its reason, and as a tick on the timeline; the
+    # producers page links the producer id to that page.
+    first = TxnDriver(broker, "tx-fenced")
+    first.init()
+    first.send("t", 0, "f1")
+    TxnDriver(broker, "tx-fenced").init()
+    page.goto(console.url + "/producers")
+    page.click("#producers a:text-is('tx-fenced')")
+    expect(page).to_have_url(console.url + "/transactions/tx-fenced")
+    fence = page.locator("#epochs tr.fence")
+    expect(fence).to_have_count(1)
+    expect(fence.locator(".reason")).to_have_text("InitProducerId: fenced the previous instance")
+    expect(fence.locator("td.time")).to_have_text(iso)
+    expect(page.locator("#epochs .kind")).to_have_text(["new producer id", "fence", "epoch bump"])
+    expect(page.locator("svg#timeline line.fence")).to_have_count(1)
+    expect(page.locator("svg#timeline line.bump")).to_have_count(1)
+    page.screenshot(path=str(console.shots / "fence.png"), full_page=True)
+
     api = page.context.request
     history = api.get(console.url + "/api/transactions/tx-commit").json()
     assert history["events"][-1]["state"] == "COMPLETE_ABORT"

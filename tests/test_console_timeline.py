@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from app.console.data import epoch_changes
 from app.console.templates import environment, iso_ms, timeline_svg
 
 T = 1_795_842_723_771  # 2026-11-28 05:12:03.771Z
@@ -74,3 +75,39 @@ def test_timeline_of_one_instant_and_of_nothing() -> None:
     svg = timeline_svg([_event(1, "EMPTY", T)], [])
     assert svg.count('class="segment"') == 1 and 'class="partition"' not in svg
     assert "no events" in timeline_svg([], [])
+
+
+def test_epoch_changes_name_fences_and_bumps() -> None:
+    events = [
+        {**_event(1, "EMPTY", T), "reason": "InitProducerId: new transactional id"},
+        {**_event(2, "BEGIN", T + 10), "reason": "AddPartitionsToTxn"},
+        {**_event(3, "PREPARE_ABORT", T + 20, epoch=1),
+         "reason": "InitProducerId: fenced the previous instance"},
+        {**_event(4, "COMPLETE_ABORT", T + 30, epoch=1), "reason": "markers written"},
+        {**_event(5, "EMPTY", T + 40, epoch=2), "reason": "InitProducerId"},
+        {**_event(6, "EMPTY", T + 50, epoch=0), "producer_id": 8, "reason": "InitProducerId"},
+    ]  # fmt: skip
+    changes = epoch_changes(events)
+    assert [(c["event_id"], c["kind"]) for c in changes] == [
+        (1, "new producer id"), (3, "fence"), (5, "epoch bump"), (6, "new producer id"),
+    ]  # fmt: skip
+    fence = changes[1]
+    assert fence["previous"] == [7, 0] and fence["producer_epoch"] == 1
+    assert fence["updated_ms"] == T + 20
+    assert fence["reason"] == "InitProducerId: fenced the previous instance"
+    assert changes[0]["previous"] is None and changes[3]["previous"] == [7, 2]
+    assert epoch_changes([]) == []
+
+
+def test_timeline_marks_fences_apart_from_bumps() -> None:
+    events = [
+        _event(1, "BEGIN", T),
+        {**_event(2, "PREPARE_ABORT", T + 10, epoch=1), "epoch_change": "fence",
+         "reason": "transaction timed out"},
+        _event(3, "COMPLETE_ABORT", T + 20, epoch=1),
+        {**_event(4, "EMPTY", T + 30, epoch=2), "epoch_change": "epoch bump"},
+    ]  # fmt: skip
+    svg = timeline_svg(events, [])
+    assert svg.count('class="fence"') == 1 and svg.count('class="bump"') == 1
+    assert 'class="fence" data-event="2"' in svg
+    assert "fence to epoch 1 at 2026-11-28 05:12:03.781Z: transaction timed out" in svg

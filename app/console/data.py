@@ -315,7 +315,55 @@ def transaction(broker: BrokerContext, tid: str) -> dict[str, Any]:
     for m in markers:
         m["control_type"] = _CONTROL.get(m["control_type"], m["control_type"])
     state = events[-1]["state"]
-    return {"transactional_id": tid, "state": state, "events": events, "markers": markers}
+    epochs = epoch_changes(events)
+    kinds = {c["event_id"]: c["kind"] for c in epochs}
+    for e in events:
+        e["epoch_change"] = kinds.get(e["event_id"])
+    return {
+        "transactional_id": tid,
+        "state": state,
+        "events": events,
+        "markers": markers,
+        "epochs": epochs,
+    }
+
+
+def epoch_changes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The producer-id/epoch transitions in a transactional id's events (oldest first):
+    its first producer id, then every event whose (producer id, epoch) differs from the
+    one before. A change that aborts an open (``BEGIN``) transaction is a ``fence`` (a
+    second instance's InitProducerId, a timeout: the holder of the old epoch is cut off
+    mid-transaction); any other is an ``epoch bump`` (a new producer id when the epoch
+    ran out), which fences an idle holder of the old epoch all the same."""
+    out: list[dict[str, Any]] = []
+    prev: dict[str, Any] | None = None
+    for e in events:
+        ident = (e["producer_id"], e["producer_epoch"])
+        if prev is None:
+            kind = "new producer id"
+        elif ident == (prev["producer_id"], prev["producer_epoch"]):
+            prev = e
+            continue
+        elif prev["state"] == "BEGIN":
+            kind = "fence"
+        elif e["producer_id"] != prev["producer_id"]:
+            kind = "new producer id"
+        else:
+            kind = "epoch bump"
+        out.append(
+            {
+                "event_id": e["event_id"],
+                "updated_ms": e["updated_ms"],
+                "kind": kind,
+                "producer_id": e["producer_id"],
+                "producer_epoch": e["producer_epoch"],
+                "previous": None if prev is None else [prev["producer_id"], prev["producer_epoch"]],
+                "state": e["state"],
+                "reason": e.get("reason"),
+            }
+        )
+        prev = e
+    return out
 
 
 def producers(broker: BrokerContext) -> dict[str, Any]:
@@ -339,6 +387,17 @@ def producers(broker: BrokerContext) -> dict[str, Any]:
                         "current_txn_start_offset": s.txn_first_offset,
                     }
                 )
+        # Each producer id's transactional id (its epochs and fences are on that id's
+        # page), for the ids the user may Describe.
+        pids = sorted({p["producer_id"] for p in out})
+        owners = {
+            r.producer_id: r.transactional_id
+            for r in conn.execute(sql.TRANSACTIONAL_IDS_OF, {"pids": pids})
+        }
+        shown = set(visible(conn, broker, TRANSACTIONAL_ID, sorted(set(owners.values()))))
+    for p in out:
+        tid = owners.get(p["producer_id"])
+        p["transactional_id"] = tid if tid in shown else None
     return {"producers": out}
 
 

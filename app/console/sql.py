@@ -41,6 +41,11 @@ TXN_EVENTS = text(
     "updated_ms, coordinator_epoch, reason FROM transaction_log "
     "WHERE transactional_id = :tid ORDER BY event_id LIMIT :limit"
 )
+# The transactional ids producer ids were allocated to (``producer_ids``' primary key).
+TRANSACTIONAL_IDS_OF = text(
+    "SELECT producer_id, transactional_id FROM producer_ids "
+    "WHERE producer_id = ANY(:pids) AND transactional_id IS NOT NULL"
+)
 # The markers written on partitions by a producer id: the log's control records.
 MARKERS_OF = text(
     'SELECT topic, partition, "offset", control_type, "timestamp", producer_epoch '

@@ -103,13 +103,16 @@ _TRANSACTION = """{% extends "base.html" %}{% block title %}{{ d.transactional_i
 {{ timeline | safe }}
 <table id="events"><tr><th>event</th><th>state</th><th>producer</th><th>partitions added</th><th>updated</th><th>reason</th></tr>
 {% for e in d.events %}<tr><td>{{ e.event_id }}</td><td class="state">{{ e.state }}</td><td>{{ e.producer_id }}/{{ e.producer_epoch }}</td><td>{% for p in e.added_partitions %}{{ p[0] }}-{{ p[1] }} {% endfor %}</td><td class="time">{{ e.updated_ms | iso }}</td><td>{{ e.reason or "" }}</td></tr>{% endfor %}</table>
+<h2>Producer epochs</h2><table id="epochs"><tr><th>event</th><th>change</th><th>producer</th><th>was</th><th>state</th><th>time</th><th>reason</th></tr>
+{% for c in d.epochs %}<tr class="{{ c.kind | replace(" ", "-") }}"><td>{{ c.event_id }}</td><td class="kind">{{ c.kind }}</td><td>{{ c.producer_id }}/{{ c.producer_epoch }}</td><td>{% if c.previous %}{{ c.previous[0] }}/{{ c.previous[1] }}{% endif %}</td><td>{{ c.state }}</td><td class="time">{{ c.updated_ms | iso }}</td><td class="reason">{{ c.reason or "" }}</td></tr>{% endfor %}</table>
 <h2>Markers written</h2><table id="markers"><tr><th>partition</th><th>offset</th><th>marker</th><th>epoch</th><th>time</th></tr>
 {% for m in d.markers %}<tr><td>{{ m.topic }}-{{ m.partition }}</td><td>{{ m.offset }}</td><td>{{ m.control_type }}</td><td>{{ m.producer_epoch }}</td><td class="time">{{ m.timestamp | iso }}</td></tr>{% endfor %}</table>
 {% endblock %}"""
 
 _PRODUCERS = """{% extends "base.html" %}{% block title %}Producers{% endblock %}{% block main %}
-<h1>Producers</h1><table id="producers"><tr><th>partition</th><th>producer id</th><th>epoch</th><th>last sequence</th><th>last timestamp</th><th>coordinator epoch</th><th>open transaction at</th></tr>
-{% for p in d.producers %}<tr><td>{{ p.topic }}-{{ p.partition }}</td><td>{{ p.producer_id }}</td><td>{{ p.producer_epoch }}</td><td>{{ p.last_sequence }}</td><td class="time">{{ p.last_timestamp | iso }}</td><td>{{ p.coordinator_epoch }}</td><td>{{ p.current_txn_start_offset if p.current_txn_start_offset is not none else "" }}</td></tr>{% endfor %}</table>
+<h1>Producers</h1><p class="muted">A transactional producer's epoch bumps and fences are on its transactional id's page.</p>
+<table id="producers"><tr><th>partition</th><th>transactional id</th><th>producer id</th><th>epoch</th><th>last sequence</th><th>last timestamp</th><th>coordinator epoch</th><th>open transaction at</th></tr>
+{% for p in d.producers %}<tr><td>{{ p.topic }}-{{ p.partition }}</td><td>{% if p.transactional_id %}<a href="/transactions/{{ p.transactional_id | urlencode }}">{{ p.transactional_id }}</a>{% endif %}</td><td>{{ p.producer_id }}</td><td>{{ p.producer_epoch }}</td><td>{{ p.last_sequence }}</td><td class="time">{{ p.last_timestamp | iso }}</td><td>{{ p.coordinator_epoch }}</td><td>{{ p.current_txn_start_offset if p.current_txn_start_offset is not none else "" }}</td></tr>{% endfor %}</table>
 {% endblock %}"""
 
 _GROUPS = """{% extends "base.html" %}{% block title %}Groups{% endblock %}{% block main %}
@@ -304,6 +307,22 @@ def timeline_svg(
             f'<line x1="{x0:.1f}" y1="{lane_y + 20}" x2="{lx:.1f}" y2="{ly - 9}" '
             f'stroke="#bbb"></line>'
             f'<text class="label" x="{lx:.1f}" y="{ly}" font-size="11">{escape(label)}</text>'
+        )
+    # An epoch change over the state lane: a fence (an open transaction cut off) as a
+    # tall black tick, any other bump as a short grey one.
+    for e in events:
+        kind = e.get("epoch_change")
+        if kind not in ("fence", "epoch bump"):
+            continue
+        fx = x(int(e["updated_ms"]))
+        fence = kind == "fence"
+        parts.append(
+            f'<line class="{"fence" if fence else "bump"}" data-event="{e["event_id"]}" '
+            f'x1="{fx:.1f}" y1="{lane_y - (8 if fence else 2)}" x2="{fx:.1f}" '
+            f'y2="{lane_y + (28 if fence else 22)}" stroke="{"#000" if fence else "#888"}" '
+            f'stroke-width="{3 if fence else 1.5}"><title>{escape(kind)} to epoch '
+            f"{e['producer_epoch']} at {escape(iso_ms(int(e['updated_ms'])))}"
+            f"{': ' + escape(str(e['reason'])) if e.get('reason') else ''}</title></line>"
         )
     rows = max(row for _x, row in places) + 1
 
