@@ -135,9 +135,14 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
 
     page = _log_in(browser, console, "admin", "admin-secret")
     expect(page.locator("#topics")).to_contain_text("secret")
+    # The log's size on disk (all topics together: no per-partition count is kept).
+    size = re.compile(r"all topics together: \d+(\.\d)? (bytes|KiB|MiB|GiB|TiB)")
+    expect(page.locator("#log-size")).to_have_text(size)
+    assert page.context.request.get(console.url + "/api/topics").json()["log_bytes"] > 0
     page.screenshot(path=str(console.shots / "topics.png"), full_page=True)
 
     page.goto(console.url + "/topics/t?isolation=read_uncommitted")
+    expect(page.locator("#log-size")).to_have_text(size)
     rows = page.locator("#records tr[data-offset]")
     # c1 c2 COMMIT a1 ABORT o1
     expect(rows).to_have_count(6)
@@ -268,6 +273,7 @@ def test_acls_csrf_and_bad_input(browser: object, console: World) -> None:
     alice = _log_in(browser, console, "alice", "alice-secret")
     expect(alice.locator("#topics")).to_contain_text("t")
     expect(alice.locator("#topics")).not_to_contain_text("secret")
+    expect(alice.locator("#log-size")).to_have_count(0)  # it sums topics she may not see
     assert alice.context.request.get(console.url + "/api/topics/secret").status == 403
     alice.goto(console.url + "/transactions")
     expect(alice.locator("#hanging")).to_contain_text("none")
@@ -374,7 +380,7 @@ def test_tls_serves_https_with_a_secure_cookie(
         cookie = next(h["value"] for h in r.headers_array if h["name"].lower() == "set-cookie")
         assert "kip98_console=" in cookie and "secure" in cookie.lower()
         assert "samesite=strict" in cookie.lower() and "httponly" in cookie.lower()
-        assert api.get(f"https://127.0.0.1:{port}/api/topics").json() == {"topics": []}
+        assert api.get(f"https://127.0.0.1:{port}/api/topics").json()["topics"] == []
     finally:
         proc.terminate()
         proc.wait(timeout=30)

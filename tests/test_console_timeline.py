@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from app.console.data import epoch_changes
-from app.console.templates import environment, iso_ms, timeline_svg
+from app.console.templates import environment, human_bytes, iso_ms, timeline_svg
 
 T = 1_795_842_723_771  # 2026-11-28 05:12:03.771Z
 
@@ -111,3 +111,11 @@ def test_timeline_marks_fences_apart_from_bumps() -> None:
     assert svg.count('class="fence"') == 1 and svg.count('class="bump"') == 1
     assert 'class="fence" data-event="2"' in svg
     assert "fence to epoch 1 at 2026-11-28 05:12:03.781Z: transaction timed out" in svg
+
+
+def test_sizes_in_binary_units() -> None:
+    assert human_bytes(0) == "0 bytes" and human_bytes(1023) == "1023 bytes"
+    assert human_bytes(1536) == "1.5 KiB"
+    assert human_bytes(200 * 1024**2) == "200.0 MiB"
+    assert human_bytes(3 * 1024**5) == "3072.0 TiB"
+    assert environment().from_string("{{ n | bytes }}").render(n=8192) == "8.0 KiB"

@@ -118,10 +118,19 @@ def overview(broker: BrokerContext) -> dict[str, Any]:
     }
 
 
+def log_bytes(conn: Connection, broker: BrokerContext) -> int | None:
+    """The log's size on disk, all topics together (``sql.LOG_SIZE``): for those who may
+    Describe the cluster, since it sums topics they may not see; None for the others."""
+    if denied_checks(conn, broker, [cluster_check(DESCRIBE)]):
+        return None
+    return int(conn.execute(sql.LOG_SIZE).scalar() or 0)
+
+
 def topics(broker: BrokerContext) -> dict[str, Any]:
     with broker.engine.connect() as conn:
         names = visible(conn, broker, TOPIC, [r.topic for r in conn.execute(sql.TOPICS)])
         partitions = _rows(conn.execute(sql.PARTITION_STATUS, {"topics": names}))
+        size = log_bytes(conn, broker)
     by_topic: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for p in partitions:
         by_topic[p["topic"]].append(p)
@@ -134,7 +143,8 @@ def topics(broker: BrokerContext) -> dict[str, Any]:
                 "open_transactions": sum(p["open_transactions"] for p in ps),
             }
             for n, ps in by_topic.items()
-        ]
+        ],
+        "log_bytes": size,
     }
 
 
@@ -155,6 +165,7 @@ def topic(
     with broker.engine.connect() as conn:
         _topic_or_not_found(conn, broker, name)
         config = conn.execute(sql.TOPIC_CONFIG, {"topic": name}).scalar() or {}
+        size = log_bytes(conn, broker)
         partitions = _rows(conn.execute(sql.PARTITION_STATUS, {"topics": [name]}))
         look = conn.execute(
             log_sql.PARTITION_FOR_FETCH,
@@ -245,6 +256,7 @@ def topic(
         "next_offset": end,
         "limit": limit,
         "records": records,
+        "log_bytes": size,
     }
 
 

@@ -34,6 +34,11 @@ STANDBYS = text(
     "FROM pg_stat_replication ORDER BY application_name"
 )
 IN_RECOVERY = text("SELECT pg_is_in_recovery()")
+# The log's size on disk: the records table with its index and TOAST, every topic's
+# records together (a file-size lookup, no scan). kip98 keeps no per-topic or
+# per-partition byte count (records is one table; a batch keeps no length), so a finer
+# figure would mean reading every record (docs/console.md).
+LOG_SIZE = text("SELECT pg_total_relation_size('records'::regclass)")
 # A transactional id's history: the coordinator's events, oldest first (the index on
 # transactional_id serves it).
 TXN_EVENTS = text(

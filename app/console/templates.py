@@ -56,7 +56,8 @@ _OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{
 {% endblock %}"""
 
 _TOPICS = """{% extends "base.html" %}{% block title %}Topics{% endblock %}{% block main %}
-<h1>Topics</h1><table id="topics"><tr><th>topic</th><th>partitions</th><th>records (sum of high watermarks)</th><th>open transactions</th></tr>
+<h1>Topics</h1>{% if d.log_bytes is not none %}<p id="log-size">The log on disk, all topics together: <b>{{ d.log_bytes | bytes }}</b> <span class="muted">(kip98 keeps no byte count per topic or partition)</span></p>{% endif %}
+<table id="topics"><tr><th>topic</th><th>partitions</th><th>records (sum of high watermarks)</th><th>open transactions</th></tr>
 {% for t in d.topics %}<tr><td><a href="/topics/{{ t.topic | urlencode }}">{{ t.topic }}</a></td><td>{{ t.partitions }}</td><td>{{ t.high_watermark }}</td><td>{{ t.open_transactions }}</td></tr>{% endfor %}
 </table>{% endblock %}"""
 
@@ -64,6 +65,7 @@ _TOPIC = """{% extends "base.html" %}{% block title %}{{ d.topic }}{% endblock %
 <h1>Topic {{ d.topic }}</h1>
 <table id="partitions"><tr><th>partition</th><th>log start</th><th>high watermark</th><th>LSO</th><th>open transactions</th></tr>
 {% for p in d.partitions %}<tr><td><a href="?partition={{ p.partition }}&isolation={{ d.isolation }}">{{ p.partition }}</a></td><td>{{ p.log_start_offset }}</td><td>{{ p.high_watermark }}</td><td>{{ p.last_stable_offset }}</td><td>{{ p.open_transactions }}</td></tr>{% endfor %}</table>
+{% if d.log_bytes is not none %}<p id="log-size">The log on disk, all topics together: <b>{{ d.log_bytes | bytes }}</b> <span class="muted">(kip98 keeps no byte count per topic or partition)</span></p>{% endif %}
 <p>Configs: {% for k, v in d.config.items() %}<code>{{ k }}={{ v }}</code> {% else %}<span class="muted">defaults</span>{% endfor %}</p>
 <h2>Partition {{ d.partition }}, offsets {{ d.from_offset }} to {{ d.next_offset }}</h2>
 <form method="get" id="browse"><input type="hidden" name="partition" value="{{ d.partition }}">
@@ -140,7 +142,20 @@ TEMPLATES = {
 def environment() -> Environment:
     env = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True))
     env.filters["iso"] = iso_ms
+    env.filters["bytes"] = human_bytes
     return env
+
+
+def human_bytes(n: int) -> str:
+    """A byte count in binary units, exact below 1 KiB (``1.5 MiB``, ``812 bytes``)."""
+    if n < 1024:
+        return f"{n} bytes"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            break
+    return f"{size:.1f} {unit}"
 
 
 def bar_chart(values: list[tuple[str, int]], width: int = 400) -> str:
