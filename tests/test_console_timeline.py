@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from app.console.data import epoch_changes
-from app.console.templates import environment, human_bytes, iso_ms, timeline_svg
+from app.console.templates import environment, human_bytes, iso_ms, record_rows, timeline_svg
 
 T = 1_795_842_723_771  # 2026-11-28 05:12:03.771Z
 
@@ -119,3 +119,29 @@ def test_sizes_in_binary_units() -> None:
     assert human_bytes(200 * 1024**2) == "200.0 MiB"
     assert human_bytes(3 * 1024**5) == "3072.0 TiB"
     assert environment().from_string("{{ n | bytes }}").render(n=8192) == "8.0 KiB"
+
+
+def test_record_rows_escape_keys_values_and_mark_statuses() -> None:
+    rows = record_rows(
+        [
+            {"offset": 3, "timestamp": T, "key": "<k&>", "value": None, "producer_id": 7,
+             "producer_epoch": 1, "status": "marker COMMIT"},
+            {"offset": 4, "timestamp": T + 1, "key": None, "value": "v\"'", "producer_id": -1,
+             "producer_epoch": -1, "status": ""},
+        ]
+    )  # fmt: skip
+    assert rows.count("<tr ") == 2
+    assert '<tr class="marker" data-offset="3"><td>3</td>' in rows
+    assert '<td class="time">2026-11-28 05:12:03.771Z</td>' in rows
+    assert "<td>&lt;k&amp;&gt;</td><td></td><td>7/1</td>" in rows
+    assert '<td class="status">marker COMMIT</td>' in rows
+    assert "<td>v&#34;&#39;</td><td>-1/-1</td>" in rows and '<tr class="" data-offset="4">' in rows
+    html = environment().get_template("topic.html").render(
+        d={"topic": "t", "config": {}, "partitions": [], "partition": 0, "isolation":
+           "read_uncommitted", "from_offset": 3, "next_offset": 5, "high_watermark": 5,
+           "last_stable_offset": 5, "limit": 2, "log_bytes": None,
+           "records": [{"offset": 3, "timestamp": T, "key": "<k&>", "value": None,
+                        "producer_id": 7, "producer_epoch": 1, "status": "aborted"}]},
+        user="admin",
+    )  # fmt: skip
+    assert "<td>&lt;k&amp;&gt;</td>" in html and "&amp;lt;" not in html  # escaped once
