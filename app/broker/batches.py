@@ -40,7 +40,7 @@ def append_batches(
             responses[i] = refusal(exc)
             continue
         # Only a batch with a record without a key asks whether its topic is compacted.
-        if None in cols.keys and is_compacted(work.context.engine, batch.topic):
+        if None in cols.keys and is_compacted(work.conn, batch.topic):
             responses[i] = keyless_refusal(batch, cols)
         else:
             columns[i] = cols

@@ -14,7 +14,7 @@ import threading
 import time
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from app.log import sql
 from app.log.topic_config import CleanupConfig
@@ -26,16 +26,20 @@ _looked: WeakKeyDictionary[Engine, tuple[float, dict[str, bool]]] = WeakKeyDicti
 _lock = threading.Lock()
 
 
-def is_compacted(engine: Engine, topic: str) -> bool:
+def is_compacted(conn: Connection, topic: str) -> bool:
     """Whether ``topic``'s cleanup.policy compacts it (False for a topic that does not
-    exist: its batch is refused for that anyway)."""
+    exist: its batch is refused for that anyway). Read on the request's own connection,
+    never a second one from the pool: inside its DB transaction if one is open, else in
+    one of its own that ends at once, so the request still starts from no transaction."""
+    engine = conn.engine
     now = time.monotonic()
     with _lock:
         found = _looked.get(engine)
     if found is not None and now - found[0] < _FRESH_FOR_S and topic in found[1]:
         return found[1][topic]
-    with engine.connect() as conn:
-        rows = conn.execute(sql.TOPIC_CONFIGS).all()
+    began = not conn.in_transaction()
+    rows = conn.execute(sql.TOPIC_CONFIGS).all()
+    if began:
         conn.rollback()
     current = {r.topic: CleanupConfig.of(r.config).compact for r in rows}
     with _lock:
