@@ -38,6 +38,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from app.cleaner.cleaner import clean, cleaner_partition, partitions_to_clean
+from app.cluster.sql import LOCAL_COMMIT
 from app.coordinator import sql
 from app.coordinator.handlers import coordinator_epoch, fence_and_abort, roll_forward
 from app.coordinator.metadata import is_expirable, is_timed_out
@@ -136,6 +137,11 @@ class CoordinatorLoop:
         s = self.broker.settings
         now = self.broker.clock.now_ms()
         with self.broker.engine.begin() as conn:
+            # Leases commit on the primary alone, as changes of cluster membership do: a
+            # node with its standbys gone still renews, and stops, without waiting for
+            # them. One lost to a failover is safe, since everything done under a lease
+            # checks its epoch in its own DB transaction, which waits for the standbys.
+            conn.execute(LOCAL_COMMIT)
             conn.execute(sql.ENSURE_LEASES, {"n": s.transaction_log_partitions})
             rows = conn.execute(
                 sql.ACQUIRE_LEASES,
@@ -145,6 +151,7 @@ class CoordinatorLoop:
 
     def release_leases(self) -> None:
         with self.broker.engine.begin() as conn:
+            conn.execute(LOCAL_COMMIT)  # on the primary alone, as acquire_leases
             conn.execute(sql.RELEASE_LEASES, {"owner": self.owner})
 
     # ------------------------------------------------------------ one pass
