@@ -352,6 +352,12 @@ def test_fenced_at_flush_and_commit(
     old.produce("beta", b"late", partition=0, on_delivery=lambda e, m: reports.append(e))
     err = expect_error(old.commit_transaction)
     assert_fatal_fenced(err)
+    # The sender may meet the fence before the commit does (a loaded machine), and the
+    # commit then fails at once; the failed records' reports come with the next poll, as
+    # librdkafka serves them.
+    deadline = time.monotonic() + 60  # hang guard only
+    while len(reports) < 2 and time.monotonic() < deadline:
+        old.poll(0.1)
     assert len(reports) == 2 and all(e is not None for e in reports), reports
     # Fatal is sticky: every transactional call fails the same way.
     for fn in (
