@@ -16,7 +16,7 @@ from app.broker.admin import acls, configs, scram, topics, transactions
 from app.broker.authenticate import sasl_plain, sasl_scram
 from app.broker.offsets import txn_offset_commit
 from app.broker.produce import produce, produce_batches
-from app.cluster import membership
+from app.cluster import registrations
 from app.coordinator.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -139,10 +139,10 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     DescribeProducersRequest:     transactions.describe_producers,
     FindHangingTransactionsRequest: transactions.find_hanging_transactions,
     AbortTransactionRequest:      transactions.abort_transaction,
-    BrokerRegistrationRequest:    membership.register,
-    BrokerHeartbeatRequest:       membership.heartbeat,
-    UnregisterBrokerRequest:      membership.unregister,
-    DescribeClusterRequest:       membership.describe_cluster,
+    BrokerRegistrationRequest:    registrations.register,
+    BrokerHeartbeatRequest:       registrations.heartbeat,
+    UnregisterBrokerRequest:      registrations.unregister,
+    DescribeClusterRequest:       registrations.describe_cluster,
     AuthorizedOperationsRequest:  acls.authorized_operations,
 }  # fmt: skip
 

@@ -6,7 +6,7 @@ that answers with an epoch reads it from there: Metadata (``topics.metadata``), 
 client's ``current_leader_epoch`` checked, each batch stamped with the epoch it was
 written in), ListOffsets and OffsetForLeaderEpoch. With one database every node serves
 every partition from the same rows, so the epoch changes only when leadership moves (a
-change of the live nodes, or a topic's growth, ``app.cluster.membership``):
+change of the live nodes, or a topic's growth, ``app.cluster.registrations``):
 ``bump_leader_epoch(s)`` is that one call (docs/design.md rule 40). The rules here are pure
 but for the two functions that read or write the rows.
 """

@@ -7,7 +7,7 @@ the DB transaction that adds its partitions."""
 from __future__ import annotations
 
 from app.cleaner.cleaner import delete_records as delete_partition_records
-from app.cluster.membership import partitions_added
+from app.cluster.registrations import partitions_added
 from app.errors import KafkaError, KafkaException
 from app.groups.membership import topic_grew
 from app.groups.offsets import delete_topic_offsets

@@ -88,7 +88,7 @@ def _register(broker: BrokerContext, req: BrokerRegistrationRequest) -> int:
         ).first()  # fmt: skip
         if registered is None:  # unreachable under the lock; never overwrite another's row
             raise fail(KafkaError.DUPLICATE_BROKER_REGISTRATION, f"node id {node_id} is held")
-        _membership_changed(conn, [r.node_id for r in rows], [*live, node_id], now)
+        _live_nodes_changed(conn, [r.node_id for r in rows], [*live, node_id], now)
     log.info("node %d registered (%s)", node_id, req.incarnation)
     return node_id
 
@@ -126,7 +126,7 @@ def remove_lapsed(broker: BrokerContext) -> list[int]:
         lapsed = [r.node_id for r in rows if r.expires_ms <= now]
         if lapsed:
             conn.execute(sql.DELETE_LAPSED, {"now": now})
-            _membership_changed(
+            _live_nodes_changed(
                 conn,
                 [r.node_id for r in rows],
                 [r.node_id for r in rows if r.expires_ms > now],
@@ -155,7 +155,7 @@ def unregister(broker: BrokerContext, req: UnregisterBrokerRequest) -> Unregiste
         conn.execute(sql.UNREGISTER, {"node_id": req.node_id, "incarnation": req.incarnation})
         conn.execute(sql.DELETE_LAPSED, {"now": now})
         after = [r.node_id for r in rows if r.expires_ms > now and r.node_id != req.node_id]
-        _membership_changed(conn, [r.node_id for r in rows], after, now)
+        _live_nodes_changed(conn, [r.node_id for r in rows], after, now)
     log.info("node %d unregistered", req.node_id)
     return UnregisterBrokerResponse(KafkaError.NO_ERROR)
 
@@ -217,7 +217,7 @@ def _where(row: Row[Any]) -> str:
     return f"{listeners}; process {row.pid} on {row.host}"
 
 
-def _membership_changed(conn: Connection, before: list[int], after: list[int], now: int) -> None:
+def _live_nodes_changed(conn: Connection, before: list[int], after: list[int], now: int) -> None:
     """Who is in the cluster changed from ``before`` (every registration there was, the
     set leadership was last placed over) to ``after``, in this DB transaction, under the
     table lock: each partition whose leader moved gets a new leader epoch, beginning at
