@@ -36,7 +36,7 @@ from tests.conformance.fixtures import kafka, kafka_target, kip98_target, target
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from tests.replication import ReplicatedDatabase
+    from tests.helpers.replication import ReplicatedDatabase
 
 # Groups form at once in tests (Kafka's own test brokers set it to 0 too); the tests of
 # group.initial.rebalance.delay.ms set it themselves. Subprocesses inherit it.
@@ -119,7 +119,7 @@ def elsewhere(db_url: str) -> Iterator[BrokerContext]:
 @pytest.fixture
 def server(db_url: str) -> Iterator[str]:
     """A ``kip98 serve`` process over the test's database; its bootstrap.servers."""
-    from tests.wire_client import serving
+    from tests.helpers.wire_client import serving
 
     with serving(db_url) as address:
         yield address
@@ -166,7 +166,7 @@ def copies_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def replicated() -> Iterator[tuple[EmbeddedCluster, str]]:
     """A primary and two hot standbys under a private KIP98_HOME for the whole session,
     with a migrated template database; stopped and deleted at the end."""
-    from tests.replication import STANDBYS, admin, wait_streaming
+    from tests.helpers.replication import STANDBYS, admin, wait_streaming
 
     home = Path(tempfile.mkdtemp(prefix="kip98-replicated-", dir="/var/tmp"))
     home.chmod(0o755)
@@ -197,7 +197,7 @@ def replica_db(
 ) -> Iterator[ReplicatedDatabase]:
     """A fresh migrated database on the replicated nodes, every node back in its place
     first; its URL (every node, reaching the primary) exported as KIP98_DATABASE_URL."""
-    from tests.replication import ReplicatedDatabase, admin, restore
+    from tests.helpers.replication import ReplicatedDatabase, admin, restore
 
     cluster, template = replicated
     restore(cluster)

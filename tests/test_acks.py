@@ -16,8 +16,8 @@ from app.client import Producer
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn
-from tests.txn_driver import read_values
-from tests.wire_client import delivered
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import delivered
 
 
 @pytest.fixture

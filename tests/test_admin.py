@@ -10,7 +10,7 @@ from app.admin import AdminClient, ConfigResource, NewTopic
 from app.broker import Broker
 from app.client.message import TopicPartition
 from app.errors import KafkaError, KafkaException
-from tests.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values
 
 
 @pytest.fixture

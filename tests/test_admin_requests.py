@@ -40,7 +40,7 @@ from app.protocol import (
     ListTransactionsRequest,
 )
 from app.settings import BrokerSettings
-from tests.txn_driver import TxnDriver
+from tests.helpers.txn_driver import TxnDriver
 
 OK = KafkaError.NO_ERROR
 

@@ -57,7 +57,7 @@ from app.security.authorizer import authorize, denied_checks
 from app.security.rules import AclBinding as Acl
 from app.security.rules import Check
 from app.settings import BrokerSettings
-from tests.txn_driver import TxnDriver, state_of
+from tests.helpers.txn_driver import TxnDriver, state_of
 
 ALICE = "User:alice"
 AUTH = BrokerSettings(authorization=1, group_initial_rebalance_delay_ms=0)  # groups form at once
@@ -585,7 +585,7 @@ def test_clients_end_to_end(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_cli_acls(db_url: str) -> None:
-    from tests.cli_runner import run_kip98
+    from tests.helpers.cli_runner import run_kip98
 
     env = {"KIP98_AUTHORIZATION": "1", "KIP98_PRINCIPAL": "User:admin"}
     added = run_kip98(

@@ -19,7 +19,7 @@ from app.security import acls
 from app.security.operations import bit_field
 from app.security.rules import AclBinding
 from app.settings import BrokerSettings
-from tests.wire_client import exchange, serving
+from tests.helpers.wire_client import exchange, serving
 
 NOT_GIVEN = -(2**31)
 TOPIC_OPS = {AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DESCRIBE,

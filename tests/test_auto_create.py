@@ -22,7 +22,7 @@ from app.protocol import MetadataRequest
 from app.security import acls as acl_admin
 from app.security.rules import AclBinding as Acl
 from app.settings import BrokerSettings
-from tests.wire_client import consume_all, delivered, serving
+from tests.helpers.wire_client import consume_all, delivered, serving
 
 
 def _topics(broker: Broker) -> dict[str, int]:

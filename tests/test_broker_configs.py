@@ -20,7 +20,7 @@ from kio.schema.describe_configs.v4.request import (
     DescribeConfigsResource,
 )
 
-from tests.wire_client import exchange, serving
+from tests.helpers.wire_client import exchange, serving
 
 
 def test_broker_configs_are_described_and_read_only(db_url: str) -> None:

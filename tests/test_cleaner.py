@@ -34,10 +34,10 @@ from app.log.topic_config import CleanupConfig
 from app.log.topics import alter_topic_config, create_topic
 from app.protocol import READ_COMMITTED, READ_UNCOMMITTED, FetchRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
-from tests.backends import holding
-from tests.identities import hand_out
-from tests.projections import assert_partition_log_rebuilds
-from tests.txn_driver import TxnDriver, partition_offsets
+from tests.helpers.backends import holding
+from tests.helpers.identities import hand_out
+from tests.helpers.projections import assert_partition_log_rebuilds
+from tests.helpers.txn_driver import TxnDriver, partition_offsets
 
 DAY = 86_400_000
 COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": 1000}

@@ -16,9 +16,9 @@ from app.clock import SYSTEM_CLOCK
 from app.log.topics import create_topic
 from app.protocol import RecordIn
 from app.settings import BrokerSettings
-from tests.cli_runner import run_kip98
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.txn_driver import TxnDriver
 from tests.test_cleaner import assert_rebuild_equals_live, idempotent, latest_by_key, read
-from tests.txn_driver import TxnDriver
 
 CONFIG = {"cleanup.policy": "delete,compact", "retention.ms": 3_600_000, "delete.retention.ms": 0}
 OLD = 1_000  # a 1970 timestamp: retention removes these

@@ -13,8 +13,8 @@ from sqlalchemy import text
 
 from app.broker import Broker
 from app.client import Consumer, TopicPartition
-from tests.cli_runner import KIP98_BIN
-from tests.txn_driver import TxnDriver
+from tests.helpers.cli_runner import KIP98_BIN
+from tests.helpers.txn_driver import TxnDriver
 
 
 def ok(*args: str, stdin: str | None = None) -> str:

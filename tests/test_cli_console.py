@@ -10,7 +10,7 @@ import subprocess
 
 from app.broker import Broker
 from app.log.topics import list_topics
-from tests.cli_runner import KIP98_BIN
+from tests.helpers.cli_runner import KIP98_BIN
 from tests.test_cli_admin import fails, ok, run
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.cli_runner import run_kip98
+from tests.helpers.cli_runner import run_kip98
 
 UNREACHABLE = "postgresql+psycopg://nobody@127.0.0.1:1/x"
 

@@ -33,7 +33,7 @@ from app.client import (
     Producer,
     TopicPartition,
 )
-from tests.client_helpers import create_topics, group_consumer
+from tests.helpers.client_helpers import create_topics, group_consumer
 
 ROOT = Path(__file__).resolve().parents[1]
 Key = tuple[str, int]

@@ -29,7 +29,7 @@ from app.client import (
 from app.client import txn_manager as tm
 from app.groups.offsets import offset_fetch
 from app.protocol import OffsetFetchRequest
-from tests.client_helpers import create_topics, group_consumer
+from tests.helpers.client_helpers import create_topics, group_consumer
 
 TOPICS = {"alpha": 3, "beta": 2, "gamma": 4}
 Key = tuple[str, int]

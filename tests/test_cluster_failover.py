@@ -36,8 +36,8 @@ from app.protocol import (
 )
 from app.server.process import ServeProcess
 from tests import wire_copier
-from tests.cluster_nodes import live_nodes, nodes, start_registered, wait_until
-from tests.txn_driver import read_values
+from tests.helpers.cluster_nodes import live_nodes, nodes, start_registered, wait_until
+from tests.helpers.txn_driver import read_values
 
 RECORDS = 6_000
 PARTITIONS = 4

@@ -20,9 +20,9 @@ from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn
-from tests.backends import lost_connection
-from tests.projections import assert_partition_log_rebuilds
-from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+from tests.helpers.backends import lost_connection
+from tests.helpers.projections import assert_partition_log_rebuilds
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 PARTITIONS = [("t", 0), ("t", 1), ("u", 0)]
 

@@ -20,8 +20,8 @@ from app.broker import Broker
 from app.client import Producer
 from app.errors import KafkaError
 from app.log.topics import alter_topic_config, create_topic
-from tests.txn_driver import read_values
-from tests.wire_client import delivered, read_response, request_frame, serving
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import delivered, read_response, request_frame, serving
 
 WHY = "Compacted topic cannot accept message without key in topic partition kc-0"
 

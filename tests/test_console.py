@@ -30,8 +30,8 @@ from app.security import acls as acl_admin
 from app.security.rules import AclBinding as Acl
 from app.security.users import add_user
 from app.server.process import free_port
-from tests.cli_runner import KIP98_BIN
-from tests.txn_driver import TxnDriver
+from tests.helpers.cli_runner import KIP98_BIN
+from tests.helpers.txn_driver import TxnDriver
 
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect

@@ -10,7 +10,7 @@ from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.clock import ManualClock
 from app.console.samples import Sample, Sampler, rates
-from tests.txn_driver import TxnDriver
+from tests.helpers.txn_driver import TxnDriver
 
 
 def test_rates_between_samples() -> None:

@@ -47,8 +47,8 @@ from app.protocol import (
     WriteTxnMarkersRequest,
 )
 from app.settings import BrokerSettings
-from tests.projections import assert_partition_log_rebuilds
-from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+from tests.helpers.projections import assert_partition_log_rebuilds
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 
 @pytest.fixture

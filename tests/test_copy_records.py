@@ -28,7 +28,7 @@ from app.log.copy_records import (
 from app.log.producer_state import INT32_MAX
 from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn, record_size_bytes
-from tests.identities import identity_at_epoch
+from tests.helpers.identities import identity_at_epoch
 
 COLUMNS = (
     'topic, partition, "offset", "timestamp", key, value, headers, producer_id, producer_epoch, '

@@ -18,7 +18,7 @@ from app.clock import SYSTEM_CLOCK, ManualClock
 from app.coordinator import machines as m
 from app.errors import KafkaError
 from app.log.topics import create_topic
-from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = (("a", 0), ("b", 1), ("c", 2))

@@ -27,8 +27,8 @@ from app.protocol import CreatePartitionsRequest, PartitionCount
 from app.security import acls as acl_admin
 from app.security.rules import AclBinding as Acl
 from app.settings import BrokerSettings
-from tests.cli_runner import run_kip98
-from tests.wire_client import serving
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.wire_client import serving
 
 
 @pytest.fixture

@@ -37,10 +37,10 @@ from app.protocol import (
 from app.security import acls as acl_admin
 from app.security.rules import AclBinding as Acl
 from app.settings import BrokerSettings
-from tests.cli_runner import run_kip98
-from tests.projections import assert_partition_log_rebuilds
-from tests.txn_driver import TxnDriver, read_values
-from tests.wire_client import consume_all, delivered, serving
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.projections import assert_partition_log_rebuilds
+from tests.helpers.txn_driver import TxnDriver, read_values
+from tests.helpers.wire_client import consume_all, delivered, serving
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.storage.embedded import EmbeddedPostgres
-from tests.cli_runner import KIP98_BIN, run_kip98
+from tests.helpers.cli_runner import KIP98_BIN, run_kip98
 
 
 @pytest.fixture

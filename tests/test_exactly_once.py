@@ -24,7 +24,7 @@ from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.client import Consumer, Producer, TopicPartition
 from app.protocol import DescribeGroupsRequest, OffsetFetchRequest
-from tests.txn_driver import read_values
+from tests.helpers.txn_driver import read_values
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = 4

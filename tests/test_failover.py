@@ -22,9 +22,9 @@ from app.log.partition_lock import remembered
 from app.storage.engine import dispose_engines
 from app.torture.failover import kill_node, lose_machine
 from tests.failover_load import PARTITIONS
-from tests.replication import ReplicatedDatabase, wait_streaming
-from tests.txn_driver import partition_offsets, read_values
-from tests.wire_client import serving
+from tests.helpers.replication import ReplicatedDatabase, wait_streaming
+from tests.helpers.txn_driver import partition_offsets, read_values
+from tests.helpers.wire_client import serving
 
 ROOT = Path(__file__).resolve().parents[1]
 COPIERS = ("c1", "c2")

@@ -30,7 +30,7 @@ from app.protocol import (
     RecordOut,
 )
 from app.settings import BrokerSettings
-from tests.txn_driver import TxnDriver
+from tests.helpers.txn_driver import TxnDriver
 
 VALUE_BYTES = 40_000
 # What a fetch counts for one of those records: the overhead, the 2-byte key, the value.

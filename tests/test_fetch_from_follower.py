@@ -20,9 +20,9 @@ from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import OffsetAndMetadata, OffsetCommitRequest
 from app.storage.embedded import EmbeddedPostgres
-from tests.replication import ReplicatedDatabase, admin
-from tests.txn_driver import TxnDriver, partition_offsets, read_values
-from tests.wire_client import serving
+from tests.helpers.replication import ReplicatedDatabase, admin
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.helpers.wire_client import serving
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

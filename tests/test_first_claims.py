@@ -33,9 +33,9 @@ from app.protocol import (
     TxnOffsetCommitRequest,
 )
 from app.settings import BrokerSettings
-from tests.backends import idle_unbounded
-from tests.projections import assert_partition_log_rebuilds
-from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+from tests.helpers.backends import idle_unbounded
+from tests.helpers.projections import assert_partition_log_rebuilds
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 WAIT_S = 30
 

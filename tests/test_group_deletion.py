@@ -34,8 +34,8 @@ from app.protocol import (
 from app.security import acls as acl_admin
 from app.security.rules import AclBinding as Acl
 from app.settings import BrokerSettings
-from tests.txn_driver import TxnDriver
-from tests.wire_client import serving
+from tests.helpers.txn_driver import TxnDriver
+from tests.helpers.wire_client import serving
 
 
 @pytest.fixture

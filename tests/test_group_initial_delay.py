@@ -30,7 +30,7 @@ from app.protocol import (
     SyncGroupRequest,
 )
 from app.settings import BrokerSettings
-from tests.wire_client import serving
+from tests.helpers.wire_client import serving
 
 DELAY = 3_000
 

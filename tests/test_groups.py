@@ -28,8 +28,8 @@ from app.protocol import (
     SyncGroupRequest,
     TxnOffsetCommitRequest,
 )
-from tests.backends import idle_unbounded
-from tests.txn_driver import TxnDriver
+from tests.helpers.backends import idle_unbounded
+from tests.helpers.txn_driver import TxnDriver
 
 
 @pytest.fixture

@@ -24,15 +24,15 @@ from app.client import KafkaError, Message
 from app.client.producer import Producer
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, ProduceResponse, RecordIn
-from tests.backends import (
+from tests.helpers.backends import (
     conninfo,
     holding,
     lost_connection,
     terminate,
     wait_for_blocked_backend,
 )
-from tests.identities import hand_out
-from tests.txn_driver import batchwise
+from tests.helpers.identities import hand_out
+from tests.helpers.txn_driver import batchwise
 
 
 @pytest.fixture

@@ -47,8 +47,8 @@ from app.protocol import (
 )
 from app.server.process import ServeProcess, free_port
 from app.storage.driver import libpq_conninfo
-from tests.cluster_nodes import wait_until
-from tests.wire_client import exchange, serving
+from tests.helpers.cluster_nodes import wait_until
+from tests.helpers.wire_client import exchange, serving
 
 # Epochs 0, 2 and 5 began at offsets 0, 10 and 25 (epochs 1, 3, 4 led nothing).
 HISTORY = [(0, 0), (2, 10), (5, 25)]

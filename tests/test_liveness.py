@@ -18,7 +18,7 @@ from app.protocol import ProduceRequest, RecordIn
 from app.storage import liveness
 from app.storage.liveness import closed_by_server
 from tests.conftest import admin_conninfo
-from tests.identities import hand_out
+from tests.helpers.identities import hand_out
 from tests.test_idempotence_faults import terminate
 
 PID = 7

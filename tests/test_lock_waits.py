@@ -27,9 +27,9 @@ from app.log.markers import Marker, write_txn_markers
 from app.log.topics import create_topic
 from app.protocol import CONTROL_COMMIT, InitProducerIdRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
-from tests.backends import idle_unbounded
+from tests.helpers.backends import idle_unbounded
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, produce_many, read_values
 from tests.test_markers import wait_for_lock_wait
-from tests.txn_driver import TxnDriver, partition_offsets, produce_many, read_values
 
 
 @pytest.fixture

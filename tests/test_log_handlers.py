@@ -35,7 +35,7 @@ from app.protocol import (
     payload_bytes,
 )
 from app.settings import BrokerSettings
-from tests.identities import hand_out, identity_at_epoch, init_transactional
+from tests.helpers.identities import hand_out, identity_at_epoch, init_transactional
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from app.log.topics import create_topic
 from app.metrics import gather, prometheus_text
 from app.protocol import EndTxnRequest, InitProducerIdRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
-from tests.txn_driver import TxnDriver, state_of
+from tests.helpers.txn_driver import TxnDriver, state_of
 
 INTERVAL_MS = 1_000
 

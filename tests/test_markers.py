@@ -20,8 +20,8 @@ from app.errors import KafkaError, KafkaException
 from app.log.markers import Marker, write_txn_markers
 from app.log.topics import create_topic, delete_topic
 from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest
-from tests.backends import idle_unbounded
-from tests.txn_driver import TxnDriver, partition_offsets, read_values, state_of
+from tests.helpers.backends import idle_unbounded
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 
 @pytest.fixture

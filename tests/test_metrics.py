@@ -15,9 +15,9 @@ from app.clock import ManualClock
 from app.log.topics import create_topic
 from app.metrics import Kip98Collector, Snapshot, gather, prometheus_text
 from app.protocol import ProduceRequest, RecordIn
-from tests.cli_runner import run_kip98
-from tests.identities import hand_out
-from tests.txn_driver import TxnDriver
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.identities import hand_out
+from tests.helpers.txn_driver import TxnDriver
 
 
 def samples(exposition: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -27,9 +27,9 @@ from app.server.process import ServeProcess, free_port
 from app.storage.embedded import DATABASE, SUPERUSER, EmbeddedPostgres
 from app.storage.migrate import current_revisions, head_revisions
 from app.storage.urls import libpq_conninfo
-from tests.cli_runner import KIP98_BIN, run_kip98
-from tests.cluster_nodes import wait_until
 from tests.conftest import admin_conninfo, with_database
+from tests.helpers.cli_runner import KIP98_BIN, run_kip98
+from tests.helpers.cluster_nodes import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -34,7 +34,7 @@ from app.storage.one_query import (
     prepared_call,
     unprepared,
 )
-from tests.identities import hand_out
+from tests.helpers.identities import hand_out
 
 PID = 11
 ROOT = Path(__file__).resolve().parents[1]

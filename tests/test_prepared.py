@@ -14,8 +14,8 @@ from app.broker import Broker
 from app.broker.prepared import PreparedTxn, end_prepared
 from app.client import Producer
 from app.errors import KafkaError, KafkaException
-from tests.client_helpers import create_topics
-from tests.spark_data import committed, sql_rows
+from tests.helpers.client_helpers import create_topics
+from tests.helpers.spark_data import committed, sql_rows
 
 PREFIX = "batch-q-"
 

@@ -19,10 +19,16 @@ from app.errors import KafkaError
 from app.log import append
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
-from tests.backends import lost_connection
-from tests.identities import hand_out
-from tests.projections import assert_partition_log_rebuilds
-from tests.txn_driver import TxnDriver, produce_many, produce_registering, read_values, state_of
+from tests.helpers.backends import lost_connection
+from tests.helpers.identities import hand_out
+from tests.helpers.projections import assert_partition_log_rebuilds
+from tests.helpers.txn_driver import (
+    TxnDriver,
+    produce_many,
+    produce_registering,
+    read_values,
+    state_of,
+)
 
 
 @pytest.fixture

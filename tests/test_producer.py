@@ -21,7 +21,7 @@ from app.client.partitioner import murmur2_partition
 from app.client.producer import Producer
 from app.log.topics import create_topic, describe_topic, list_topics
 from app.protocol import ProduceRequest, ProduceResponse
-from tests.txn_driver import batchwise
+from tests.helpers.txn_driver import batchwise
 
 Report = tuple[KafkaError | None, Message]
 

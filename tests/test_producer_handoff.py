@@ -17,7 +17,7 @@ from app.client.handoff import HANDOFF_INTERVAL_S
 from app.client.producer import Producer
 from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse
-from tests.backends import lost_connection
+from tests.helpers.backends import lost_connection
 
 Transport = Callable[[ProduceBatchesRequest], ProduceBatchesResponse]
 

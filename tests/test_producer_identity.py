@@ -23,7 +23,7 @@ from app.log.topics import create_topic
 from app.metrics import gather
 from app.protocol import InitProducerIdRequest, ProduceRequest, RecordIn
 from app.settings import BrokerSettings
-from tests.txn_driver import (
+from tests.helpers.txn_driver import (
     TxnDriver,
     partition_offsets,
     produce_many,

@@ -32,8 +32,8 @@ from app.protocol import (
     ProduceResponse,
     RecordIn,
 )
-from tests.backends import lost_connection
-from tests.txn_driver import TxnDriver, batchwise, partition_offsets, read_values
+from tests.helpers.backends import lost_connection
+from tests.helpers.txn_driver import TxnDriver, batchwise, partition_offsets, read_values
 
 PARTITIONS = 4
 

@@ -38,8 +38,8 @@ from app.client import ConsumerGroupMetadata, KafkaException, Producer, TopicPar
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.storage import one_query as one_query_module
-from tests.backends import conninfo, holding, terminate, wait_for_blocked_backend
-from tests.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.helpers.backends import conninfo, holding, terminate, wait_for_blocked_backend
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values
 
 ROOT = Path(__file__).resolve().parent.parent
 

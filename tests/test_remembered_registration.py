@@ -25,7 +25,7 @@ from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest
 from app.storage.context import BrokerContext
-from tests.txn_driver import (
+from tests.helpers.txn_driver import (
     TxnDriver,
     partition_offsets,
     produce_many,

@@ -36,7 +36,7 @@ from app.protocol import (
     RecordIn,
 )
 from app.storage.context import BrokerContext
-from tests.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values
 
 
 @pytest.fixture

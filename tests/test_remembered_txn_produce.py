@@ -28,7 +28,7 @@ from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, EndTxnRequest
 from app.storage.context import BrokerContext
-from tests.txn_driver import (
+from tests.helpers.txn_driver import (
     TxnDriver,
     produce_many,
     produce_registering,

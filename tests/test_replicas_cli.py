@@ -14,8 +14,8 @@ import pytest
 
 from app.storage.cluster import EmbeddedCluster
 from app.storage.urls import parse
-from tests.cli_runner import run_kip98
-from tests.replication import admin, wait_gone
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.replication import admin, wait_gone
 
 
 @pytest.fixture

@@ -27,10 +27,10 @@ from app.protocol import (
 )
 from app.settings import BrokerSettings
 from app.storage.urls import parse
-from tests.cli_runner import run_kip98
-from tests.replication import ReplicatedDatabase, paused, server_setting
-from tests.txn_driver import read_values
-from tests.wire_client import serving
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.replication import ReplicatedDatabase, paused, server_setting
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import serving
 
 BOUND_MS = 2000  # the statement bound, which now bounds a commit's wait for its standbys
 NOT_ENOUGH = KafkaError.NOT_ENOUGH_REPLICAS

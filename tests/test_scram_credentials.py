@@ -38,7 +38,7 @@ from app.protocol import ScramUpsertion
 from app.security.users import add_user, alter_scram_credentials, describe_scram_credentials
 from app.server.process import ServeProcess, free_port
 from app.settings import BrokerSettings
-from tests.cli_runner import run_kip98
+from tests.helpers.cli_runner import run_kip98
 
 
 def _upsertion(

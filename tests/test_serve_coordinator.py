@@ -18,9 +18,9 @@ from sqlalchemy import text
 from app.broker import Broker
 from app.log.topics import create_topic
 from app.server.process import ServeProcess
-from tests.cluster_nodes import live_nodes, node_at, nodes, wait_until
-from tests.txn_driver import state_of
-from tests.wire_client import serving
+from tests.helpers.cluster_nodes import live_nodes, node_at, nodes, wait_until
+from tests.helpers.txn_driver import state_of
+from tests.helpers.wire_client import serving
 
 # A short pass interval and lease, so the test waits little; the waits are on conditions.
 ENV = {"KIP98_COORDINATOR_INTERVAL_MS": "100", "KIP98_COORDINATOR_LEASE_MS": "2000"}

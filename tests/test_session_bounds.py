@@ -26,7 +26,7 @@ from app.log.topics import create_topic
 from app.settings import BrokerSettings
 from app.storage.engine import dispose_engines, get_engine
 from app.storage.limits import request_deadline
-from tests.backends import ActiveHolder, holding
+from tests.helpers.backends import ActiveHolder, holding
 
 ROOT = Path(__file__).resolve().parents[1]
 IDLE_MS = 1_000  # the paused child's sessions are ended after this long idle in a transaction

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pyspark.errors import AnalysisException, StreamingQueryException
 
-from tests.client_helpers import create_topics
+from tests.helpers.client_helpers import create_topics
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrameReader, SparkSession

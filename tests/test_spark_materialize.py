@@ -39,9 +39,9 @@ from app.spark.materialize import (
     slices,
 )
 from app.spark.partitions import Registered, wait_for_older_snapshots, work_engine
-from tests.backends import ActiveHolder
-from tests.cli_runner import run_kip98
-from tests.txn_driver import TxnDriver
+from tests.helpers.backends import ActiveHolder
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.txn_driver import TxnDriver
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

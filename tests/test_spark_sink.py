@@ -21,8 +21,15 @@ from pyspark.errors import PySparkException
 
 from app.client.partitioner import murmur2_partition
 from app.spark.sink import query_prefix
-from tests.client_helpers import create_topics
-from tests.spark_data import committed, plain, sql_rows, transactional, wait_for, write_transaction
+from tests.helpers.client_helpers import create_topics
+from tests.helpers.spark_data import (
+    committed,
+    plain,
+    sql_rows,
+    transactional,
+    wait_for,
+    write_transaction,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

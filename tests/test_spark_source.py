@@ -19,8 +19,8 @@ from app.broker import Broker
 from app.cleaner.cleaner import clean, partitions_to_clean
 from app.spark.offsets import OffsetRange
 from app.spark.source import APPLICATION_NAME, ReadSettings, read_range, worker_connections
-from tests.client_helpers import create_topics
-from tests.spark_data import committed, plain, sql_rows, transactional, write_transaction
+from tests.helpers.client_helpers import create_topics
+from tests.helpers.spark_data import committed, plain, sql_rows, transactional, write_transaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -17,7 +17,7 @@ from app.broker import Broker
 from app.client import Producer
 from app.log.topics import create_topic
 from app.storage.stalls import MAX_TICK_S, MIN_TICK_S, Stalled, tick_seconds, to_end
-from tests.backends import conninfo
+from tests.helpers.backends import conninfo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

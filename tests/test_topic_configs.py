@@ -47,7 +47,7 @@ from app.log.topic_config import (
 )
 from app.log.topics import alter_topic_config, create_topic, describe_topic, list_topics
 from app.protocol import FetchRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
-from tests.wire_client import consume_all, delivered, exchange, serving
+from tests.helpers.wire_client import consume_all, delivered, exchange, serving
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from app.protocol import InitProducerIdRequest
 from app.security.roles import apply_roles
 from app.storage.engine import MAX_ATTEMPTS, dispose_engines, retry_conflicts
 from app.storage.errors import kafka_error, meaning
-from tests.cli_runner import run_kip98
 from tests.conftest import admin_conninfo, with_database
+from tests.helpers.cli_runner import run_kip98
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from app.protocol import (
     ProduceRequest,
     RecordIn,
 )
-from tests.txn_driver import TxnDriver
+from tests.helpers.txn_driver import TxnDriver
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from app.client import Consumer, KafkaError, Producer, TopicPartition
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
 from app.server.process import free_port
-from tests.txn_driver import read_values
-from tests.wire_client import (
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import (
     consume_all,
     delivered,
     read_response,
@@ -415,7 +415,7 @@ def test_a_fill_reads_whole_batches_up_to_its_bytes_in_few_reads(
     from app.server import apis
     from app.server.records import BATCH_HEADER_BYTES
     from app.settings import BrokerSettings
-    from tests.txn_driver import TxnDriver
+    from tests.helpers.txn_driver import TxnDriver
 
     broker = Broker.connect(db_url, settings=BrokerSettings(fetch_max_records=10))
     create_topic(broker, "t", 1)
@@ -478,7 +478,7 @@ def test_a_batch_whose_first_records_were_compacted_away_keeps_its_fields(
     from app.cleaner.cleaner import clean_partition, partitions_to_clean
     from app.protocol import FetchRequest
     from app.server.records import encode_batches
-    from tests.identities import hand_out
+    from tests.helpers.identities import hand_out
 
     create_topic(broker, "c", 1, {"cleanup.policy": "compact"})
     for pid, seq, keys in ((800, 0, "abcd"), (801, 0, "ab")):

@@ -40,8 +40,8 @@ from app.protocol import (
 )
 from app.server.apis import APIS
 from app.server.codec import build
-from tests.txn_driver import TxnDriver
-from tests.wire_client import exchange, serving
+from tests.helpers.txn_driver import TxnDriver
+from tests.helpers.wire_client import exchange, serving
 
 
 @pytest.fixture

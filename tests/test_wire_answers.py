@@ -46,7 +46,7 @@ from app.protocol import ProduceRequest, RecordIn
 from app.server.apis import APIS
 from app.server.process import ServeProcess
 from app.storage.driver import libpq_conninfo
-from tests.wire_client import read_frame, request_frame
+from tests.helpers.wire_client import read_frame, request_frame
 
 API_VERSIONS = 18
 SERVED = sorted((key, v) for key, (low, high, _) in APIS.items() for v in range(low, high + 1))

@@ -27,10 +27,10 @@ from app import placement
 from app.broker import Broker
 from app.log.topics import create_topic
 from app.server.process import ServeProcess, free_port
-from tests.cli_runner import run_kip98
-from tests.cluster_nodes import bootstrap, live_nodes, node_at, nodes, wait_until
-from tests.txn_driver import read_values
-from tests.wire_client import delivered, exchange
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.cluster_nodes import bootstrap, live_nodes, node_at, nodes, wait_until
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import delivered, exchange
 
 
 def _metadata(address: str) -> Any:

@@ -14,7 +14,7 @@ from app.broker import Broker
 from app.client import Producer
 from app.log.topics import create_topic
 from app.protocol import OffsetFetchRequest
-from tests.txn_driver import read_values
+from tests.helpers.txn_driver import read_values
 
 RECORDS = 50_000
 PARTITIONS = 4

@@ -18,7 +18,7 @@ from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.server.apis import APIS
 from app.server.codec import build
-from tests.wire_client import delivered, read_response, request_frame
+from tests.helpers.wire_client import delivered, read_response, request_frame
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from app.broker import Broker
 from app.client import Consumer, TopicPartition
 from app.groups.rebuild import compute_group_offsets, live_group_offsets
 from app.log.topics import create_topic
-from tests.wire_client import serving
+from tests.helpers.wire_client import serving
 
 
 def _committed(c: ck.Consumer, n: int) -> list[tuple[int, int | None]]:

@@ -17,8 +17,8 @@ from aiokafka.record.memory_records import MemoryRecords
 from app.broker import Broker
 from app.client import Producer
 from app.log.topics import create_topic
-from tests.txn_driver import read_values
-from tests.wire_client import read_response, request_frame
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import read_response, request_frame
 
 
 @pytest.fixture

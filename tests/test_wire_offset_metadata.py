@@ -20,7 +20,7 @@ from sqlalchemy import text
 from app.broker import Broker
 from app.client import Consumer, TopicPartition
 from app.log.topics import create_topic
-from tests.wire_client import serving
+from tests.helpers.wire_client import serving
 
 NUL = "before\x00after \u2603 \U0001f600"
 # librdkafka's metadata is a C string: everything but NUL (which kafka-python and aiokafka

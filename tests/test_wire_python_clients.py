@@ -21,8 +21,8 @@ from kafka.structs import OffsetAndMetadata as KpOffsetAndMetadata
 from app.broker import Broker
 from app.client import Consumer, Producer, TopicPartition
 from app.log.topics import create_topic
-from tests.txn_driver import read_values
-from tests.wire_client import consume_all
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import consume_all
 
 # One record as every client sees it: (partition, key, value, headers).
 Seen = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]

@@ -24,7 +24,7 @@ import pytest
 from app.broker import Broker
 from app.log.topics import create_topic
 from app.server.process import ServeProcess
-from tests.txn_driver import read_values
+from tests.helpers.txn_driver import read_values
 
 TRANSACTIONS = 30
 PER_TRANSACTION = 5

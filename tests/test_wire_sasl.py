@@ -37,9 +37,9 @@ from app.security.rules import AclBinding
 from app.security.users import add_user, check_plain, delete_user, scram_user
 from app.server.process import ServeProcess, free_port
 from app.server.sasl import plain_credentials
-from tests.cli_runner import run_kip98
-from tests.txn_driver import read_values
-from tests.wire_client import (
+from tests.helpers.cli_runner import run_kip98
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import (
     authentication_refused,
     delivered,
     read_committed_values,

@@ -25,8 +25,8 @@ from app.broker import Broker
 from app.log.topics import create_topic
 from app.security.users import add_user
 from app.server.process import ServeProcess, free_port
-from tests.txn_driver import read_values
-from tests.wire_client import (
+from tests.helpers.txn_driver import read_values
+from tests.helpers.wire_client import (
     authentication_refused,
     delivered,
     read_committed_values,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from app.broker import Broker
-from tests.txn_driver import TxnDriver
+from tests.helpers.txn_driver import TxnDriver
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from bench.kafka import KafkaBroker
 from tests.conformance.harness import Target
-from tests.wire_client import serving
+from tests.helpers.wire_client import serving
 
 # kip98 serve configured as the Kafka broker is (bench.kafka.broker.DEFAULT_SETTINGS):
 # topics created on first use with one partition, groups formed at once, a coordinator

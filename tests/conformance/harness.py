@@ -25,7 +25,7 @@ from typing import Any
 import confluent_kafka as ck
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.wire_client import exchange, read_frame
+from tests.helpers.wire_client import exchange, read_frame
 
 Observation = Any  # plain JSON-like data: dicts, lists, ints, strs, bools, None
 

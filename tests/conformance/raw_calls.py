@@ -16,7 +16,7 @@ from kio.index import load_request_schema
 from app.server.codec import build
 from tests.conformance.harness import Target
 from tests.conformance.normalise import error_name
-from tests.wire_client import read_frame, request_frame
+from tests.helpers.wire_client import read_frame, request_frame
 
 # Kafka's API keys, by the names the scenarios use.
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3

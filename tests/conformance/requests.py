@@ -239,7 +239,7 @@ def describe_transactions(target: Target, *transactional_ids: str) -> list[dict[
     -1 start time of a transaction not under way."""
     from kio.schema.describe_transactions.v0 import request as r
 
-    from tests.wire_client import request_frame
+    from tests.helpers.wire_client import request_frame
 
     frame = request_frame(65, 0, r.DescribeTransactionsRequest(transactional_ids=transactional_ids))
     answer = target.raw_bytes(frame)

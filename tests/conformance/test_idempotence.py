@@ -11,7 +11,7 @@ import confluent_kafka as ck
 from tests.conformance.harness import Target, documented_difference, same
 from tests.conformance.normalise import batches, error_name
 from tests.conformance.requests import batch, fetch, init_producer_id, produce
-from tests.wire_client import consume_all
+from tests.helpers.wire_client import consume_all
 
 MAX_SEQUENCE = 2**31 - 1
 

@@ -29,7 +29,7 @@ from tests.conformance.requests import (
     produce,
     txn_offset_commit,
 )
-from tests.wire_client import consume_all
+from tests.helpers.wire_client import consume_all
 
 
 def plain_record(target: Target, topic: str, value: str, partition: int = 0) -> None:

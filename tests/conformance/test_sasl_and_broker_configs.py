@@ -28,7 +28,7 @@ from tests.conformance.raw_calls import (
     call_frame,
     error,
 )
-from tests.wire_client import read_response, request_frame
+from tests.helpers.wire_client import read_response, request_frame
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 RESOURCE_BROKER = 4

@@ -28,7 +28,7 @@ from tests.conformance.requests import (
     produce,
     txn_offset_commit,
 )
-from tests.wire_client import consume_all
+from tests.helpers.wire_client import consume_all
 
 
 def read_all(target: Target, topic: str, isolation: str, want: int) -> list[Any]:

@@ -25,7 +25,7 @@ from app.storage.cluster import EmbeddedCluster, Layout
 from app.storage.embedded import SUPERUSER, EmbeddedPostgres
 from app.storage.urls import parse
 from app.torture.failover import node_processes
-from tests.cli_runner import run_kip98
+from tests.helpers.cli_runner import run_kip98
 
 STANDBYS = 2
 
