@@ -35,7 +35,7 @@ from app.protocol import (
     OffsetFetchRequest,
 )
 from app.server.process import ServeProcess
-from tests import wire_copier
+from tests.children import wire_copier
 from tests.helpers.cluster_nodes import live_nodes, nodes, start_registered, wait_until
 from tests.helpers.txn_driver import read_values
 
@@ -91,7 +91,7 @@ def test_an_exactly_once_copy_goes_on_while_a_node_is_killed_and_another_restart
     try:
         for i in ids:
             assert start_registered(db_url, serves[i]) == i
-        copy = [sys.executable, "-m", "tests.wire_copier",
+        copy = [sys.executable, "-m", "tests.children.wire_copier",
                 ",".join(serves[i].address for i in ids), "src", "dst", str(RECORDS)]  # fmt: skip
         copier = subprocess.Popen(copy)
         feeder.start()

@@ -44,7 +44,7 @@ def run_child(
     if crash_at:
         env["KIP98_CRASH_AT"] = crash_at
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.crash_child", tid, str(timeout_ms),
+        [sys.executable, "-m", "tests.children.crash_child", tid, str(timeout_ms),
          "combined" if combined else "separate"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -145,7 +145,7 @@ def test_zombie_paused_mid_transaction_cannot_write_into_the_next(
     env = {**os.environ, "KIP98_DATABASE_URL": db_url}
     env.pop("KIP98_CRASH_AT", None)
     zombie = subprocess.Popen(
-        [sys.executable, "-m", "tests.zombie_child", "shared"],
+        [sys.executable, "-m", "tests.children.zombie_child", "shared"],
         cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert zombie.stdout is not None and zombie.stdin is not None

@@ -21,7 +21,7 @@ from app.client import Consumer, Producer, TopicPartition
 from app.log.partition_lock import remembered
 from app.storage.engine import dispose_engines
 from app.torture.failover import kill_node, lose_machine
-from tests.failover_load import PARTITIONS
+from tests.children.failover_load import PARTITIONS
 from tests.helpers.replication import ReplicatedDatabase, wait_streaming
 from tests.helpers.txn_driver import partition_offsets, read_values
 from tests.helpers.wire_client import serving
@@ -87,8 +87,8 @@ def test_losing_the_primary_under_load_keeps_exactly_once(replica_db: Replicated
     broker = Broker.connect(url)
 
     with serving(url) as bootstrap:
-        feeder = _start(replica_db, "tests.failover_load", "feed", "in")
-        wire = _start(replica_db, "tests.failover_load", "wire", bootstrap, "wire")
+        feeder = _start(replica_db, "tests.children.failover_load", "feed", "in")
+        wire = _start(replica_db, "tests.children.failover_load", "wire", bootstrap, "wire")
         copiers = [
             _start(replica_db, "app.pipeline", "in", "out", "copiers", tid, "--batch-size", "50")
             for tid in COPIERS

@@ -301,7 +301,7 @@ def run_child(db_url: str, mode: str, crash_at: str | None = None) -> int:
     if crash_at is not None:
         env["KIP98_CRASH_AT"] = crash_at
     child = subprocess.run(
-        [sys.executable, "-m", "tests.one_query_child", db_url, mode],
+        [sys.executable, "-m", "tests.children.one_query_child", db_url, mode],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return child.returncode

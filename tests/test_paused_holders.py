@@ -42,7 +42,7 @@ BOUND_MS = 1_000  # the waiters end a session stalled on its client after this l
 # Far past any wait of these tests: a waiter that finishes was freed by the bound above.
 PATIENCE_MS = 600_000
 HANG_GUARD_S = 120  # only against a hang; nothing is asserted about how long things take
-CHILD = ("-m", "tests.stopping_child")
+CHILD = ("-m", "tests.children.stopping_child")
 KIP98 = ("-c", "from app.cli.main import main; main()")  # the kip98 command
 
 

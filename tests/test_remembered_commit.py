@@ -432,7 +432,7 @@ def test_a_process_killed_inside_the_one_query_commit_leaves_nothing(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert env["KIP98_CLIENT_COORDINATOR_LOOP"] == "0"
     child = subprocess.run(
-        [sys.executable, "-m", "tests.remembered_commit_child", db_url,
+        [sys.executable, "-m", "tests.children.remembered_commit_child", db_url,
          *(["offsets"] if offsets else [])],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

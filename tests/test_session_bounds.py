@@ -55,7 +55,7 @@ def paused_child(db_url: str, request: pytest.FixtureRequest) -> Iterator[subpro
         "KIP98_CLIENT_COORDINATOR_LOOP": "0",
     }
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.paused_child", db_url, request.param],
+        [sys.executable, "-m", "tests.children.paused_child", db_url, request.param],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -177,7 +177,7 @@ def test_a_process_paused_while_its_pipeline_waits_is_bounded(
         "KIP98_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS": str(IDLE_MS),
     }
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.pipeline_child", db_url, mode],
+        [sys.executable, "-m", "tests.children.pipeline_child", db_url, mode],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 ROOT = Path(__file__).resolve().parents[1]
-CHILD = [sys.executable, "-m", "tests.spark_stream_child"]
+CHILD = [sys.executable, "-m", "tests.children.spark_stream_child"]
 
 pytestmark = pytest.mark.spark
 

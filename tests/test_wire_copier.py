@@ -23,7 +23,7 @@ KILLS = 10
 
 def _start(server: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.wire_copier", server, "src", "dst", str(RECORDS)],
+        [sys.executable, "-m", "tests.children.wire_copier", server, "src", "dst", str(RECORDS)],
         text=True,
     )  # fmt: skip
 

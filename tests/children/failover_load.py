@@ -1,10 +1,10 @@
 """Writers that run through a failover, each its own process, each printing what it was
 told was written, so a test can check that all of it survived:
 
-- ``python -m tests.failover_load feed TOPIC``: the native idempotent Producer (acks=all)
+- ``python -m tests.children.failover_load feed TOPIC``: the native idempotent Producer (acks=all)
   on ``KIP98_DATABASE_URL``, writing ``f-<n>`` round the partitions; prints ``acked <n>``
   for each record whose delivery report said it was written.
-- ``python -m tests.failover_load wire BOOTSTRAP TOPIC``: a librdkafka transactional
+- ``python -m tests.children.failover_load wire BOOTSTRAP TOPIC``: a librdkafka transactional
   producer through ``kip98 serve``, transactions of ``BATCH`` records ``w-<n>``; prints
   ``committed <first> <last>`` once ``commit_transaction()`` returned, ``aborted <first>
   <last>`` after an abort.

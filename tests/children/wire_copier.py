@@ -1,6 +1,6 @@
 """A consume-transform-produce copier written as any librdkafka user writes one, run as
 its own process so a test can SIGKILL it:
-``python -m tests.wire_copier BOOTSTRAP SRC DST RECORDS``.
+``python -m tests.children.wire_copier BOOTSTRAP SRC DST RECORDS``.
 
 A static member of group "copier" (a restarted copier takes its predecessor's place at
 once), reading read_committed, writing each record upper-cased to the same partition of
