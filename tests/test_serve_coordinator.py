@@ -2,8 +2,8 @@
 (docs/design.md rule 54): a librdkafka transaction left open past its
 transaction.timeout.ms is aborted and its producer fenced with nothing else running the
 coordinator loop (``KIP98_CLIENT_COORDINATOR_LOOP=0`` here, no ``kip98 coordinator run``);
-with several nodes, one holds each lease, and another takes the work over once the
-leases of a node killed outright lapse."""
+with several nodes, they share the leases (rule 59), and another takes a lease's work
+over once the leases of a node killed outright lapse."""
 
 from __future__ import annotations
 
@@ -16,14 +16,17 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from sqlalchemy import text
 
 from app.broker import Broker
+from app.coordinator.metadata import txn_partition_for
 from app.log.topics import create_topic
 from app.server.process import ServeProcess
+from app.settings import BrokerSettings
 from tests.helpers.cluster_nodes import live_nodes, node_at, nodes, wait_until
 from tests.helpers.txn_driver import state_of
 from tests.helpers.wire_client import serving
 
 # A short pass interval and lease, so the test waits little; the waits are on conditions.
 ENV = {"KIP98_COORDINATOR_INTERVAL_MS": "100", "KIP98_COORDINATOR_LEASE_MS": "2000"}
+PARTITIONS = BrokerSettings().transaction_log_partitions
 # Long enough that the record is written before it lapses, even on a loaded machine.
 TIMEOUT_MS = 4000
 # What librdkafka reports for a commit whose producer the coordinator has fenced: the
@@ -123,22 +126,34 @@ def test_a_lone_server_times_out_a_transaction_left_open(db_url: str) -> None:
     assert _live_leases(db_url) == 0
 
 
+def _holders(db_url: str) -> dict[int, str]:
+    """The live owner of each held coordinator lease, by transaction-log partition."""
+    broker = Broker.connect(db_url)
+    with broker.engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT txn_partition, owner FROM coordinator_leases"
+                " WHERE expires_ms > :now AND owner IS NOT NULL"
+            ),
+            {"now": broker.clock.now_ms()},
+        ).all()
+    return {int(r.txn_partition): str(r.owner) for r in rows}
+
+
+def _held_by(db_url: str, pids: set[int]) -> dict[int, str] | None:
+    """Every lease, each held by a loop of one of ``pids`` and all of them by some: the
+    leases shared among those nodes alone (rule 59); else None."""
+    holders = _holders(db_url)
+    owners = {_pid_of(o) for o in holders.values()}
+    if len(holders) != PARTITIONS or owners != pids:
+        return None
+    return holders
+
+
 def _holder(db_url: str) -> str | None:
     """The one owner of every live coordinator lease, if one owner holds them all."""
-    broker = Broker.connect(db_url)
-    now = broker.clock.now_ms()
-    with broker.engine.connect() as conn:
-        owners = conn.execute(
-            text("SELECT DISTINCT owner FROM coordinator_leases WHERE expires_ms > :now"),
-            {"now": now},
-        ).scalars()
-        found = [o for o in owners if o is not None]
-        total = conn.execute(text("SELECT count(*) FROM coordinator_leases")).scalar()
-    return (
-        found[0]
-        if len(found) == 1 and total == broker.settings.transaction_log_partitions
-        else None
-    )
+    owners = set(_holders(db_url).values())
+    return owners.pop() if len(owners) == 1 and len(_holders(db_url)) == PARTITIONS else None
 
 
 def _live_leases(db_url: str, owner: str | None = None) -> int:
@@ -164,15 +179,19 @@ def _pid_of(owner: str) -> int:
 def test_another_node_takes_over_from_a_killed_lease_holder(db_url: str) -> None:
     create_topic(Broker.connect(db_url), "t", 1)
     with nodes(db_url, 3, env=ENV) as serves:
-        holder = wait_until(lambda: _holder(db_url), "no node took the coordinator leases")
+        pids = {s.proc.pid for s in serves if s.proc is not None}
+        # The three loops share the leases: each node holds some (rule 59).
+        shared = wait_until(lambda: _held_by(db_url, pids), "the nodes never shared the leases")
+        mine = txn_partition_for("stalled", PARTITIONS)
+        holder = shared[mine]
         [doomed] = [s for s in serves if s.proc is not None and s.proc.pid == _pid_of(holder)]
         doomed.kill()
         others = [s for s in serves if s is not doomed]
         alive = {s.proc.pid for s in others if s.proc is not None}
-        successor = wait_until(
-            lambda: (h := _holder(db_url)) is not None and _pid_of(h) in alive and h,
-            "no other node took the leases over once they lapsed",
+        taken = wait_until(
+            lambda: _held_by(db_url, alive), "the other nodes never took the lapsed leases over"
         )
+        successor = taken[mine]
         assert successor != holder
         # The killed node out of Metadata, so no client is sent to it.
         wait_until(
@@ -181,17 +200,17 @@ def test_another_node_takes_over_from_a_killed_lease_holder(db_url: str) -> None
         )
         _left_open_is_aborted(db_url, ",".join(s.address for s in others))
 
-        # The successor stopped by SIGTERM releases the leases at once; the last node
-        # takes them on its next pass.
+        # The successor stopped by SIGTERM releases its leases at once; the last node
+        # takes every one on its next passes.
         [stopping] = [s for s in others if s.proc is not None and s.proc.pid == _pid_of(successor)]
         assert stopping.stop() == 0
         assert _live_leases(db_url, successor) == 0
         [last] = [s for s in others if s is not stopping]
+        assert last.proc is not None
         wait_until(
-            lambda: (h := _holder(db_url)) is not None and last.proc is not None
-            and _pid_of(h) == last.proc.pid,
+            lambda: _held_by(db_url, {last.proc.pid}) if last.proc else None,
             "the last node never took the released leases",
-        )  # fmt: skip
+        )
 
 
 def test_with_the_setting_off_a_server_takes_no_lease(db_url: str) -> None:

@@ -118,6 +118,12 @@ class PassStats:
         self.backed_off += other.backed_off
 
 
+def fair_share(partitions: int, loops: int) -> int:
+    """The leases one of ``loops`` live coordinator loops holds at most: enough that
+    together they hold every one of ``partitions``."""
+    return -(-partitions // max(loops, 1))
+
+
 class CoordinatorLoop:
     def __init__(self, broker: BrokerContext, owner: str | None = None) -> None:
         self.broker = broker
@@ -133,9 +139,13 @@ class CoordinatorLoop:
     # ------------------------------------------------------------ leases
     @retry_conflicts
     def acquire_leases(self) -> dict[int, int]:
-        """Take or renew every lease that is free or ours: {txn_partition: coordinator_epoch}."""
+        """Take or renew a fair share of the leases, those held first, then free ones:
+        {txn_partition: coordinator_epoch}. The loops at work share them evenly (rule 59):
+        each counts the live loops, gives up what it holds beyond its share, and takes free
+        ones up to it, so a loop that joins gets leases from those already running."""
         s = self.broker.settings
         now = self.broker.clock.now_ms()
+        expires = now + s.coordinator_lease_ms
         with self.broker.engine.begin() as conn:
             # Leases commit on the primary alone, as changes of cluster membership do: a
             # node with its standbys gone still renews, and stops, without waiting for
@@ -143,9 +153,14 @@ class CoordinatorLoop:
             # checks its epoch in its own DB transaction, which waits for the standbys.
             conn.execute(LOCAL_COMMIT)
             conn.execute(sql.ENSURE_LEASES, {"n": s.transaction_log_partitions})
+            conn.execute(sql.JOIN_LOOPS, {"owner": self.owner, "expires_ms": expires})
+            conn.execute(sql.FORGET_LAPSED_LOOPS, {"now": now})
+            live = int(conn.execute(sql.LIVE_LOOPS, {"now": now}).scalar_one())
+            share = fair_share(s.transaction_log_partitions, live)
+            conn.execute(sql.SHED_LEASES, {"owner": self.owner, "share": share})
             rows = conn.execute(
                 sql.ACQUIRE_LEASES,
-                {"owner": self.owner, "expires_ms": now + s.coordinator_lease_ms, "now": now},
+                {"owner": self.owner, "expires_ms": expires, "now": now, "share": share},
             ).all()
         return {int(r.txn_partition): int(r.coordinator_epoch) for r in rows}
 
@@ -153,6 +168,7 @@ class CoordinatorLoop:
         with self.broker.engine.begin() as conn:
             conn.execute(LOCAL_COMMIT)  # on the primary alone, as acquire_leases
             conn.execute(sql.RELEASE_LEASES, {"owner": self.owner})
+            conn.execute(sql.LEAVE_LOOPS, {"owner": self.owner})
 
     # ------------------------------------------------------------ one pass
     def run_once(self) -> PassStats:

@@ -173,14 +173,35 @@ ENSURE_LEASES = text(
     "INSERT INTO coordinator_leases (txn_partition) SELECT g FROM generate_series(0, :n - 1) g "
     "ON CONFLICT DO NOTHING"
 )
-# Take or renew every lease that is free or ours; a takeover (new owner) bumps the
-# coordinator epoch. Rows are visited in order so two loops never deadlock.
+# The loops at work: each pass renews its own row (the lapsed ones are removed), and
+# counts the live ones to know its fair share of the leases (docs/design.md rule 59).
+JOIN_LOOPS = text(
+    "INSERT INTO coordinator_loops (owner, expires_ms) VALUES (:owner, :expires_ms) "
+    "ON CONFLICT (owner) DO UPDATE SET expires_ms = EXCLUDED.expires_ms"
+)
+FORGET_LAPSED_LOOPS = text("DELETE FROM coordinator_loops WHERE expires_ms < :now")
+LIVE_LOOPS = text("SELECT count(*) FROM coordinator_loops WHERE expires_ms >= :now")
+LEAVE_LOOPS = text("DELETE FROM coordinator_loops WHERE owner = :owner")
+# Give up the leases held beyond a fair share, the highest partitions first: left without
+# an owner, the next to take one bumps its coordinator epoch, fencing this loop's work on it.
+SHED_LEASES = text(
+    """
+    UPDATE coordinator_leases SET owner = NULL, expires_ms = 0
+    WHERE txn_partition IN (
+        SELECT txn_partition FROM coordinator_leases WHERE owner = :owner
+        ORDER BY txn_partition OFFSET :share
+    )
+    """
+)
+# Take or renew up to a fair share of the leases, ours first, then free ones; a takeover
+# (new owner) bumps the coordinator epoch. SKIP LOCKED: two loops never wait for each other.
 ACQUIRE_LEASES = text(
     """
     WITH candidates AS (
         SELECT txn_partition FROM coordinator_leases
         WHERE owner = :owner OR expires_ms < :now
-        ORDER BY txn_partition FOR UPDATE SKIP LOCKED
+        ORDER BY owner IS NOT DISTINCT FROM :owner DESC, txn_partition
+        LIMIT :share FOR UPDATE SKIP LOCKED
     )
     UPDATE coordinator_leases l SET
         coordinator_epoch = l.coordinator_epoch + CASE WHEN l.owner IS DISTINCT FROM :owner THEN 1 ELSE 0 END,

@@ -34,6 +34,7 @@ CLIENT_WRITES: dict[str, tuple[str, ...]] = {
     "transaction_log": ("INSERT",),
     "transactions": ("INSERT", "UPDATE", "DELETE"),  # DELETE: transactional-id expiry
     "coordinator_leases": ("INSERT", "UPDATE"),
+    "coordinator_loops": ("INSERT", "UPDATE", "DELETE"),
     "coordinator_item_failures": ("INSERT", "UPDATE"),
     "offset_commit_log": ("INSERT",),
     "group_offsets": ("INSERT", "UPDATE"),

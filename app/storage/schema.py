@@ -293,6 +293,16 @@ coordinator_leases = Table(
     Column("expires_ms", BigInteger, nullable=False, server_default=text("0")),
 )
 
+# The coordinator loops at work, each renewed by its passes and lapsing as its leases do:
+# how many share the leases, so that each takes its fair share of them (docs/design.md
+# rule 59).
+coordinator_loops = Table(
+    "coordinator_loops",
+    metadata,
+    Column("owner", Text, primary_key=True),
+    Column("expires_ms", BigInteger, nullable=False),
+)
+
 # Per kind of the coordinator loop's work, how many times one item of it failed (a marker
 # refused, a database error); the loop logs each, backs off from the item and goes on
 # with the others. Counted here, not in a process, so every reader of metrics sees them.
