@@ -27,8 +27,8 @@ from pathlib import Path
 
 from app.admin import AdminClient, NewTopic
 from app.client import Consumer, KafkaException, Producer, TopicPartition
-from app.storage.cluster import EmbeddedCluster
 from app.storage.migrate import upgrade_to_head
+from app.storage.replica_set import EmbeddedReplicaSet
 from app.torture.failover import kill_node
 from bench.section import Line, Measured, Run, Section, console
 
@@ -38,7 +38,7 @@ VALUE = b"v" * 100
 
 @dataclass(frozen=True)
 class Nodes:
-    cluster: EmbeddedCluster
+    cluster: EmbeddedReplicaSet
     url: str  # every node, reaching the primary
     standby_url: str | None
 
@@ -51,7 +51,7 @@ def nodes(standbys: int) -> Iterator[Nodes]:
     home.chmod(0o755)
     previous = os.environ.get("KIP98_EMBEDDED_DURABILITY")
     os.environ["KIP98_EMBEDDED_DURABILITY"] = "on"
-    cluster = EmbeddedCluster(home)
+    cluster = EmbeddedReplicaSet(home)
     try:
         layout = cluster.start(standbys=standbys)
         url = cluster.url(layout)

@@ -8,7 +8,7 @@ import os
 import platform
 from typing import Any
 
-from app.storage.cluster import database_url
+from app.storage.replica_set import database_url
 from bench.data import KEY_BYTES, VALUE_BYTES
 from bench.section import Line, Run, Section
 from bench.table import add_figures

@@ -21,13 +21,13 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from app.storage import urls
-from app.storage.cluster import EmbeddedCluster
 from app.storage.context import BrokerContext
 from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.engine import dispose_engines
 from app.storage.migrate import upgrade_to_head
 from app.storage.one_query import QueryCopies
+from app.storage.replica_set import EmbeddedReplicaSet
 
 # Apache Kafka 4.4 beside kip98 serve, one Kafka for the whole session: the conformance
 # suite's fixtures, here so tests/conformance and tests/java share them.
@@ -163,14 +163,14 @@ def copies_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture(scope="session")
-def replicated() -> Iterator[tuple[EmbeddedCluster, str]]:
+def replicated() -> Iterator[tuple[EmbeddedReplicaSet, str]]:
     """A primary and two hot standbys under a private KIP98_HOME for the whole session,
     with a migrated template database; stopped and deleted at the end."""
     from tests.helpers.replication import STANDBYS, admin, wait_streaming
 
     home = Path(tempfile.mkdtemp(prefix="kip98-replicated-", dir="/var/tmp"))
     home.chmod(0o755)
-    cluster = EmbeddedCluster(home)
+    cluster = EmbeddedReplicaSet(home)
     try:
         cluster.start(standbys=STANDBYS)
         wait_streaming(cluster, STANDBYS)
@@ -193,7 +193,7 @@ def replicated() -> Iterator[tuple[EmbeddedCluster, str]]:
 
 @pytest.fixture
 def replica_db(
-    replicated: tuple[EmbeddedCluster, str], monkeypatch: pytest.MonkeyPatch
+    replicated: tuple[EmbeddedReplicaSet, str], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[ReplicatedDatabase]:
     """A fresh migrated database on the replicated nodes, every node back in its place
     first; its URL (every node, reaching the primary) exported as KIP98_DATABASE_URL."""

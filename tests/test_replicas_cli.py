@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.storage.cluster import EmbeddedCluster
+from app.storage.replica_set import EmbeddedReplicaSet
 from app.storage.urls import parse
 from tests.helpers.cli_runner import run_kip98
 from tests.helpers.replication import admin, wait_gone
@@ -25,7 +25,7 @@ def home() -> Iterator[Path]:
     try:
         yield path
     finally:
-        EmbeddedCluster(path).stop()
+        EmbeddedReplicaSet(path).stop()
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -110,7 +110,7 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(home: Path) -> Non
     _refused(home, "failover", says="no standbys to fail over to")
 
     _db(home, "start", "--standbys", "1")
-    cluster = EmbeddedCluster(home)
+    cluster = EmbeddedReplicaSet(home)
     layout = cluster.layout()
     primary = cluster.node(layout.primary, layout).status()
     cluster.node(layout.standby_names[0], layout).stop()
@@ -121,7 +121,7 @@ def test_bad_input_is_refused_in_one_line_and_changes_nothing(home: Path) -> Non
 
 def test_a_failed_start_with_standbys_leaves_the_primary_as_it_was(home: Path) -> None:
     _db(home, "start")
-    cluster = EmbeddedCluster(home)
+    cluster = EmbeddedReplicaSet(home)
     before = cluster.primary().status()
     assert before.port is not None
     (home / "node2").write_text("not a directory")  # the second standby cannot be made

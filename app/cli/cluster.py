@@ -33,13 +33,14 @@ COLUMNS = [
 
 @click.group("cluster")
 def cluster_group() -> None:
-    """The kip98 serve nodes sharing this database."""
+    """The serve nodes: the kip98 serve processes sharing this database (its primary and
+    standbys are kip98 db's)."""
 
 
 @cluster_group.command()
 @output_option
 def describe(output: str) -> None:
-    """Every live node: listeners, rack, since, last heartbeat, partitions led."""
+    """Every live serve node: listeners, rack, since, last heartbeat, partitions led."""
     broker = Broker.connect()
     nodes = broker.handle(DescribeClusterRequest()).nodes
     ids = [n.node_id for n in nodes]

@@ -1,7 +1,7 @@
 """``kip98 db``: the embedded PostgreSQL's life cycle, migrations and projection rebuilds.
 
 ``start``/``stop``/``status``/``failover`` manage the embedded server under ``KIP98_HOME``
-(with ``--standbys N``, a primary and N hot standbys: ``storage.cluster``); ``url``,
+(with ``--standbys N``, the primary and its N hot standbys: ``storage.replica_set``); ``url``,
 ``psql``, ``migrate`` and ``rebuild`` act on whatever database kip98 would use (``KIP98_DATABASE_URL``
 when set, else the embedded server, started on demand).
 """
@@ -19,8 +19,8 @@ import click
 from app.cli.errors import CliError
 from app.cli.output import emit, output_option, stderr_console
 from app.storage import urls
-from app.storage.cluster import ClusterError, EmbeddedCluster, Layout, NodeStatus
 from app.storage.engine import get_engine, resolve_url
+from app.storage.replica_set import EmbeddedReplicaSet, Layout, NodeStatus, ReplicaSetError
 from app.storage.urls import with_target
 
 
@@ -29,7 +29,7 @@ def safe_url(url: str) -> str:
     return urls.safe(url)
 
 
-def _status_record(nodes: list[NodeStatus], cluster_url: str | None) -> dict[str, Any]:
+def _status_record(nodes: list[NodeStatus], set_url: str | None) -> dict[str, Any]:
     """The primary's keys (as before standbys existed), then every node."""
     primary = nodes[0]
     explicit = os.environ.get("KIP98_DATABASE_URL")
@@ -39,7 +39,7 @@ def _status_record(nodes: list[NodeStatus], cluster_url: str | None) -> dict[str
         "port": primary.port if primary.running else None,
         "data_dir": primary.data_dir,
         "url": primary.url,
-        "database_url": safe_url(explicit) if explicit else cluster_url,
+        "database_url": safe_url(explicit) if explicit else set_url,
         "nodes": [n.record() for n in nodes],
     }
 
@@ -48,8 +48,8 @@ def _progress(message: str) -> None:
     stderr_console().log(message)
 
 
-def _started(cluster: EmbeddedCluster, layout: Layout) -> None:
-    for node in cluster.nodes():
+def _started(replica_set: EmbeddedReplicaSet, layout: Layout) -> None:
+    for node in replica_set.nodes():
         if node.role == "primary":
             click.echo(f"PostgreSQL running (pid {node.pid}, port {node.port}): {node.url}")
         else:
@@ -57,12 +57,13 @@ def _started(cluster: EmbeddedCluster, layout: Layout) -> None:
             click.echo(f"standby {node.name} running (pid {node.pid}, port {node.port}): {state}")
     if layout.standbys:
         click.echo(f"primary and {layout.standbys} standbys, {layout.min_insync} synchronous: "
-                   f"{cluster.url(layout)}")  # fmt: skip
+                   f"{replica_set.url(layout)}")  # fmt: skip
 
 
 @click.group()
 def db() -> None:
-    """The database: embedded server, migrations, rebuilds."""
+    """The database: the embedded PostgreSQL (the primary and its standbys), migrations,
+    rebuilds."""
 
 
 @db.command()
@@ -70,7 +71,7 @@ def db() -> None:
     "--standbys",
     type=int,
     default=None,
-    help="Hot standbys beside the primary (default: those it had, else 0); remembered.",
+    help="Hot standbys streaming from the primary (default: those it had, else 0); remembered.",
 )
 @click.option(
     "--min-insync-standbys",
@@ -79,17 +80,18 @@ def db() -> None:
     help="Standbys that must confirm an acks=all commit (default 1 with any standby).",
 )
 def start(standbys: int | None, min_insync_standbys: int | None) -> None:
-    """Start the embedded PostgreSQL and its standbys (nothing happens for what runs)."""
-    cluster = EmbeddedCluster()
+    """Start the embedded PostgreSQL: the primary and its standbys (nothing happens for
+    what runs)."""
+    replica_set = EmbeddedReplicaSet()
     with stderr_console().status("starting PostgreSQL"):
-        layout = cluster.start(standbys, min_insync_standbys, progress=_progress)
-    _started(cluster, layout)
+        layout = replica_set.start(standbys, min_insync_standbys, progress=_progress)
+    _started(replica_set, layout)
 
 
 @db.command()
 def stop() -> None:
-    """Stop the embedded PostgreSQL, every node."""
-    if EmbeddedCluster().stop():
+    """Stop the embedded PostgreSQL: the primary, then its standbys."""
+    if EmbeddedReplicaSet().stop():
         click.echo("PostgreSQL stopped")
     else:
         click.echo("PostgreSQL was not running")
@@ -98,15 +100,15 @@ def stop() -> None:
 @db.command()
 @output_option
 def status(output: str) -> None:
-    """Show whether the embedded PostgreSQL runs, and where: the primary, then each node
-    (role, port, pid, data directory, WAL position, replay lag, sync state)."""
-    cluster = EmbeddedCluster()
-    nodes = cluster.nodes()
+    """Show whether the embedded PostgreSQL runs, and where: the primary, then each of its
+    standbys (role, port, pid, data directory, WAL position, replay lag, sync state)."""
+    replica_set = EmbeddedReplicaSet()
+    nodes = replica_set.nodes()
     try:
-        cluster_url: str | None = cluster.url()
-    except ClusterError:
-        cluster_url = None
-    record = _status_record(nodes, cluster_url)
+        set_url: str | None = replica_set.url()
+    except ReplicaSetError:
+        set_url = None
+    record = _status_record(nodes, set_url)
     if output == "json":
         emit(record, output)
         return
@@ -124,11 +126,11 @@ def _url(standby: bool) -> str:
     explicit = os.environ.get("KIP98_DATABASE_URL")
     if explicit:
         return with_target(explicit, "standby")
-    cluster = EmbeddedCluster()
-    layout = cluster.start()
+    replica_set = EmbeddedReplicaSet()
+    layout = replica_set.start()
     if layout.standbys == 0:
         raise CliError("the embedded PostgreSQL has no standbys (kip98 db start --standbys N)")
-    return cluster.url(layout, standby=True)
+    return replica_set.url(layout, standby=True)
 
 
 @db.command()
@@ -137,7 +139,8 @@ def _url(standby: bool) -> str:
               help="As psql and libpq take it: postgresql://, no +psycopg, every host.")  # fmt: skip
 def url(standby: bool, libpq: bool) -> None:
     """Print the SQLAlchemy URL kip98 uses (starting the embedded server if needed): with
-    standbys, every node's address, reaching whichever is the primary."""
+    standbys, the address of the primary and of each standby, reaching whichever is the
+    primary."""
     found = _url(standby)
     click.echo(urls.parse(found).libpq() if libpq else found)
 
@@ -164,11 +167,11 @@ def psql(standby: bool, args: tuple[str, ...]) -> None:
 def failover() -> None:
     """Promote the most advanced live standby to primary; the other standbys follow it,
     and the old primary rejoins as a standby when started again."""
-    cluster = EmbeddedCluster()
+    replica_set = EmbeddedReplicaSet()
     with stderr_console().status("failing over"):
-        chosen = cluster.failover(progress=_progress)
-    layout = cluster.layout()
-    click.echo(f"{chosen} is the primary (port {layout.ports[chosen]}): {cluster.url(layout)}")
+        chosen = replica_set.failover(progress=_progress)
+    layout = replica_set.layout()
+    click.echo(f"{chosen} is the primary (port {layout.ports[chosen]}): {replica_set.url(layout)}")
 
 
 @db.command()

@@ -1,4 +1,5 @@
-"""The embedded PostgreSQL: a private cluster under ``KIP98_HOME``, started on demand.
+"""The embedded PostgreSQL: a private server (one data directory) under ``KIP98_HOME``,
+started on demand.
 
 Why it looks the way it does:
 
@@ -10,7 +11,7 @@ Why it looks the way it does:
   ``flock`` on ``KIP98_HOME/lock`` makes exactly one of them start the server.
 - A crash leaves ``postmaster.pid`` behind; its pid may since belong to another process.
   We treat the file as stale unless that pid is a live postmaster for *our* data directory.
-- A replicated embedded database (``storage.cluster``) is several such servers, one per
+- A replicated embedded database (``storage.replica_set``) is several such servers, one per
   node directory under ``KIP98_HOME``; this class is one node, and knows the operations
   on one node that replication needs (a base backup, a rewind, a promotion, a reload).
 """
@@ -76,7 +77,7 @@ def _pg_bindir() -> Path:
 
 
 class EmbeddedPostgres:
-    """One cluster per ``home``; all methods are safe to call from concurrent processes.
+    """One server (data directory) per ``home``; all methods are safe to call from concurrent processes.
 
     ``node``: a further node of a replicated embedded database, in ``home/node`` (the
     first node is ``home`` itself, as a database without standbys has always been).
@@ -95,7 +96,7 @@ class EmbeddedPostgres:
         self.data_dir = self.node_dir / "pgdata"
         self.lock_path = self.node_dir / "lock"
         self.settings = dict(settings or {})
-        self.port_hint = port  # the port to start on, while free (the cluster remembers it)
+        self.port_hint = port  # the port to start on, while free (the replica set remembers it)
 
     # ----------------------------------------------------------------- identity
     def _server_user(self) -> pwd.struct_passwd | None:
@@ -155,7 +156,7 @@ class EmbeddedPostgres:
         """Create the data and socket directories where the server user can reach them.
 
         A checkout under a private home (``/root``) is not reachable by the server user;
-        the cluster then lives in ``/var/tmp`` and ``KIP98_HOME/pgdata`` links to it.
+        the data directory then lives in ``/var/tmp`` and ``KIP98_HOME/pgdata`` links to it.
         """
         if self.data_dir.is_symlink() and not self.data_dir.exists():
             self.data_dir.unlink()  # its directory was deleted (a node's machine lost)
@@ -225,7 +226,7 @@ class EmbeddedPostgres:
             "lc_messages": "'C'",
         }
         if os.environ.get("KIP98_EMBEDDED_DURABILITY", "on") == "off":
-            # For throwaway test clusters only: crash safety of the OS is not needed there.
+            # For throwaway test servers only: crash safety of the OS is not needed there.
             settings.update(fsync="off", synchronous_commit="off", full_page_writes="off")
         settings.update(self.settings)
         path = self.data_dir / "kip98.conf"
@@ -250,7 +251,7 @@ class EmbeddedPostgres:
 
     # ----------------------------------------------------------------- state
     def _postmaster_pid(self) -> tuple[int, int] | None:
-        """(pid, port) from postmaster.pid if a live postmaster for this cluster owns it."""
+        """(pid, port) from postmaster.pid if a live postmaster for this data directory owns it."""
         pidfile = self.data_dir / "postmaster.pid"
         try:
             lines = pidfile.read_text().splitlines()
@@ -440,7 +441,7 @@ class EmbeddedPostgres:
 
     def wipe(self) -> None:
         """Delete the node's data (stopped first), keeping its directories; by whoever
-        holds the node (its own lock, or the cluster's)."""
+        holds the node (its own lock, or the replica set's)."""
         self._pg_ctl_stop("immediate")
         target = self.data_dir.resolve()
         if target.exists():

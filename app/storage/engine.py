@@ -18,11 +18,11 @@ from sqlalchemy.exc import DBAPIError
 
 from app.errors import KafkaError, fail
 from app.settings import BrokerSettings
-from app.storage.cluster import database_url
 from app.storage.driver import in_transaction
 from app.storage.limits import bound_requests, connect_args, has_deadline, session_options
 from app.storage.liveness import check_on_checkout
 from app.storage.migrate import SchemaError, ensure_schema
+from app.storage.replica_set import database_url
 from app.storage.replication import watch_commits
 from app.storage.stalls import watch_stalls
 from app.storage.urls import sqlalchemy_url

@@ -1,11 +1,14 @@
-"""The embedded database with hot standbys: a primary and N streaming replicas under
-``KIP98_HOME``, as Kafka keeps a partition's in-sync replicas.
+"""The embedded database's replica set: a primary and N hot standbys streaming from it
+under ``KIP98_HOME``, as Kafka keeps a partition's in-sync replicas (``kip98 db``; the
+``kip98 serve`` nodes sharing a database are another thing, ``app.cluster``).
 
 Each node is an embedded server of its own (``EmbeddedPostgres``: the first in
 ``KIP98_HOME`` itself, as a database without standbys always was; the others in
 ``KIP98_HOME/node1`` …), on its own port. What the nodes are, which one is the primary,
 their ports and which old primaries must rejoin as standbys is remembered in
-``KIP98_HOME/cluster.json``, so a later ``kip98 db start`` brings the same nodes back.
+``KIP98_HOME/replica_set.json`` (read from ``cluster.json``, its name before, in a home
+that has only that one, and moved at the next save), so a later ``kip98 db start`` brings
+the same nodes back.
 
 - A standby starts from a base backup of the primary and streams from it through a
   physical replication slot named after it, so the primary keeps the WAL it has not yet
@@ -49,7 +52,8 @@ from app.storage.embedded import (
 from app.storage.urls import DatabaseUrl
 
 FIRST = "node0"
-LAYOUT = "cluster.json"
+LAYOUT = "replica_set.json"
+FORMER_LAYOUT = "cluster.json"  # the layout's name before: read, then moved, in old homes
 # What one more node needs of the host beside the others: its shared buffers and
 # backends (kip98.conf: 256MB, 300 connections), with room to spare.
 _NODE_MEMORY_BYTES = 768 * 2**20
@@ -61,13 +65,13 @@ _STREAMING_TIMEOUT_S = 60.0
 Progress = Callable[[str], None]
 
 
-class ClusterError(EmbeddedError):
-    """A request the embedded nodes cannot carry out (the message says why)."""
+class ReplicaSetError(EmbeddedError):
+    """A request the primary and its standbys cannot carry out (the message says why)."""
 
 
 @dataclass
 class Layout:
-    """What ``cluster.json`` remembers."""
+    """What ``replica_set.json`` remembers."""
 
     standbys: int = 0
     min_insync: int = 0
@@ -113,45 +117,50 @@ def max_standbys() -> int:
 def check_request(standbys: int, min_insync: int | None) -> int:
     """The K for ``standbys`` standbys (default 1 with any), or why they cannot be."""
     if standbys < 0:
-        raise ClusterError(f"--standbys {standbys}: must be 0 or more")
+        raise ReplicaSetError(f"--standbys {standbys}: must be 0 or more")
     limit = max_standbys()
     if standbys > limit:
-        raise ClusterError(
+        raise ReplicaSetError(
             f"--standbys {standbys}: this host can run at most {limit} "
             f"(each node needs ~{_NODE_MEMORY_BYTES // 2**20} MB; a primary serves at most "
             f"{MAX_STANDBYS} standbys)"
         )
     k = min(1, standbys) if min_insync is None else min_insync
     if k < 0:
-        raise ClusterError(f"--min-insync-standbys {k}: must be 0 or more")
+        raise ReplicaSetError(f"--min-insync-standbys {k}: must be 0 or more")
     if k > standbys:
-        raise ClusterError(
+        raise ReplicaSetError(
             f"--min-insync-standbys {k} is more than the {standbys} standbys to start"
         )
     return k
 
 
-class EmbeddedCluster:
-    """The embedded nodes under ``home``; every method is safe across processes (one lock)."""
+class EmbeddedReplicaSet:
+    """The primary and its standbys under ``home``; every method is safe across processes
+    (one lock)."""
 
     def __init__(self, home: Path | None = None) -> None:
         self.home = (home or kip98_home()).resolve()
         self.layout_path = self.home / LAYOUT
-        self.lock_path = self.home / "cluster.lock"
+        self.former_layout_path = self.home / FORMER_LAYOUT
+        self.lock_path = self.home / "replica_set.lock"
 
     # ------------------------------------------------------------------ layout
     def layout(self) -> Layout:
-        try:
-            data = json.loads(self.layout_path.read_text())
-        except FileNotFoundError:
-            return Layout()
-        return Layout(**data)
+        for path in (self.layout_path, self.former_layout_path):
+            try:
+                data = json.loads(path.read_text())
+            except FileNotFoundError:
+                continue
+            return Layout(**data)
+        return Layout()
 
     def _save(self, layout: Layout) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         tmp = self.layout_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(layout), indent=2))
         tmp.replace(self.layout_path)
+        self.former_layout_path.unlink(missing_ok=True)  # the new name from now on
 
     def _locked(self) -> contextlib.AbstractContextManager[None]:
         """The whole set of nodes, one process at a time (each node has its own lock too,
@@ -206,10 +215,10 @@ class EmbeddedCluster:
         if layout.standbys == 0 and not standby:
             status = self.node(FIRST, layout).status()
             if status.url is None:
-                raise ClusterError("the embedded PostgreSQL is not running (kip98 db start)")
+                raise ReplicaSetError("the embedded PostgreSQL is not running (kip98 db start)")
             return status.url
         if layout.standbys == 0:
-            raise ClusterError(
+            raise ReplicaSetError(
                 "the embedded PostgreSQL has no standbys (kip98 db start --standbys N)"
             )
         hosts = tuple(("127.0.0.1", layout.ports[n]) for n in layout.nodes if n in layout.ports)
@@ -329,9 +338,9 @@ class EmbeddedCluster:
                 grown.ports.pop(name, None)
             layout.ports = {n: p for n, p in layout.ports.items() if n in layout.nodes}
             self._save(layout)
-            if isinstance(exc, ClusterError):
+            if isinstance(exc, ReplicaSetError):
                 raise
-            raise ClusterError(
+            raise ReplicaSetError(
                 f"standby {making} could not be started ({exc}); the primary is as it was"
             ) from exc
         self._save(grown)
@@ -373,7 +382,7 @@ class EmbeddedCluster:
                 return
             if time.monotonic() > deadline:
                 missing = ", ".join(sorted(set(names) - streaming))
-                raise ClusterError(
+                raise ReplicaSetError(
                     f"standbys not streaming after {_STREAMING_TIMEOUT_S:.0f} s: {missing}"
                 )
             time.sleep(0.1)
@@ -421,16 +430,16 @@ class EmbeddedCluster:
         with self._locked():
             layout = self.layout()
             if layout.standbys == 0:
-                raise ClusterError("no standbys to fail over to (kip98 db start --standbys N)")
+                raise ReplicaSetError("no standbys to fail over to (kip98 db start --standbys N)")
             old = layout.primary
             if not self._received(layout):
-                raise ClusterError("no live standby to promote")
+                raise ReplicaSetError("no live standby to promote")
             say(f"fencing the primary ({old})")
             self.node(old, layout).stop_immediately()
             say("finding the most advanced standby")
             received = self._received(layout)  # again: they went on receiving until now
             if not received:
-                raise ClusterError("no live standby to promote")
+                raise ReplicaSetError("no live standby to promote")
             chosen = max(received, key=lambda n: received[n])
             say(f"promoting {chosen}")
             self.node(chosen, layout).promote()
@@ -534,7 +543,7 @@ def database_url(start: bool = True) -> str:
     explicit = os.environ.get("KIP98_DATABASE_URL")
     if explicit:
         return explicit
-    cluster = EmbeddedCluster()
+    replica_set = EmbeddedReplicaSet()
     if start:
-        cluster.start()
-    return cluster.url()
+        replica_set.start()
+    return replica_set.url()

@@ -72,11 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             args.duration, args.workers, args.copiers, seed, out.resolve(), args.database_url,
             standbys=args.standbys,
         )  # fmt: skip
-        from app.storage.cluster import ClusterError
+        from app.storage.replica_set import ReplicaSetError
 
         try:
             return 0 if run(cfg).ok else 1
-        except (NotEmpty, ClusterError) as exc:
+        except (NotEmpty, ReplicaSetError) as exc:
             print(f"torture: {exc}", file=sys.stderr)
             return 2
     if args.command == "check":

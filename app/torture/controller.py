@@ -25,9 +25,9 @@ from sqlalchemy import create_engine
 
 from app.admin import AdminClient, NewTopic
 from app.errors import KafkaError, KafkaException
-from app.storage.cluster import EmbeddedCluster
 from app.storage.embedded import EmbeddedPostgres
 from app.storage.migrate import upgrade_to_head
+from app.storage.replica_set import EmbeddedReplicaSet
 from app.storage.urls import sqlalchemy_url
 from app.torture import checker, dump
 from app.torture.copier import GROUP, transform
@@ -64,10 +64,10 @@ class RunConfig:
     standbys: int = 0
 
 
-def _start_private_server(out: Path, standbys: int) -> tuple[EmbeddedCluster, str]:
+def _start_private_server(out: Path, standbys: int) -> tuple[EmbeddedReplicaSet, str]:
     """The run's own nodes: a primary and ``standbys`` synchronous standbys (ANY 1), and
     the URL naming every one of them."""
-    cluster = EmbeddedCluster(out / "pg")
+    cluster = EmbeddedReplicaSet(out / "pg")
     previous = os.environ.get("KIP98_EMBEDDED_DURABILITY")
     os.environ["KIP98_EMBEDDED_DURABILITY"] = "on"
     try:
@@ -95,7 +95,7 @@ def _wait_until(predicate: Any, deadline_s: float, step: float = 0.5) -> bool:
 def run(cfg: RunConfig) -> checker.Result:
     out = cfg.out
     out.mkdir(parents=True, exist_ok=True)
-    cluster: EmbeddedCluster | None = None
+    cluster: EmbeddedReplicaSet | None = None
     server: EmbeddedPostgres | None = None
     if cfg.database_url:
         url = cfg.database_url

@@ -15,8 +15,8 @@ import signal
 import time
 from pathlib import Path
 
-from app.storage.cluster import EmbeddedCluster
 from app.storage.embedded import EmbeddedPostgres
+from app.storage.replica_set import EmbeddedReplicaSet
 
 KIND = "failover"
 WEIGHT = 1  # each one disturbs every client, as a server restart does
@@ -63,7 +63,7 @@ def lose_machine(node: EmbeddedPostgres) -> None:
     shutil.rmtree(node.data_dir.resolve(), ignore_errors=True)
 
 
-def fail_over(cluster: EmbeddedCluster) -> str:
+def fail_over(cluster: EmbeddedReplicaSet) -> str:
     """Lose the primary's machine, promote a standby, bring the lost node back as a
     standby; says which node went and which took over."""
     lost = cluster.layout().primary

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import psycopg
 
-from app.storage.cluster import EmbeddedCluster
 from app.storage.driver import libpq_conninfo
 from app.storage.embedded import EmbeddedPostgres, _pg_bindir
+from app.storage.replica_set import EmbeddedReplicaSet
 from app.torture import failover
 from app.torture.history import INFO, INVOKE, OK, HistoryWriter
 from app.torture.processes import STALL_BOUND_MS, Fleet, Role
@@ -93,7 +93,7 @@ class Nemesis:
         out: Path,
         rng: random.Random,
         server: EmbeddedPostgres | None,
-        cluster: EmbeddedCluster | None = None,
+        cluster: EmbeddedReplicaSet | None = None,
     ) -> None:
         self.fleet = fleet
         self.url = url
@@ -201,7 +201,7 @@ class Nemesis:
         restart_server_immediate(server)
         return "postgresql"
 
-    def _cluster(self) -> EmbeddedCluster:
+    def _cluster(self) -> EmbeddedReplicaSet:
         assert self.cluster is not None
         return self.cluster
 

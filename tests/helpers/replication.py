@@ -21,8 +21,8 @@ from typing import Any
 
 import psycopg
 
-from app.storage.cluster import EmbeddedCluster, Layout
 from app.storage.embedded import SUPERUSER, EmbeddedPostgres
+from app.storage.replica_set import EmbeddedReplicaSet, Layout
 from app.storage.urls import parse
 from app.torture.failover import node_processes
 from tests.helpers.cli_runner import run_kip98
@@ -34,7 +34,7 @@ STANDBYS = 2
 class ReplicatedDatabase:
     """One test's database on the replicated nodes."""
 
-    cluster: EmbeddedCluster
+    cluster: EmbeddedReplicaSet
     name: str
 
     @property
@@ -96,7 +96,7 @@ def wait_gone(pid: int, timeout: float = 30) -> None:
     raise AssertionError(f"process {pid} still alive")
 
 
-def wait_streaming(cluster: EmbeddedCluster, count: int, timeout: float = 120) -> None:
+def wait_streaming(cluster: EmbeddedReplicaSet, count: int, timeout: float = 120) -> None:
     """Until ``count`` standbys stream from the primary (a hang guard, not a bound)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -140,7 +140,7 @@ def paused(nodes: list[EmbeddedPostgres]) -> Iterator[None]:
             signal_node(node, signal.SIGCONT)
 
 
-def restore(cluster: EmbeddedCluster) -> None:
+def restore(cluster: EmbeddedReplicaSet) -> None:
     """Every node back as it is meant to be: resumed, started, rejoined, streaming."""
     layout = cluster.layout()
     for name in layout.nodes:
