@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import psycopg
 
-from app.console import data
+from app.console import data, series
 from app.console import sql as console_sql
 from app.console.templates import environment
 from app.groups import sql as groups_sql
@@ -87,7 +87,11 @@ def pages(run: Run) -> Measured:
             (_compiled(console_sql.COORDINATOR_LEASES), {}),
             (_compiled(console_sql.IN_RECOVERY), {}),
             (_compiled(console_sql.STANDBYS), {}),
-        ]
+            (_compiled(console_sql.OFFSET_PROBES),
+             {"since": int(time.time() * 1000) - series.WINDOW_MS}),
+            (_compiled(console_sql.RECENT_EVENTS), {"limit": series.EVENTS}),
+            (_compiled(console_sql.OPEN_TRANSACTION_SPANS), {}),
+        ]  # fmt: skip
         records_sql: list[tuple[str, dict[str, object]]] = [
             (_compiled(log_sql.TOPIC_EXISTS), {"topic": "ab"}),
             (_compiled(console_sql.TOPIC_CONFIG), {"topic": "ab"}),

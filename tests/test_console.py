@@ -135,14 +135,26 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
 
     page = _log_in(browser, console, "admin", "admin-secret")
     expect(page.locator("#topics")).to_contain_text("secret")
-    # The log's size on disk (all topics together: no per-partition count is kept).
+    # The log's size on disk (all topics together), and each topic's and partition's
+    # estimated share of it (by the offsets each spans: t has all of them so far).
     size = re.compile(r"all topics together: \d+(\.\d)? (bytes|KiB|MiB|GiB|TiB)")
     expect(page.locator("#log-size")).to_have_text(size)
-    assert page.context.request.get(console.url + "/api/topics").json()["log_bytes"] > 0
+    estimate = re.compile(r"^≈ \d+(\.\d)? (bytes|KiB|MiB|GiB|TiB)$")
+    expect(page.locator("#topics tr", has_text="secret").locator("td.size")).to_have_text(
+        "≈ 0 bytes"
+    )
+    expect(page.locator("#topics tr", has_text="t").locator("td.size").first).to_have_text(estimate)
+    listed = page.context.request.get(console.url + "/api/topics").json()
+    sizes = {t["topic"]: t["estimated_bytes"] for t in listed["topics"]}
+    assert listed["log_bytes"] > 0 and sizes == {"secret": 0, "t": listed["log_bytes"]}
     page.screenshot(path=str(console.shots / "topics.png"), full_page=True)
 
     page.goto(console.url + "/topics/t?isolation=read_uncommitted")
     expect(page.locator("#log-size")).to_have_text(size)
+    expect(page.locator("#partitions td.size")).to_have_text(estimate)
+    expect(page.locator("#topic-size")).to_contain_text("an estimate")
+    topic_api = page.context.request.get(console.url + "/api/topics/t").json()
+    assert topic_api["partitions"][0]["estimated_bytes"] == topic_api["estimated_bytes"] > 0
     rows = page.locator("#records tr[data-offset]")
     # c1 c2 COMMIT a1 ABORT o1
     expect(rows).to_have_count(6)
@@ -221,8 +233,16 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     )
     page.screenshot(path=str(console.shots / "group.png"), full_page=True)
 
+    # The overview: the oldest open transaction's age (its start on hover), and the
+    # charts read from the tables: t-0's LSO lag behind the open transaction, the commits.
     page.goto(console.url + "/")
-    expect(page.locator("#charts svg.chart")).to_have_count(4)
+    expect(page.locator("#oldest-open")).to_have_text(re.compile(r"^open for \d+ (ms|s|min|h|d)"))
+    expect(page.locator("#oldest-open span")).to_have_attribute(
+        "title", re.compile(r"^begun \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$")
+    )
+    expect(page.locator("#charts svg.chart")).to_have_count(4)  # 3 rates, t-0's LSO lag
+    expect(page.locator("#charts svg#commit-rate polyline")).to_have_count(1)
+    expect(page.locator("#charts figcaption", has_text="LSO lag of t-0")).to_have_count(1)
     for path, name in (("/", "overview"), ("/producers", "producers"), ("/groups", "groups")):
         page.goto(console.url + path)
         expect(page.locator("h1")).to_be_visible()
@@ -388,3 +408,81 @@ def test_tls_serves_https_with_a_secure_cookie(
         [*KIP98, "console", "--tls-cert", str(cert_file)], capture_output=True, text=True
     )
     assert only_one.returncode != 0 and "go together" in only_one.stderr
+
+
+def _start_console(db_url: str, *args: str, **env: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [*KIP98, "console", "--listen", f"127.0.0.1:{port}", *args],
+        cwd=ROOT, env={**os.environ, "KIP98_DATABASE_URL": db_url, **env},
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    _wait_for_port(port, proc)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> str:
+    proc.terminate()
+    _out, err = proc.communicate(timeout=30)
+    return err.decode()
+
+
+def test_sessions_outlive_a_restart_and_are_shared_by_consoles_of_one_key(
+    browser: object, db_url: str
+) -> None:
+    """Signed with KIP98_CONSOLE_SECRET (or KIP98_HOME/console-secret, its unit test in
+    test_console_login.py): a restarted console, or a second one, knows the session. The
+    charts of a console just started show the commits made before it (read from tables)."""
+    broker = Broker.connect(db_url)
+    add_user(broker, "admin", "admin-secret")
+    with AdminClient({"database.url": db_url}) as admin:
+        admin.create_topics([NewTopic("t", 1)])["t"].result()
+    d = TxnDriver(broker, "before")
+    d.init()
+    d.send("t", 0, "x")
+    d.end(commit=True)
+    secret = {"KIP98_CONSOLE_SECRET": "s" * 48}
+    first, url = _start_console(db_url, **secret)
+    try:
+        world = World(url, broker, Path())
+        page = _log_in(browser, world, "admin", "admin-secret")
+        series = page.context.request.get(url + "/api").json()["series"]
+        assert sum(v for _t, v in series["commit_rate"]) > 0
+    finally:
+        _stop(first)
+    again, url_again = _start_console(db_url, **secret)
+    other, url_other = _start_console(db_url, **secret)
+    stranger, url_stranger = _start_console(db_url, **{"KIP98_CONSOLE_SECRET": "o" * 48})
+    try:
+        for there in (url_again, url_other):  # a cookie of 127.0.0.1 goes to every port
+            page.goto(there + "/topics")  # type: ignore[attr-defined]
+            expect(page).to_have_url(there + "/topics")
+            expect(page.locator("#topics")).to_contain_text("t")  # type: ignore[attr-defined]
+        # A console with another key does not take the cookie.
+        page.goto(url_stranger + "/topics")  # type: ignore[attr-defined]
+        expect(page).to_have_url(url_stranger + "/login?next=/topics")
+    finally:
+        for proc in (again, other, stranger):
+            _stop(proc)
+
+
+def test_repeated_failed_log_ins_are_locked_out_and_logged(db_url: str, browser: object) -> None:
+    add_user(Broker.connect(db_url), "admin", "admin-secret")
+    proc, url = _start_console(db_url)
+    try:
+        api = browser.new_context().request  # type: ignore[attr-defined]
+        for _ in range(5):
+            r = api.post(url + "/login", form={"username": "admin", "password": "guess"})
+            assert r.status == 401
+        # Locked out: even the right password is not checked.
+        r = api.post(url + "/login", form={"username": "admin", "password": "admin-secret"},
+                     max_redirects=0)  # fmt: skip
+        assert r.status == 429 and "Too many failed log-ins" in r.text()
+        assert 0 < int(r.headers["retry-after"]) <= 300
+    finally:
+        log = _stop(proc)
+    assert "console log-in failed: user 'admin' from 127.0.0.1:" in log
+    assert "console log-in locked for 300 s: user 'admin' after 5 failures" in log
+    assert "guess" not in log and "admin-secret" not in log
+    assert log.count("console log-in failed") == 1  # the rest counted, one line
+    assert "more console log-in failures from 127.0.0.1" in log

@@ -7,7 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from app.console.data import epoch_changes
-from app.console.templates import environment, human_bytes, iso_ms, record_rows, timeline_svg
+from app.console.templates import (
+    environment,
+    human_age,
+    human_bytes,
+    iso_ms,
+    record_rows,
+    timeline_svg,
+)
 
 T = 1_795_842_723_771  # 2026-11-28 05:12:03.771Z
 
@@ -139,9 +146,17 @@ def test_record_rows_escape_keys_values_and_mark_statuses() -> None:
     html = environment().get_template("topic.html").render(
         d={"topic": "t", "config": {}, "partitions": [], "partition": 0, "isolation":
            "read_uncommitted", "from_offset": 3, "next_offset": 5, "high_watermark": 5,
-           "last_stable_offset": 5, "limit": 2, "log_bytes": None,
+           "last_stable_offset": 5, "limit": 2, "log_bytes": None, "estimated_bytes": 0,
            "records": [{"offset": 3, "timestamp": T, "key": "<k&>", "value": None,
                         "producer_id": 7, "producer_epoch": 1, "status": "aborted"}]},
         user="admin",
     )  # fmt: skip
     assert "<td>&lt;k&amp;&gt;</td>" in html and "&amp;lt;" not in html  # escaped once
+
+
+def test_an_age_in_its_two_largest_units() -> None:
+    assert human_age(812) == "812 ms"
+    assert human_age(192_000) == "3 min 12 s"
+    assert human_age(2 * 3600_000 + 5 * 60_000 + 7_000) == "2 h 5 min"
+    assert human_age(86400_000 + 1000) == "1 d 0 h"
+    assert human_age(None) == ""

@@ -29,17 +29,31 @@ def parse_listen(listen: str) -> tuple[str, int]:
 @click.option("--read-only", is_flag=True, help="Show everything, act on nothing.")
 def console(listen: str, tls_cert: str | None, tls_key: str | None, read_only: bool) -> None:
     """Serve the web console: topics, records, transactions' timelines, producers and
-    groups, for kip98's users, as their ACLs allow."""
+    groups, for kip98's users, as their ACLs allow.
+
+    Sessions are signed with KIP98_CONSOLE_SECRET (32 characters or more) when set, else
+    with the key in KIP98_HOME/console-secret (made once, mode 0600): they outlive a
+    restart and are shared by the consoles given the same key."""
     if (tls_cert is None) != (tls_key is None):
         raise CliError("--tls-cert and --tls-key go together")
     host, port = parse_listen(listen)
+    import logging
+
     import uvicorn
 
+    from app.console.secret import SecretError, session_key
     from app.console.web import create_app
     from app.storage.context import BrokerContext
+    from app.storage.embedded import kip98_home
 
+    try:
+        key = session_key(kip98_home())
+    except (SecretError, OSError) as exc:
+        raise CliError(f"the console's session key: {exc}") from exc
     BrokerContext.check_schema()
-    app = create_app(read_only=read_only, https_only=tls_cert is not None)
+    # Failed log-ins are logged (app.console.lockout), as kip98 serve logs its own.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    app = create_app(read_only=read_only, https_only=tls_cert is not None, session_key=key)
     scheme = "https" if tls_cert else "http"
     click.echo(f"kip98 console on {scheme}://{listen}/", err=True)
     uvicorn.run(

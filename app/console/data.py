@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from app.console import series as console_series
 from app.console import sql
 from app.coordinator.inspect import list_transactions
 from app.groups import sql as groups_sql
@@ -92,13 +93,16 @@ def overview(broker: BrokerContext) -> dict[str, Any]:
         leases = _rows(conn.execute(sql.COORDINATOR_LEASES)) if cluster else []
         standby = bool(conn.execute(sql.IN_RECOVERY).scalar())
         standbys = [] if standby or not cluster else _rows(conn.execute(sql.STANDBYS))
+        series = console_series.read(conn, now_ms) if cluster else {}
     oldest = open_txns[0]["started_at"] if open_txns else None
+    oldest_ms = open_txns[0]["started_ms"] if open_txns else None
     busiest = sorted(
         partitions, key=lambda p: p["high_watermark"] - p["last_stable_offset"], reverse=True
     )[:5]
     return {
         "now_ms": now_ms,
         "cluster": cluster,
+        "series": series,
         "nodes": nodes,
         "leases": [x for x in leases if x["expires_ms"] > now_ms],
         "database": {"role": "standby" if standby else "primary", "standbys": standbys},
@@ -107,6 +111,7 @@ def overview(broker: BrokerContext) -> dict[str, Any]:
         "groups": len(groups),
         "open_transactions": len(open_txns),
         "oldest_open_transaction": oldest,
+        "oldest_open_transaction_age_ms": None if oldest_ms is None else max(now_ms - oldest_ms, 0),
         "lso_lag": [
             {
                 "topic": p["topic"],
@@ -118,19 +123,38 @@ def overview(broker: BrokerContext) -> dict[str, Any]:
     }
 
 
-def log_bytes(conn: Connection, broker: BrokerContext) -> int | None:
-    """The log's size on disk, all topics together (``sql.LOG_SIZE``): for those who may
-    Describe the cluster, since it sums topics they may not see; None for the others."""
-    if denied_checks(conn, broker, [cluster_check(DESCRIBE)]):
-        return None
-    return int(conn.execute(sql.LOG_SIZE).scalar() or 0)
+def estimated_bytes(log_bytes: int, log_offsets: int, offsets: int) -> int:
+    """A topic's or a partition's size, estimated: the log's size on disk shared out by
+    the offsets each spans (high watermark less log start). Exact for records of one size;
+    compacted or deleted records still count in the span until the log start moves."""
+    if log_offsets <= 0 or offsets <= 0:
+        return 0
+    return log_bytes * offsets // log_offsets
+
+
+def log_size(conn: Connection, broker: BrokerContext) -> tuple[int | None, int, int]:
+    """The log's size on disk, the offsets all partitions span (which share it out), and
+    the size for this user: None unless they may Describe the cluster, since it sums
+    topics they may not see (a topic's estimate is for those who may Describe it)."""
+    row = conn.execute(sql.LOG_SIZE).one()
+    total, offsets = int(row.bytes or 0), int(row.offsets or 0)
+    shown = None if denied_checks(conn, broker, [cluster_check(DESCRIBE)]) else total
+    return shown, total, offsets
+
+
+def _with_sizes(partitions: list[dict[str, Any]], total: int, offsets: int) -> None:
+    for p in partitions:
+        p["estimated_bytes"] = estimated_bytes(
+            total, offsets, p["high_watermark"] - p["log_start_offset"]
+        )
 
 
 def topics(broker: BrokerContext) -> dict[str, Any]:
     with broker.engine.connect() as conn:
         names = visible(conn, broker, TOPIC, [r.topic for r in conn.execute(sql.TOPICS)])
         partitions = _rows(conn.execute(sql.PARTITION_STATUS, {"topics": names}))
-        size = log_bytes(conn, broker)
+        size, total, offsets = log_size(conn, broker)
+    _with_sizes(partitions, total, offsets)
     by_topic: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for p in partitions:
         by_topic[p["topic"]].append(p)
@@ -141,6 +165,7 @@ def topics(broker: BrokerContext) -> dict[str, Any]:
                 "partitions": len(ps),
                 "high_watermark": sum(p["high_watermark"] for p in ps),
                 "open_transactions": sum(p["open_transactions"] for p in ps),
+                "estimated_bytes": sum(p["estimated_bytes"] for p in ps),
             }
             for n, ps in by_topic.items()
         ],
@@ -165,8 +190,9 @@ def topic(
     with broker.engine.connect() as conn:
         _topic_or_not_found(conn, broker, name)
         config = conn.execute(sql.TOPIC_CONFIG, {"topic": name}).scalar() or {}
-        size = log_bytes(conn, broker)
+        size, total, offsets = log_size(conn, broker)
         partitions = _rows(conn.execute(sql.PARTITION_STATUS, {"topics": [name]}))
+        _with_sizes(partitions, total, offsets)
         look = conn.execute(
             log_sql.PARTITION_FOR_FETCH,
             {
@@ -247,6 +273,7 @@ def topic(
         "topic": name,
         "config": config,
         "partitions": partitions,
+        "estimated_bytes": sum(p["estimated_bytes"] for p in partitions),
         "partition": partition,
         "isolation": isolation,
         "log_start_offset": log_start,

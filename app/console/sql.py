@@ -17,7 +17,9 @@ PARTITION_STATUS = text(
     "ORDER BY topic, partition"
 )
 OPEN_TRANSACTIONS = text(
-    "SELECT transactional_id, state, started_at FROM open_transactions ORDER BY started_at"
+    "SELECT transactional_id, state, started_at, "
+    "(EXTRACT(EPOCH FROM started_at) * 1000)::bigint AS started_ms "
+    "FROM open_transactions ORDER BY started_at"
 )
 CLUSTER_NODES = text(
     "SELECT node_id, host, pid, registered_at, last_heartbeat_at, lease_expires_at "
@@ -34,11 +36,15 @@ STANDBYS = text(
     "FROM pg_stat_replication ORDER BY application_name"
 )
 IN_RECOVERY = text("SELECT pg_is_in_recovery()")
-# The log's size on disk: the records table with its index and TOAST, every topic's
-# records together (a file-size lookup, no scan). kip98 keeps no per-topic or
-# per-partition byte count (records is one table; a batch keeps no length), so a finer
-# figure would mean reading every record (docs/console.md).
-LOG_SIZE = text("SELECT pg_total_relation_size('records'::regclass)")
+# The log's size on disk (the records table with its index and TOAST: a lookup of its
+# files' sizes, no scan) and the offsets all partitions span, which share it out: a topic's
+# or a partition's size is estimated as the log's size times its share of those offsets
+# (``data.estimated_bytes``). kip98 keeps no byte count per topic or partition (records is
+# one table, and a batch keeps no length), and an exact figure would read every record.
+LOG_SIZE = text(
+    "SELECT pg_total_relation_size('records'::regclass) AS bytes, "
+    "(SELECT COALESCE(sum(next_offset - log_start_offset), 0) FROM partitions) AS offsets"
+)
 # A transactional id's history: the coordinator's events, oldest first (the index on
 # transactional_id serves it).
 TXN_EVENTS = text(
@@ -62,14 +68,32 @@ GROUP_LAG = text(
     "last_stable_offset, lag FROM consumer_group_lag WHERE group_id = :group_id "
     "ORDER BY topic, partition"
 )
-# The overview's samples (``samples``): the offsets summed over the partitions, and the
-# coordinator's events since the last sample.
-OFFSET_TOTALS = text(
-    "SELECT sum(next_offset) AS records, sum(next_offset - last_stable_offset) AS lso_lag "
-    "FROM partitions"
+# The overview's series (``series``), read from the tables for the window shown.
+# Each partition with a record in the window: the records at high watermark - d for d =
+# 1, √2, 2, … and at its log start, by primary key (at most 82 point reads a partition;
+# the EXISTS one more).
+OFFSET_PROBES = text(
+    """
+    SELECT p.topic, p.partition, p.next_offset, r."offset", r."timestamp"
+    FROM partitions p
+    CROSS JOIN LATERAL (
+        SELECT p.next_offset - floor(power(2, k / 2.0))::bigint AS at
+        FROM generate_series(0, 80) AS k
+        UNION SELECT p.log_start_offset
+    ) d
+    JOIN records r ON r.topic = p.topic AND r.partition = p.partition AND r."offset" = d.at
+    WHERE d.at >= p.log_start_offset
+      AND EXISTS (SELECT 1 FROM records l WHERE l.topic = p.topic
+                  AND l.partition = p.partition AND l."offset" = p.next_offset - 1
+                  AND l."timestamp" >= :since)
+    """
 )
-LAST_EVENT_ID = text("SELECT max(event_id) FROM transaction_log")
-EVENTS_AFTER = text(
-    "SELECT event_id, transactional_id, state, updated_ms FROM transaction_log "
-    "WHERE event_id > :after ORDER BY event_id LIMIT :limit"
+# The coordinator's last events, newest first, by primary key.
+RECENT_EVENTS = text(
+    "SELECT event_id, transactional_id, state, partitions, txn_start_ms, updated_ms "
+    "FROM transaction_log ORDER BY event_id DESC LIMIT :limit"
+)
+OPEN_TRANSACTION_SPANS = text(
+    "SELECT transactional_id, txn_start_ms, partitions FROM transactions "
+    "WHERE state IN ('BEGIN', 'PREPARE_COMMIT', 'PREPARE_ABORT')"
 )

@@ -43,7 +43,7 @@ _OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{
 <table id="counts"><tr><th>Topics</th><td>{{ d.topics }}</td></tr>
 <tr><th>Partitions</th><td>{{ d.partitions }}</td></tr><tr><th>Groups</th><td>{{ d.groups }}</td></tr>
 <tr><th>Open transactions</th><td id="open-transactions">{{ d.open_transactions }}</td></tr>
-<tr><th>Oldest open transaction</th><td>{{ d.oldest_open_transaction | iso or "—" }}</td></tr>
+<tr><th>Oldest open transaction</th><td id="oldest-open">{% if d.oldest_open_transaction %}<span title="begun {{ d.oldest_open_transaction | iso }}">open for {{ d.oldest_open_transaction_age_ms | age }}</span>{% else %}—{% endif %}</td></tr>
 <tr><th>Database</th><td>{{ d.database.role }}</td></tr></table>
 <h2>kip98 serve nodes</h2><table id="nodes"><tr><th>node</th><th>host</th><th>pid</th><th>last heartbeat</th><th>lease expires</th></tr>
 {% for n in d.nodes %}<tr><td>{{ n.node_id }}</td><td>{{ n.host }}</td><td>{{ n.pid }}</td><td>{{ n.last_heartbeat_at | iso }}</td><td>{{ n.lease_expires_at | iso }}</td></tr>{% endfor %}</table>
@@ -51,22 +51,24 @@ _OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{
 {% for l in d.leases %}<tr><td>{{ l.owner }}</td><td>{{ l.leases }}</td></tr>{% endfor %}</table>
 <h2>Standbys</h2><table><tr><th>name</th><th>address</th><th>state</th><th>replay lag (ms)</th></tr>
 {% for s in d.database.standbys %}<tr><td>{{ s.application_name }}</td><td>{{ s.client_addr }}</td><td>{{ s.state }}</td><td>{{ s.replay_lag_ms }}</td></tr>{% endfor %}</table>
-<h2>Rates</h2><div id="charts">{% for c in charts %}<figure style="display:inline-block;margin:0 1em 0 0">
+<h2>The last {{ (d.series.window_ms or 0) // 60000 }} minutes</h2>
+<p class="muted">Read from the tables when the page is asked for: commits from the coordinator's events, records from their timestamps (probed by offset, so the rate is interpolated between probes), the LSO lag of the partitions that took the most records.</p>
+<div id="charts">{% for c in charts %}<figure style="display:inline-block;margin:0 1em 0 0">
 <figcaption>{{ c.title }}: <b>{{ c.last }}</b></figcaption>{{ c.svg | safe }}</figure>{% endfor %}</div>
 <h2>LSO lag of the busiest partitions</h2>{{ lag_chart | safe }}
 {% endblock %}"""
 
 _TOPICS = """{% extends "base.html" %}{% block title %}Topics{% endblock %}{% block main %}
-<h1>Topics</h1>{% if d.log_bytes is not none %}<p id="log-size">The log on disk, all topics together: <b>{{ d.log_bytes | bytes }}</b> <span class="muted">(kip98 keeps no byte count per topic or partition)</span></p>{% endif %}
-<table id="topics"><tr><th>topic</th><th>partitions</th><th>records (sum of high watermarks)</th><th>open transactions</th></tr>
-{% for t in d.topics %}<tr><td><a href="/topics/{{ t.topic | urlencode }}">{{ t.topic }}</a></td><td>{{ t.partitions }}</td><td>{{ t.high_watermark }}</td><td>{{ t.open_transactions }}</td></tr>{% endfor %}
-</table>{% endblock %}"""
+<h1>Topics</h1>{% if d.log_bytes is not none %}<p id="log-size">The log on disk, all topics together: <b>{{ d.log_bytes | bytes }}</b></p>{% endif %}
+<table id="topics"><tr><th>topic</th><th>partitions</th><th>records (sum of high watermarks)</th><th>open transactions</th><th title="{{ estimate_note }}">size (estimate)</th></tr>
+{% for t in d.topics %}<tr><td><a href="/topics/{{ t.topic | urlencode }}">{{ t.topic }}</a></td><td>{{ t.partitions }}</td><td>{{ t.high_watermark }}</td><td>{{ t.open_transactions }}</td><td class="size" title="{{ estimate_note }}">≈ {{ t.estimated_bytes | bytes }}</td></tr>{% endfor %}
+</table><p class="muted">Sizes are estimates: {{ estimate_note }}</p>{% endblock %}"""
 
 _TOPIC = """{% extends "base.html" %}{% block title %}{{ d.topic }}{% endblock %}{% block main %}
 <h1>Topic {{ d.topic }}</h1>
-<table id="partitions"><tr><th>partition</th><th>log start</th><th>high watermark</th><th>LSO</th><th>open transactions</th></tr>
-{% for p in d.partitions %}<tr><td><a href="?partition={{ p.partition }}&isolation={{ d.isolation }}">{{ p.partition }}</a></td><td>{{ p.log_start_offset }}</td><td>{{ p.high_watermark }}</td><td>{{ p.last_stable_offset }}</td><td>{{ p.open_transactions }}</td></tr>{% endfor %}</table>
-{% if d.log_bytes is not none %}<p id="log-size">The log on disk, all topics together: <b>{{ d.log_bytes | bytes }}</b> <span class="muted">(kip98 keeps no byte count per topic or partition)</span></p>{% endif %}
+<table id="partitions"><tr><th>partition</th><th>log start</th><th>high watermark</th><th>LSO</th><th>open transactions</th><th title="{{ estimate_note }}">size (estimate)</th></tr>
+{% for p in d.partitions %}<tr><td><a href="?partition={{ p.partition }}&isolation={{ d.isolation }}">{{ p.partition }}</a></td><td>{{ p.log_start_offset }}</td><td>{{ p.high_watermark }}</td><td>{{ p.last_stable_offset }}</td><td>{{ p.open_transactions }}</td><td class="size" title="{{ estimate_note }}">≈ {{ p.estimated_bytes | bytes }}</td></tr>{% endfor %}</table>
+<p id="topic-size">The topic: <b>≈ {{ d.estimated_bytes | bytes }}</b> <span class="muted">(an estimate: {{ estimate_note }})</span>{% if d.log_bytes is not none %}; <span id="log-size">the log on disk, all topics together: <b>{{ d.log_bytes | bytes }}</b></span>{% endif %}</p>
 <p>Configs: {% for k, v in d.config.items() %}<code>{{ k }}={{ v }}</code> {% else %}<span class="muted">defaults</span>{% endfor %}</p>
 <h2>Partition {{ d.partition }}, offsets {{ d.from_offset }} to {{ d.next_offset }}</h2>
 <form method="get" id="browse"><input type="hidden" name="partition" value="{{ d.partition }}">
@@ -144,6 +146,8 @@ def environment() -> Environment:
     env = Environment(loader=DictLoader(TEMPLATES), autoescape=select_autoescape(default=True))
     env.filters["iso"] = iso_ms
     env.filters["bytes"] = human_bytes
+    env.filters["age"] = human_age
+    env.globals["estimate_note"] = ESTIMATE_NOTE
     env.filters["record_rows"] = record_rows
     return env
 
@@ -164,6 +168,29 @@ def record_rows(records: list[dict[str, Any]]) -> Markup:
             f'<td class="status">{status}</td></tr>'
         )
     return Markup("".join(out))
+
+
+ESTIMATE_NOTE = (
+    "the log's size on disk (PostgreSQL's pg_total_relation_size of its records table) "
+    "shared out by the offsets each partition spans; kip98 keeps no byte count per topic "
+    "or partition"
+)
+
+
+def human_age(ms: int | None) -> str:
+    """A duration in its two largest units (``3 min 12 s``, ``2 h 5 min``, ``812 ms``)."""
+    if ms is None:
+        return ""
+    if ms < 1000:
+        return f"{int(ms)} ms"
+    seconds = int(ms) // 1000
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "min"), (secs, "s")]
+    while parts and parts[0][0] == 0:
+        parts.pop(0)
+    return " ".join(f"{n} {unit}" for n, unit in parts[:2])
 
 
 def human_bytes(n: int) -> str:

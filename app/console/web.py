@@ -1,17 +1,21 @@
 """The console's ASGI application (Starlette): log-in, sessions, CSRF, the pages and
 their JSON twins under ``/api/``, and the one action, KIP-664's abort.
 
-A session is Starlette's signed cookie (itsdangerous), with a key drawn when the console
-starts (restarting it logs everyone out). It holds the user's name and a CSRF token that
+A session is Starlette's signed cookie (itsdangerous), signed with the key of
+``app.console.secret`` (``KIP98_CONSOLE_SECRET`` or a file under ``KIP98_HOME``), so a
+restart keeps users logged in and several consoles share sessions. It holds the user's name and a CSRF token that
 every POST but the log-in must carry as ``csrf_token``. Page requests without a session
 are sent to ``/login``; ``/api/…`` answers 401. What a user may not see answers 403.
+Failed log-ins are logged and, repeated, locked out for a while (``app.console.lockout``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import hmac
+import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -29,11 +33,13 @@ from starlette.routing import Route
 from app.admin import AdminClient
 from app.console import data
 from app.console.auth import check_password, principal
-from app.console.samples import Sampler, rates
+from app.console.lockout import LoginThrottle
 from app.console.templates import bar_chart, environment, sparkline, timeline_svg
 from app.errors import KafkaError, KafkaException
 from app.security.rules import TOPIC
 from app.storage.context import BrokerContext
+
+log = logging.getLogger(__name__)
 
 _AUTH_FAILED = {
     KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -47,7 +53,6 @@ _CHARTS = {
     "produce_rate": "records/s",
     "commit_rate": "commits/s",
     "commit_latency_ms": "commit latency (ms)",
-    "lso_lag": "LSO lag (records)",
 }
 
 
@@ -89,10 +94,19 @@ def _form_int(form: Any, name: str) -> int:
 
 
 def create_app(
-    url: str | None = None, read_only: bool = False, https_only: bool = False
+    url: str | None = None,
+    read_only: bool = False,
+    https_only: bool = False,
+    session_key: str | None = None,
+    throttle: LoginThrottle | None = None,
 ) -> Starlette:
-    """The console over the database at ``url`` (kip98's configured one when None)."""
+    """The console over the database at ``url`` (kip98's configured one when None),
+    its cookies signed with ``session_key`` (a key of this process alone when None)."""
     base = BrokerContext.connect(url)
+    throttle = throttle or LoginThrottle()
+    # Log-ins one at a time: a burst of concurrent guesses would all pass the lockout's
+    # check before the first of them failed (a check is a few ms of key derivation).
+    one_login = asyncio.Lock()
     db_url = url or base.engine.url.render_as_string(hide_password=False)
     templates = environment()
 
@@ -146,26 +160,23 @@ def create_app(
             timestamp=_int(request, "timestamp", None),
         )
 
-    sampler = Sampler(base)
-
-    def read_overview(request: Request, broker: BrokerContext) -> dict[str, Any]:
-        d = data.overview(broker)
-        series = rates(sampler.samples()) if d["cluster"] else {}
-        d["series"] = {k: [[t, round(v, 3)] for t, v in pts] for k, pts in series.items()}
-        return d
-
     def overview_extra(
         request: Request, broker: BrokerContext, d: dict[str, Any]
     ) -> dict[str, Any]:
         lags = [(f"{p['topic']}-{p['partition']}", p["lag"]) for p in d["lso_lag"]]
+        series = d["series"]
         charts = []
-        for key, title in _CHARTS.items():
-            points = [(t, v) for t, v in d["series"].get(key, [])]
-            last = round(points[-1][1], 1) if points else "-"
-            charts.append(
-                {"title": title, "last": last, "svg": sparkline(key.replace("_", "-"), points)}
-            )
-        return {"lag_chart": bar_chart(lags), "charts": charts if d["cluster"] else []}
+        if d["cluster"]:
+            shown: list[tuple[str, str, list[tuple[int, float]]]] = [
+                (key.replace("_", "-"), title, series.get(key, []))
+                for key, title in _CHARTS.items()
+            ]
+            for i, (name, points) in enumerate(series.get("lso_lag", {}).items()):
+                shown.append((f"lso-lag-{i}", f"LSO lag of {name} (records)", points))
+            for chart_id, title, points in shown:
+                last = round(points[-1][1], 1) if points else "-"
+                charts.append({"title": title, "last": last, "svg": sparkline(chart_id, points)})
+        return {"lag_chart": bar_chart(lags), "charts": charts}
 
     def transactions_extra(
         request: Request, broker: BrokerContext, d: dict[str, Any]
@@ -183,10 +194,28 @@ def create_app(
         form = await request.form()
         name, password = str(form.get("username", "")), str(form.get("password", ""))
         target = _safe_next(str(form.get("next", "")))
+        async with one_login:
+            return await _log_in(request, name, password, target)
+
+    async def _log_in(request: Request, name: str, password: str, target: str) -> Response:
+        host = request.client.host if request.client else "unknown"
+        address = f"{host}:{request.client.port}" if request.client else host
+        wait = throttle.locked_for(host, name)
+        if wait > 0:
+            _log_lines(throttle.failed(host, address, name, locked=True))
+            seconds = int(wait) + 1
+            page = render(
+                request, "login.html", status=429, next=target,
+                error=f"Too many failed log-ins: try again in {seconds} s.",
+            )  # fmt: skip
+            page.headers["Retry-After"] = str(seconds)
+            return page
         if not await run_in_threadpool(check_password, base, name, password):
+            _log_lines(throttle.failed(host, address, name))
             return render(
                 request, "login.html", status=401, next=target, error="Wrong user or password."
             )
+        throttle.succeeded(host, name)
         request.session.clear()
         request.session.update({"user": name, "csrf": secrets.token_urlsafe(32)})
         return RedirectResponse(target, status_code=303)
@@ -254,7 +283,7 @@ def create_app(
         return error(request, 500, "the console failed to answer; see its log")
 
     pages: list[tuple[str, str, Callable[[Request, BrokerContext], Any], Any]] = [
-        ("/", "overview.html", read_overview, overview_extra),
+        ("/", "overview.html", lambda r, b: data.overview(b), overview_extra),
         ("/topics", "topics.html", lambda r, b: data.topics(b), None),
         ("/topics/{name:path}", "topic.html", read_topic, None),
         ("/transactions", "transactions.html", lambda r, b: data.transactions(b), transactions_extra),
@@ -278,11 +307,10 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        sampler.start()
         try:
             yield
         finally:
-            sampler.stop()
+            _log_lines(throttle.flush())
 
     return Starlette(
         lifespan=lifespan,
@@ -290,7 +318,7 @@ def create_app(
         middleware=[
             Middleware(
                 SessionMiddleware,
-                secret_key=secrets.token_hex(32),
+                secret_key=session_key or secrets.token_hex(32),
                 session_cookie="kip98_console",
                 same_site="strict",
                 https_only=https_only,
@@ -307,6 +335,11 @@ def create_app(
             Exception: on_crash,
         },
     )
+
+
+def _log_lines(lines: list[str]) -> None:
+    for line in lines:
+        log.warning("kip98 console: %s", line)
 
 
 def _safe_next(target: str | None) -> str:
