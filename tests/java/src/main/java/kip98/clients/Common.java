@@ -78,12 +78,21 @@ public final class Common {
     }
 
     /** The values a consumer of this isolation reads from partition 0 of ``topic``, from its
-     * start up to its end offset (the LSO under read_committed), each as [offset, value]. */
-    public static List<List<Object>> readAll(String bootstrap, String topic, boolean readCommitted) {
-        try (KafkaConsumer<String, String> c = consumer(bootstrap, null, readCommitted)) {
-            TopicPartition tp = new TopicPartition(topic, 0);
+     * start up to its end offset, each as [offset, value]. Under read_committed, once the
+     * LSO has reached the high watermark: a broker writes a transaction's markers after its
+     * EndTxn answers (Kafka does so asynchronously), and every caller reads a partition
+     * whose transactions have all ended. */
+    public static List<List<Object>> readAll(String bootstrap, String topic, boolean readCommitted)
+            throws InterruptedException {
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaConsumer<String, String> c = consumer(bootstrap, null, readCommitted);
+             KafkaConsumer<String, String> hw = consumer(bootstrap, null, false)) {
             c.assign(List.of(tp));
             c.seekToBeginning(List.of(tp));
+            if (readCommitted) {
+                waitUntil("the LSO at the high watermark of " + tp, () ->
+                    c.endOffsets(List.of(tp)).get(tp).equals(hw.endOffsets(List.of(tp)).get(tp)));
+            }
             return pollTo(c, tp, c.endOffsets(List.of(tp)).get(tp));
         }
     }
