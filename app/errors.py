@@ -131,6 +131,20 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
         False,
         "Broker: Requested credential would not meet criteria for acceptability",
     ),
+    # KIP-848's consumer group protocol.
+    "FENCED_MEMBER_EPOCH": (110, False, "Broker: The member epoch is fenced by the coordinator"),
+    "UNRELEASED_INSTANCE_ID": (
+        111,
+        False,
+        "Broker: The instance ID is still used by another member in the consumer group",
+    ),
+    "UNSUPPORTED_ASSIGNOR": (
+        112,
+        False,
+        "Broker: The assignor or its version range is not supported",
+    ),
+    "STALE_MEMBER_EPOCH": (113, False, "Broker: The member epoch is stale"),
+    "INVALID_REGULAR_EXPRESSION": (128, False, "Broker: The regular expression is not valid"),
 }
 
 # librdkafka's local (client-side) errors.
@@ -235,6 +249,11 @@ class KafkaError:
     GROUP_SUBSCRIBED_TO_TOPIC: int
     DUPLICATE_RESOURCE: int
     UNACCEPTABLE_CREDENTIAL: int
+    FENCED_MEMBER_EPOCH: int
+    UNRELEASED_INSTANCE_ID: int
+    UNSUPPORTED_ASSIGNOR: int
+    STALE_MEMBER_EPOCH: int
+    INVALID_REGULAR_EXPRESSION: int
     DUPLICATE_BROKER_REGISTRATION: int
     STALE_BROKER_EPOCH: int
     _BAD_MSG: int

@@ -712,6 +712,77 @@ class HeartbeatResponse:
 
 
 @dataclass(frozen=True)
+class ConsumerGroupHeartbeatRequest(Request["ConsumerGroupHeartbeatResponse"]):
+    """KIP-848's heartbeat. Fields None (or -1) are "unchanged since the last heartbeat";
+    ``owned``: the partitions the member holds, by topic name (None: not said)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: dict[str, tuple[int, ...]] | None = None
+    client_id: str = ""
+    client_host: str = ""
+    # Owned partitions of topic ids no topic has: they are held by nobody here.
+    unknown_topic_ids: int = 0
+
+
+@dataclass(frozen=True)
+class ConsumerGroupHeartbeatResponse:
+    """``assignment``: the partitions the member may consume now, by topic name (None:
+    unchanged, not sent)."""
+
+    error_code: int
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = -1
+    heartbeat_interval_ms: int = 0
+    assignment: dict[str, tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescribeRequest(Request["ConsumerGroupDescribeResponse"]):
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescribedMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: dict[str, tuple[int, ...]]
+    target_assignment: dict[str, tuple[int, ...]]
+    state: str = "stable"
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescribed:
+    group_id: str
+    error_code: int
+    error_message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[ConsumerGroupDescribedMember, ...] = ()
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescribeResponse:
+    groups: list[ConsumerGroupDescribed] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class MemberAssignment:
     """The leader's assignment for one member: the bytes its members read back, and the
     partitions they name when the front end could decode them (for views and the CLI)."""
@@ -775,6 +846,7 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,14 @@ class BrokerSettings:
     # The longest metadata an offset commit may carry (Kafka: offset.metadata.max.bytes,
     # counted as Kafka counts it, in UTF-16 code units); longer is OFFSET_METADATA_TOO_LARGE.
     offset_metadata_max_bytes: int = 4_096
+    # KIP-848 consumer groups (Kafka: group.consumer.session.timeout.ms,
+    # group.consumer.heartbeat.interval.ms, group.consumer.assignors, the first the default).
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_assignors: str = "uniform,range"
+    # Feature levels advertised below the highest served, as Kafka's ``kafka-features``
+    # downgrade sets them: ``name=level`` pairs, comma-separated (``group.version=0``).
+    features: str = ""
 
     # How long a ``kip98 serve`` node stays in the cluster without a heartbeat: a node
     # killed outright drops out of Metadata (and its partitions' leadership moves) once

@@ -26,6 +26,7 @@ from app.coordinator.handlers import (
 )
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, fail
+from app.groups.consumer import consumer_group_describe, consumer_group_heartbeat
 from app.groups.deletion import delete_groups, offset_delete
 from app.groups.membership import (
     describe_groups,
@@ -48,6 +49,8 @@ from app.protocol import (
     AuthorizedOperationsRequest,
     BrokerHeartbeatRequest,
     BrokerRegistrationRequest,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -118,6 +121,8 @@ HANDLERS: dict[type[Request[Any]], Handler] = {
     DescribeGroupsRequest:        describe_groups,
     DeleteGroupsRequest:          delete_groups,
     OffsetDeleteRequest:          offset_delete,
+    ConsumerGroupHeartbeatRequest: consumer_group_heartbeat,
+    ConsumerGroupDescribeRequest: consumer_group_describe,
     OffsetForLeaderEpochRequest:  offset_for_leader_epoch,
     CreateTopicsRequest:          topics.create_topics,
     DeleteTopicsRequest:          topics.delete_topics,

@@ -30,6 +30,7 @@ from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.assignor import range_assign
 from app.groups.classic import choose_leader, choose_protocol, keeps_protocol, shares_protocol
+from app.groups.consumer import check_member_epoch
 from app.protocol import (
     DescribedGroup,
     DescribedMember,
@@ -63,6 +64,9 @@ DEAD = "Dead"
 _SETTLED = (COMPLETING_REBALANCE, STABLE)
 # How native (coordinator-assigned) groups are listed: they are consumer groups.
 CONSUMER = "consumer"
+# Group types (KIP-848): a classic group, or a consumer group of the consumer protocol
+# (``app.groups.consumer``), which the classic APIs do not serve.
+CLASSIC = "classic"
 
 
 def _lock_group(conn: Connection, group_id: str) -> Any:
@@ -311,6 +315,7 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
         now = broker.clock.now_ms()
         with broker.engine.begin() as conn:
             authorize_all(conn, broker, needs.group_membership(req.group_id))
+            _claim_for_classic(conn, req.group_id)
             group = _expire(conn, _lock_group(conn, req.group_id), now)
             generation, state = group.generation_id, group.state
             member_id = req.member_id or f"{req.client_id or 'consumer'}-{uuid.uuid4()}"
@@ -394,6 +399,21 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
     except KafkaException as exc:
         # Kafka's refused join echoes the member id it was sent.
         return JoinGroupResponse(exc.error.code(), req.member_id, error_message=exc.error.str())
+
+
+def _claim_for_classic(conn: Connection, group_id: str) -> None:
+    """A classic member joining a consumer group (KIP-848): an empty one becomes a
+    classic group (Kafka deletes it and creates one); one with members refuses,
+    INCONSISTENT_GROUP_PROTOCOL (docs/kafka-differences.md: Kafka lets the member in)."""
+    row = conn.execute(sql.LOCK_CONSUMER_GROUP, {"group_id": group_id}).first()
+    if row is None or row.group_type == CLASSIC:
+        return
+    if conn.execute(sql.CONSUMER_MEMBERS, {"group_id": group_id}).first() is not None:
+        raise fail(
+            KafkaError.INCONSISTENT_GROUP_PROTOCOL,
+            f"group {group_id!r} is a consumer group with members of the consumer protocol",
+        )
+    conn.execute(sql.SET_GROUP_TYPE, {"group_id": group_id, "group_type": CLASSIC})
 
 
 def _check_known_member(current: dict[str, Any], req: JoinGroupRequest) -> None:
@@ -606,13 +626,14 @@ def list_groups(broker: BrokerContext, req: ListGroupsRequest) -> ListGroupsResp
     row, and those that only hold offsets (``offsets_only``), Empty."""
     with broker.engine.begin() as conn:
         rows = {
-            g.group_id: (g.protocol_type or CONSUMER, g.state) for g in conn.execute(sql.ALL_GROUPS)
+            g.group_id: (g.protocol_type or CONSUMER, g.state, g.group_type)
+            for g in conn.execute(sql.ALL_GROUPS)
         }
         for held in conn.execute(sql.GROUPS_HOLDING_OFFSETS).scalars():
-            rows.setdefault(held, ("", EMPTY))
+            rows.setdefault(held, ("", EMPTY, CLASSIC))
         listed = [
-            ListedGroup(group_id, protocol_type, state)
-            for group_id, (protocol_type, state) in sorted(rows.items())
+            ListedGroup(group_id, protocol_type, state, group_type)
+            for group_id, (protocol_type, state, group_type) in sorted(rows.items())
             if (req.states is None or state in req.states)
             and not denied_checks(conn, broker, needs.describe_group(group_id))
         ]
@@ -632,6 +653,10 @@ def describe_groups(broker: BrokerContext, req: DescribeGroupsRequest) -> Descri
                 out.append(DescribedGroup(group_id, refused.error.code(), DEAD, "", ""))
                 continue
             group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
+            if group is not None and group.group_type != CLASSIC:
+                # Kafka's DescribeGroups serves classic groups only.
+                out.append(DescribedGroup(group_id, KafkaError.GROUP_ID_NOT_FOUND, DEAD, "", ""))
+                continue
             if group is None:
                 state = EMPTY if offsets_only(conn, group_id) else DEAD
                 out.append(DescribedGroup(group_id, KafkaError.NO_ERROR, state, "", ""))
@@ -701,6 +726,8 @@ def check_generation(
     offsets by group id alone) and a native group's commit are accepted. A static member's instance id, if given, must
     name ``member_id`` in a group that has members (``static_member_refusal``).
     """
+    if check_member_epoch(conn, group_id, member_id, generation_id, transactional=transactional):
+        return  # a consumer group's commit: KIP-848's member epoch checked
     if generation_id < 0 and group_instance_id is None and (transactional or not member_id):
         group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
         if transactional or group is None or group.state == EMPTY or not group.protocol_type:

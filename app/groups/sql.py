@@ -151,7 +151,7 @@ ENSURE_GROUP = text(
 )
 _GROUP_COLUMNS = (
     "group_id, generation_id, state, protocol, protocol_type, leader_id, rebalance_started_ms, "
-    "join_deadline_ms"
+    "join_deadline_ms, group_type"
 )
 LOCK_GROUP = text(
     f"SELECT {_GROUP_COLUMNS} FROM consumer_groups WHERE group_id = :group_id FOR UPDATE"
@@ -320,3 +320,82 @@ INSERT_PENDING_TXN_OFFSET = text(
     "committed_offset, metadata, commit_ms, committed_leader_epoch) "
     "VALUES (:g, :t, :p, :pid, :ep, :o, :m, :ts, :e)"
 )
+
+
+# ---------------------------------------------------------------- consumer groups (KIP-848, ``app.groups.consumer``)
+
+# A consumer group's row: its group epoch is generation_id.
+_CONSUMER_GROUP_COLUMNS = (
+    "group_id, group_type, generation_id AS group_epoch, assignment_epoch, state, "
+    "subscription_metadata"
+)
+LOCK_CONSUMER_GROUP = text(
+    f"SELECT {_CONSUMER_GROUP_COLUMNS} FROM consumer_groups WHERE group_id = :group_id FOR UPDATE"
+)
+CONSUMER_GROUPS = text(
+    f"SELECT {_CONSUMER_GROUP_COLUMNS} FROM consumer_groups "
+    "WHERE group_id = ANY(:group_ids) AND group_type = 'consumer' ORDER BY group_id"
+)
+CREATE_CONSUMER_GROUP = text(
+    "INSERT INTO consumer_groups (group_id, group_type, generation_id, state) "
+    "VALUES (:group_id, 'consumer', 0, 'Empty') ON CONFLICT DO NOTHING"
+)
+# An empty classic group taken over by a consumer-protocol member, or the other way.
+SET_GROUP_TYPE = text(
+    "UPDATE consumer_groups SET group_type = :group_type, generation_id = 0, "
+    "assignment_epoch = 0, state = 'Empty', protocol_type = NULL, leader_id = NULL, "
+    "subscription_metadata = NULL WHERE group_id = :group_id"
+)
+SET_CONSUMER_GROUP = text(
+    "UPDATE consumer_groups SET generation_id = :group_epoch, "
+    "assignment_epoch = :assignment_epoch, state = :state, "
+    "subscription_metadata = CAST(:subscription_metadata AS jsonb) WHERE group_id = :group_id"
+)
+CLASSIC_MEMBERS_LEFT = text(
+    "SELECT EXISTS (SELECT 1 FROM group_members WHERE group_id = :group_id)"
+)
+_CONSUMER_MEMBER_COLUMNS = (
+    "member_id, instance_id, rack_id, client_id, client_host, subscribed_topic_names, "
+    "subscribed_topic_regex, server_assignor, rebalance_timeout_ms, member_epoch, "
+    "previous_member_epoch, state, assigned, pending_revocation, target, last_heartbeat_ms, "
+    "revocation_deadline_ms, joined_ms"
+)
+CONSUMER_MEMBERS = text(
+    f"SELECT {_CONSUMER_MEMBER_COLUMNS} FROM consumer_group_members "
+    "WHERE group_id = :group_id ORDER BY member_id"
+)
+UPSERT_CONSUMER_MEMBER = text(
+    f"""
+    INSERT INTO consumer_group_members (group_id, {_CONSUMER_MEMBER_COLUMNS})
+    VALUES (:group_id, :member_id, :instance_id, :rack_id, :client_id, :client_host,
+            CAST(:subscribed_topic_names AS jsonb), :subscribed_topic_regex, :server_assignor,
+            :rebalance_timeout_ms, :member_epoch, :previous_member_epoch, :state,
+            CAST(:assigned AS jsonb), CAST(:pending_revocation AS jsonb), CAST(:target AS jsonb),
+            :last_heartbeat_ms, :revocation_deadline_ms, :joined_ms)
+    ON CONFLICT (group_id, member_id) DO UPDATE SET
+        instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id,
+        client_id = EXCLUDED.client_id, client_host = EXCLUDED.client_host,
+        subscribed_topic_names = EXCLUDED.subscribed_topic_names,
+        subscribed_topic_regex = EXCLUDED.subscribed_topic_regex,
+        server_assignor = EXCLUDED.server_assignor,
+        rebalance_timeout_ms = EXCLUDED.rebalance_timeout_ms,
+        member_epoch = EXCLUDED.member_epoch,
+        previous_member_epoch = EXCLUDED.previous_member_epoch, state = EXCLUDED.state,
+        assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation,
+        target = EXCLUDED.target, last_heartbeat_ms = EXCLUDED.last_heartbeat_ms,
+        revocation_deadline_ms = EXCLUDED.revocation_deadline_ms
+    """
+)
+DELETE_CONSUMER_MEMBER = text(
+    "DELETE FROM consumer_group_members WHERE group_id = :group_id AND member_id = :member_id"
+)
+LOG_CONSUMER_GROUP_EVENT = text(
+    "INSERT INTO consumer_group_events (group_id, kind, member_id, group_epoch, member_epoch, "
+    "detail, event_ms) VALUES (:group_id, :kind, :member_id, :group_epoch, :member_epoch, "
+    "CAST(:detail AS jsonb), :now)"
+)
+CONSUMER_GROUP_EVENTS = text(
+    "SELECT event_id, kind, member_id, group_epoch, member_epoch, detail, event_ms "
+    "FROM consumer_group_events WHERE group_id = :group_id ORDER BY event_id"
+)
+ALL_TOPIC_PARTITIONS = text("SELECT topic, num_partitions FROM topics ORDER BY topic")

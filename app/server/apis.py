@@ -44,7 +44,7 @@ from app.protocol import (
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
-from app.server import acl_apis, topic_apis, txn_apis, user_apis
+from app.server import acl_apis, features, topic_apis, txn_apis, user_apis
 from app.server.answer import NO_OPERATIONS, Handler, Pending
 from app.server.cluster_apis import (
     authorized_operations,
@@ -53,6 +53,8 @@ from app.server.cluster_apis import (
     describe_cluster,
 )
 from app.server.groups import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
     delete_groups,
     describe_groups,
     heartbeat,
@@ -68,11 +70,15 @@ from app.server.sasl import sasl_authenticate, sasl_handshake
 
 
 def api_versions(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """The APIs served, and from v3 the feature levels (``features``)."""
     keys = [
         {"api_key": key, "min_version": low, "max_version": high}
         for key, (low, high, _) in sorted(APIS.items())
     ]
-    return {"error_code": 0, "api_keys": keys}
+    levels = features.api_versions_features(
+        features.features_of(broker.settings.features), request.__version__
+    )
+    return {"error_code": 0, "api_keys": keys, **levels}
 
 
 def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -473,7 +479,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     1:  (4, 12, fetch),
     2:  (1, 7, list_offsets),
     3:  (1, 12, metadata),
-    8:  (2, 8, offset_commit),
+    8:  (2, 9, offset_commit),  # v9: a KIP-848 member commits with its member epoch
     9:  (1, 7, offset_fetch),
     10: (0, 4, find_coordinator),
     11: (0, 9, join_group),
@@ -483,7 +489,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     15: (0, 5, describe_groups),
     16: (0, 5, list_groups),
     17: (0, 1, sasl_handshake),  # v0: the tokens follow as bare frames (sasl.sasl_token)
-    18: (0, 3, api_versions),
+    18: (0, 4, api_versions),
     19: (2, 7, topic_apis.create_topics),
     20: (1, 6, topic_apis.delete_topics),
     21: (0, 2, topic_apis.delete_records),
@@ -510,5 +516,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     61: (0, 0, txn_apis.describe_producers),
     65: (0, 0, txn_apis.describe_transactions),
     66: (0, 1, txn_apis.list_transactions),
+    68: (0, 1, consumer_group_heartbeat),  # KIP-848; UNSUPPORTED_VERSION at group.version 0
+    69: (0, 1, consumer_group_describe),
 }  # fmt: skip
 API_VERSIONS_KEY = 18

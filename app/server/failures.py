@@ -31,6 +31,9 @@ from app.protocol import (
     AlterUserScramCredentialsResponse,
     AuthorizedOperationsRequest,
     AuthorizedOperationsResponse,
+    ConsumerGroupDescribed,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
     CreatableTopicResult,
     CreateAclsRequest,
     CreateAclsResponse,
@@ -126,6 +129,9 @@ _EVERY_ITEM: dict[type[Any], Failed] = {
     ),
     DeleteGroupsRequest: lambda r, c, m: DeleteGroupsResponse(
         [DeletedGroup(g, c, m) for g in r.group_ids]
+    ),
+    ConsumerGroupDescribeRequest: lambda r, c, m: ConsumerGroupDescribeResponse(
+        [ConsumerGroupDescribed(g, c, m) for g in r.group_ids]
     ),
     DescribeTransactionsRequest: lambda r, c, m: DescribeTransactionsResponse(
         [TransactionStateResult(t, c, None, m) for t in r.transactional_ids]

@@ -13,6 +13,7 @@ the SQL views and ``kip98 groups`` show wire groups as they show native ones.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +25,8 @@ from app.errors import KafkaError
 from app.protocol import (
     GROUP,
     AuthorizedOperationsRequest,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest,
     DeleteGroupsRequest,
     DescribeGroupsRequest,
     GroupProtocol,
@@ -33,18 +36,20 @@ from app.protocol import (
     LeaveGroupRequest,
     ListGroupsRequest,
     MemberAssignment,
+    MetadataRequest,
     OffsetDeleteRequest,
     SyncGroupRequest,
     SyncGroupResponse,
     TopicPartitionKey,
 )
-from app.server import codec
+from app.server import codec, features
 from app.server.answer import NO_OPERATIONS, Pending
 from app.server.node import Node
 
 CONSUMER = "consumer"
-# The group type of KIP-848's ListGroups filter: every group here is a classic one.
+# The group types of KIP-848's ListGroups filter.
 CLASSIC = "classic"
+UNSUPPORTED_VERSION = 35
 FIRST_PAUSE_S, LAST_PAUSE_S = 0.005, 0.25
 # A follower waits for its leader's plan at most this long; a leader that died is
 # noticed sooner, by its session timeout, and the wait ends in REBALANCE_IN_PROGRESS.
@@ -161,9 +166,9 @@ def list_groups(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     answer = broker.handle(ListGroupsRequest(states))
     groups = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state,
-         "group_type": CLASSIC}
+         "group_type": g.group_type}
         for g in answer.groups
-        if not types or CLASSIC in types
+        if not types or g.group_type in types
     ]  # fmt: skip
     return {"error_code": answer.error_code, "groups": groups}
 
@@ -241,3 +246,105 @@ def offset_delete(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         "error_code": KafkaError.NO_ERROR,
         "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
     }
+
+
+def consumer_group_heartbeat(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """KIP-848's heartbeat (``app.groups.consumer``): topics travel by id on the wire and
+    by name inside. With ``group.version`` below 1 it is UNSUPPORTED_VERSION, as Kafka
+    answers when the feature is off."""
+    if not features.features_of(broker.settings.features).consumer_protocol:
+        return _unsupported("The consumer group protocol is off (group.version 0).")
+    ids = _topic_ids(broker)
+    names = {i: n for n, i in ids.items()}
+    owned: dict[str, tuple[int, ...]] | None = None
+    unknown = 0
+    if request.topic_partitions is not None:
+        owned = {}
+        for tp in request.topic_partitions:
+            name = names.get(tp.topic_id)
+            if name is None:
+                unknown += 1
+                continue
+            owned[name] = tuple(owned.get(name, ())) + tuple(tp.partitions)
+    topics = request.subscribed_topic_names
+    beat = ConsumerGroupHeartbeatRequest(
+        request.group_id, request.member_id, request.member_epoch,
+        instance_id=request.instance_id, rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        subscribed_topic_names=None if topics is None else tuple(topics),
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        server_assignor=request.server_assignor, owned=owned,
+        client_id=node.client_id or "", client_host=node.client_host or "",
+        unknown_topic_ids=unknown,
+    )  # fmt: skip
+    answer = broker.handle(beat)
+    if answer.error_code != KafkaError.NO_ERROR:
+        return {"error_code": answer.error_code, "error_message": answer.error_message,
+                "member_epoch": 0, "heartbeat_interval": 0}  # fmt: skip
+    assignment = None
+    if answer.assignment is not None:
+        assignment = {
+            "topic_partitions": [
+                {"topic_id": ids[t], "partitions": list(ps)}
+                for t, ps in sorted(answer.assignment.items()) if t in ids
+            ]
+        }  # fmt: skip
+    return {
+        "error_code": 0, "member_id": answer.member_id, "member_epoch": answer.member_epoch,
+        "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment,
+    }  # fmt: skip
+
+
+def consumer_group_describe(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """KIP-848's ConsumerGroupDescribe; UNSUPPORTED_VERSION with ``group.version`` 0."""
+    if not features.features_of(broker.settings.features).consumer_protocol:
+        message = "The consumer group protocol is off (group.version 0)."
+        return {"groups": [
+            {"error_code": UNSUPPORTED_VERSION, "error_message": message, "group_id": g,
+             "group_state": "", "members": []}
+            for g in request.group_ids
+        ]}  # fmt: skip
+    answer = broker.handle(ConsumerGroupDescribeRequest(tuple(request.group_ids)))
+    operations: dict[str, int] = {}
+    if getattr(request, "include_authorized_operations", False):
+        described = [g.group_id for g in answer.groups if g.error_code == KafkaError.NO_ERROR]
+        operations = broker.handle(AuthorizedOperationsRequest(GROUP, tuple(described))).operations
+    ids = _topic_ids(broker)
+
+    def assignment(parts: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+        return {"topic_partitions": [
+            {"topic_id": ids[t], "topic_name": t, "partitions": list(ps)}
+            for t, ps in sorted(parts.items()) if t in ids
+        ]}  # fmt: skip
+
+    groups = []
+    for g in answer.groups:
+        members = [
+            {"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+             "member_epoch": m.member_epoch, "client_id": m.client_id,
+             "client_host": m.client_host,
+             "subscribed_topic_names": list(m.subscribed_topic_names),
+             "subscribed_topic_regex": m.subscribed_topic_regex,
+             "assignment": assignment(m.assignment),
+             "target_assignment": assignment(m.target_assignment), "member_type": 1}
+            for m in g.members
+        ]  # fmt: skip
+        groups.append(
+            {"error_code": g.error_code, "error_message": g.error_message,
+             "group_id": g.group_id, "group_state": g.state if g.error_code == 0 else "",
+             "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
+             "assignor_name": g.assignor_name, "members": members,
+             "authorized_operations": operations.get(g.group_id, NO_OPERATIONS)}
+        )  # fmt: skip
+    return {"groups": groups}
+
+
+def _unsupported(message: str) -> dict[str, Any]:
+    return {"error_code": UNSUPPORTED_VERSION, "error_message": message, "member_epoch": 0,
+            "heartbeat_interval": 0}  # fmt: skip
+
+
+def _topic_ids(broker: Broker) -> dict[str, uuid.UUID]:
+    """Every topic's id by its name (KIP-516): the consumer protocol names topics by id."""
+    listed = broker.handle(MetadataRequest(None)).topics
+    return {m.topic: uuid.UUID(m.topic_id) for m in listed if m.topic_id}

@@ -15,7 +15,7 @@ def test_topics_configs_partitions_cluster(
 ) -> None:
     """createTopics with configs (and again), describeConfigs, incrementalAlterConfigs
     (SET, DELETE, an unknown config), describeTopics, createPartitions up and down,
-    describeCluster; describeFeatures apart (no features in kip98's ApiVersions yet)."""
+    describeCluster; describeFeatures apart (kip98 lists two of Kafka's features)."""
     features: dict[str, Any] = {}
 
     def scenario(target: Target) -> Any:
@@ -25,9 +25,10 @@ def test_topics_configs_partitions_cluster(
         return observed
 
     same(scenario, *targets)
-    # docs/kafka-differences.md#no-features-in-api-versions
-    assert features["kip98"] == {"finalized": [], "supported": []}
-    assert "transaction.version" in features["kafka"]["finalized"]
+    # docs/kafka-differences.md#features-in-api-versions
+    both = ["group.version", "transaction.version"]
+    assert features["kip98"] == {"finalized": both, "supported": both}
+    assert set(both) <= set(features["kafka"]["finalized"])
 
 
 def test_transactions_tooling(targets: tuple[Target, Target], java_classpath: str) -> None:

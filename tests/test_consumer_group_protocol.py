@@ -1,0 +1,185 @@
+"""KIP-848 through ``kip98 serve``: the features ApiVersions gives (group.version,
+transaction.version, and the operator's pin), and ConsumerGroupHeartbeat /
+ConsumerGroupDescribe spoken raw: epochs, revocation before assignment, fencing, leave,
+static members, and the offset commits' member epoch check (docs/design.md rules 60-63)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+
+from app.broker import Broker
+from app.errors import KafkaError
+from app.log.topics import create_topic
+from app.server.codec import build
+from tests.helpers.wire_client import exchange, serving
+
+HEARTBEAT, DESCRIBE, API_VERSIONS, OFFSET_COMMIT = 68, 69, 18, 8
+
+
+@pytest.fixture
+def broker(db_url: str) -> Broker:
+    return Broker.connect(db_url)
+
+
+def call(server: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    return exchange(server, api_key, version, build(load_request_schema(api_key, version), values))
+
+
+def beat(server: str, group: str, member: str, epoch: int, **fields: Any) -> Any:
+    values = {"group_id": group, "member_id": member, "member_epoch": epoch,
+              "rebalance_timeout": fields.pop("rebalance_timeout", -1),
+              "topic_partitions": None, **fields}  # fmt: skip
+    return call(server, HEARTBEAT, 1, values)
+
+
+def join(server: str, group: str, member: str, topics: list[str], **fields: Any) -> Any:
+    return beat(
+        server, group, member, 0, rebalance_timeout=30000, subscribed_topic_names=topics,
+        topic_partitions=[], **fields,
+    )  # fmt: skip
+
+
+def owned(answer: Any) -> list[dict[str, Any]]:
+    """The partitions an answer assigned, as the next heartbeat reports them."""
+    return [
+        {"topic_id": tp.topic_id, "partitions": list(tp.partitions)}
+        for tp in answer.assignment.topic_partitions
+    ]
+
+
+def count(answer: Any) -> int:
+    return sum(len(tp.partitions) for tp in answer.assignment.topic_partitions)
+
+
+def test_api_versions_gives_the_features_kafka_4_4_names(server: str) -> None:
+    v3 = call(
+        server, API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+    )
+    finalized = {f.name: (f.min_version_level, f.max_version_level) for f in v3.finalized_features}
+    assert finalized == {"group.version": (1, 1), "transaction.version": (1, 1)}
+    assert v3.finalized_features_epoch >= 0
+    assert [f.name for f in v3.supported_features] == []  # v3 leaves out those from level 0
+    v4 = call(
+        server, API_VERSIONS, 4, {"client_software_name": "t", "client_software_version": "1"}
+    )
+    supported = {f.name: (f.min_version, f.max_version) for f in v4.supported_features}
+    assert supported == {"group.version": (0, 1), "transaction.version": (0, 1)}
+    keys = {k.api_key: (k.min_version, k.max_version) for k in v4.api_keys}
+    assert keys[HEARTBEAT] == (0, 1) and keys[DESCRIBE] == (0, 1)
+
+
+@pytest.fixture
+def group_version_0(db_url: str) -> Iterator[str]:
+    with serving(db_url, env={"KIP98_FEATURES": "group.version=0"}) as address:
+        yield address
+
+
+def test_the_operator_pins_group_version_0_and_the_heartbeat_is_unsupported(
+    group_version_0: str,
+) -> None:
+    server = group_version_0
+    v3 = call(
+        server, API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
+    )
+    assert {f.name for f in v3.finalized_features} == {"transaction.version"}
+    answer = join(server, "g", str(uuid.uuid4()), ["t"])
+    assert answer.error_code == 35  # UNSUPPORTED_VERSION, as Kafka with the feature off
+    described = call(server, DESCRIBE, 0, {"group_ids": ["g"]})
+    assert described.groups[0].error_code == 35
+
+
+def test_members_reconcile_revoking_before_a_partition_moves(server: str, broker: Broker) -> None:
+    create_topic(broker, "orders", 4)
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    first = join(server, "g1", a, ["orders"])
+    assert first.error_code == 0 and first.member_epoch == 1 and count(first) == 4
+    # b joins: epoch 2, but a still holds everything, so b is given nothing yet.
+    second = join(server, "g1", b, ["orders"])
+    assert second.error_code == 0 and second.member_epoch == 2 and count(second) == 0
+    # a is asked to revoke two partitions, staying at epoch 1 until it acknowledges.
+    asked = beat(server, "g1", a, 1, topic_partitions=owned(first))
+    assert asked.member_epoch == 1 and count(asked) == 2
+    # b heartbeats meanwhile: still nothing, the two are not released yet.
+    waiting = beat(server, "g1", b, 2, topic_partitions=[])
+    assert waiting.error_code == 0 and (waiting.assignment is None or count(waiting) == 0)
+    done = beat(server, "g1", a, 1, topic_partitions=owned(asked))
+    assert done.error_code == 0 and done.member_epoch == 2
+    given = beat(server, "g1", b, 2, topic_partitions=[])
+    assert count(given) == 2
+    kept = {p for tp in asked.assignment.topic_partitions for p in tp.partitions}
+    moved = {p for tp in given.assignment.topic_partitions for p in tp.partitions}
+    assert kept.isdisjoint(moved) and kept | moved == {0, 1, 2, 3}
+    described = call(server, DESCRIBE, 1, {"group_ids": ["g1"]}).groups[0]
+    assert described.error_code == 0 and described.group_state == "Stable"
+    assert described.group_epoch == 2 and described.assignment_epoch == 2
+    assert {m.member_id: m.member_epoch for m in described.members} == {a: 2, b: 2}
+    # The group is a consumer group: ListGroups says so, DescribeGroups does not serve it.
+    listed = call(server, 16, 5, {"states_filter": [], "types_filter": ["consumer"]})
+    assert [(g.group_id, g.group_type) for g in listed.groups] == [("g1", "consumer")]
+    classic = call(server, 15, 5, {"groups": ["g1"]}).groups[0]
+    assert classic.error_code == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def test_kafkas_errors_for_epochs_members_and_groups(server: str, broker: Broker) -> None:
+    create_topic(broker, "t", 2)
+    a = str(uuid.uuid4())
+    assert beat(server, "none", a, 3).error_code == KafkaError.GROUP_ID_NOT_FOUND
+    joined = join(server, "g2", a, ["t"])
+    assert joined.member_epoch == 1
+    assert beat(server, "g2", a, 5).error_code == KafkaError.FENCED_MEMBER_EPOCH
+    stranger = beat(server, "g2", str(uuid.uuid4()), 1)
+    assert stranger.error_code == KafkaError.UNKNOWN_MEMBER_ID
+    assert join(server, "g2", "", []).error_code == KafkaError.INVALID_REQUEST
+    bad = join(server, "g2", str(uuid.uuid4()), ["t"], server_assignor="sticky")
+    assert bad.error_code == KafkaError.UNSUPPORTED_ASSIGNOR
+    # OffsetCommit v9 from the member: its epoch must be the current one.
+    commit = {"group_id": "g2", "member_id": a, "generation_id_or_member_epoch": 0,
+              "topics": [{"name": "t", "partitions": [
+                  {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}]}]}  # fmt: skip
+    stale = call(server, OFFSET_COMMIT, 9, commit)
+    assert stale.topics[0].partitions[0].error_code == KafkaError.STALE_MEMBER_EPOCH
+    commit["generation_id_or_member_epoch"] = 1
+    assert call(server, OFFSET_COMMIT, 9, commit).topics[0].partitions[0].error_code == 0
+    left = beat(server, "g2", a, -1)
+    assert left.error_code == 0 and left.member_epoch == -1
+    assert beat(server, "g2", a, 1).error_code == KafkaError.UNKNOWN_MEMBER_ID
+
+
+def test_a_static_member_leaves_for_a_while_and_its_instance_comes_back(
+    server: str, broker: Broker
+) -> None:
+    create_topic(broker, "s", 3)
+    first, other = str(uuid.uuid4()), str(uuid.uuid4())
+    joined = join(server, "g3", first, ["s"], instance_id="i-1")
+    assert joined.error_code == 0 and count(joined) == 3
+    taken = join(server, "g3", other, ["s"], instance_id="i-1")
+    assert taken.error_code == KafkaError.UNRELEASED_INSTANCE_ID
+    gone = beat(server, "g3", first, -2, instance_id="i-1")
+    assert gone.error_code == 0 and gone.member_epoch == -2
+    back = join(server, "g3", other, ["s"], instance_id="i-1")
+    assert back.error_code == 0 and count(back) == 3  # the instance keeps its partitions
+    assert back.member_epoch == joined.member_epoch  # and the group epoch did not move
+
+
+def test_a_restarted_serve_continues_the_group_from_the_database(
+    db_url: str, broker: Broker
+) -> None:
+    """Rule 61: the epochs and assignments are the projection in PostgreSQL, so another
+    (or a restarted) ``kip98 serve`` answers the member where the first left it."""
+    create_topic(broker, "r", 2)
+    a = str(uuid.uuid4())
+    with serving(db_url) as first:
+        joined = join(first, "g4", a, ["r"])
+        assert joined.member_epoch == 1 and count(joined) == 2
+    with serving(db_url) as second:
+        again = beat(second, "g4", a, 1, topic_partitions=owned(joined))
+        assert again.error_code == 0 and again.member_epoch == 1
+        b = join(second, "g4", str(uuid.uuid4()), ["r"])
+        assert b.error_code == 0 and b.member_epoch == 2
+        asked = beat(second, "g4", a, 1, topic_partitions=owned(joined))
+        assert count(asked) == 1  # a is asked to give one up to b

@@ -1,0 +1,125 @@
+"""librdkafka 2.12 with ``group.protocol=consumer`` (KIP-848) against ``kip98 serve``:
+several consumers share a topic's partitions by the broker's assignment; one is killed
+(SIGKILL, no leave) and its partitions move to the others once its session ends; with
+read_committed and offsets committed after each record, no record is consumed twice and
+none is missed (docs/design.md rules 60-63)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import confluent_kafka as ck
+import pytest
+from sqlalchemy import text
+
+from app.broker import Broker
+from app.log.topics import create_topic
+from tests.helpers.wire_client import delivered, serving
+
+RECORDS = 40
+# The consumer protocol's session is the broker's (group.consumer.session.timeout.ms).
+SERVE_ENV = {
+    "KIP98_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "6000",
+    "KIP98_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
+}
+HANG_GUARD_S = 180
+EVENTS = "SELECT kind FROM consumer_group_events WHERE group_id = :g ORDER BY event_id"
+
+# A consumer in a process of its own: it takes ``take`` records, committing each before
+# it prints its key, then says so and waits to be killed.
+KILLED_CONSUMER = """
+import sys, time
+import confluent_kafka as ck
+server, take = sys.argv[1], int(sys.argv[2])
+c = ck.Consumer({"bootstrap.servers": server, "group.id": "copiers",
+                 "group.protocol": "consumer", "enable.auto.commit": False,
+                 "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+c.subscribe(["copy-in"])
+got = 0
+while got < take:
+    m = c.poll(0.2)
+    if m is None or m.error():
+        continue
+    c.commit(message=m, asynchronous=False)
+    print(m.key().decode(), flush=True)
+    got += 1
+print("DONE", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.fixture
+def server(db_url: str) -> Iterator[str]:
+    with serving(db_url, env=SERVE_ENV) as address:
+        yield address
+
+
+def _consumer(server: str, name: str) -> ck.Consumer:
+    c = ck.Consumer(
+        {"bootstrap.servers": server, "group.id": "copiers", "group.protocol": "consumer",
+         "client.id": name, "enable.auto.commit": False, "auto.offset.reset": "earliest",
+         "isolation.level": "read_committed"}
+    )  # fmt: skip
+    c.subscribe(["copy-in"])
+    return c
+
+
+def test_a_killed_consumers_partitions_move_and_nothing_is_consumed_twice(
+    server: str, db_url: str
+) -> None:
+    create_topic(Broker.connect(db_url), "copy-in", 4)
+    producer = ck.Producer({"bootstrap.servers": server, "transactional.id": "copy-writer"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for p in range(4):
+        delivered(producer, 5, topic="copy-in", partition=p, key=f"a{p}")
+    producer.abort_transaction(30)  # never read by read_committed consumers
+    producer.begin_transaction()
+    keys = [f"k{i}" for i in range(RECORDS)]
+    for i, key in enumerate(keys):
+        producer.produce("copy-in", key=key, value=b"v", partition=i % 4)
+    producer.commit_transaction(30)
+
+    killed = subprocess.Popen(
+        [sys.executable, "-c", KILLED_CONSUMER, server, "3"],
+        stdout=subprocess.PIPE, text=True, env=os.environ.copy(),
+    )  # fmt: skip
+    seen: list[str] = []
+    consumers: list[ck.Consumer] = []
+    try:
+        assert killed.stdout is not None
+        for line in killed.stdout:
+            if line.strip() == "DONE":
+                break
+            seen.append(line.strip())
+        assert len(seen) == 3
+        consumers = [_consumer(server, "c1"), _consumer(server, "c2")]
+        killed.send_signal(signal.SIGKILL)  # no leave: its session must end
+        killed.wait(30)
+        deadline = time.monotonic() + HANG_GUARD_S
+        while len(seen) < RECORDS and time.monotonic() < deadline:
+            for c in consumers:
+                m = c.poll(0.1)
+                if m is None or m.error():
+                    continue
+                c.commit(message=m, asynchronous=False)
+                seen.append(m.key().decode())
+        assert sorted(seen) == sorted(keys), "each committed record consumed exactly once"
+        assignments = [c.assignment() for c in consumers]
+        assert all(assignments), "both live consumers hold partitions"
+        owned = [(tp.topic, tp.partition) for a in assignments for tp in a]
+        assert sorted(owned) == [("copy-in", p) for p in range(4)]
+        with Broker.connect(db_url).engine.begin() as conn:
+            kinds = conn.execute(text(EVENTS), {"g": "copiers"}).scalars().all()
+        assert "member_expired" in kinds and "target_assignment" in kinds
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+        for c in consumers:
+            c.close()
