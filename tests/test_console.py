@@ -24,6 +24,8 @@ from sqlalchemy import text
 
 from app.admin import AdminClient, NewTopic
 from app.broker import Broker
+from app.client.consumer import Consumer
+from app.console.templates import iso_ms
 from app.groups.offsets import offset_commit
 from app.protocol import OffsetAndMetadata, OffsetCommitRequest
 from app.security import acls as acl_admin
@@ -222,6 +224,25 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     expect(page.locator("#records tr[data-offset]").first).to_have_attribute("data-offset", "0")
     page.goto(console.url + "/topics/t?isolation=read_uncommitted&timestamp=99999999999999")
     expect(page.locator("#records tr[data-offset]")).to_have_count(0)
+    # ... or an ISO-8601 time, as the pages show them: offset 3's time finds the first
+    # record stamped at or after it. A page links to the next and the previous.
+    stored = page.context.request.get(
+        console.url + "/api/topics/t?isolation=read_uncommitted&offset=0"
+    ).json()["records"]
+    at = next(r["timestamp"] for r in stored if r["offset"] == 3)
+    first = min(r["offset"] for r in stored if r["timestamp"] >= at)
+    page.goto(console.url + "/topics/t?isolation=read_uncommitted&limit=2")
+    page.fill("input[name=timestamp]", iso_ms(at))
+    page.click("#browse button")
+    shown = page.locator("#records tr[data-offset]").first
+    expect(shown).to_have_attribute("data-offset", str(first))
+    page.goto(console.url + "/topics/t?isolation=read_uncommitted&offset=2&limit=2")
+    page.click("#next")
+    expect(shown).to_have_attribute("data-offset", "4")
+    page.click("#previous")
+    page.click("#previous")
+    expect(shown).to_have_attribute("data-offset", "0")
+    expect(page.locator("#previous")).to_have_count(0)  # at the log start
 
     # A group's committed offset, its lag to the LSO and to the high watermark.
     committed_at = offset_commit(broker, OffsetCommitRequest("g", {("t", 0): OffsetAndMetadata(1)}))
@@ -231,6 +252,21 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     expect(page.locator("#offsets tr", has_text="t-0").locator("td")).to_have_text(
         ["t-0", "1", "9", "9", "8", "8"]
     )
+    # A member of a running group with its assignment.
+    with Consumer(
+        {"database.url": broker.engine.url.render_as_string(hide_password=False),
+         "group.id": "readers", "client.id": "reader-1"}
+    ) as reader:  # fmt: skip
+        reader.subscribe(["t"])
+        deadline = time.monotonic() + 120  # a hang guard
+        while not reader.assignment() and time.monotonic() < deadline:
+            reader.poll(0.5)
+        assert reader.assignment()
+        page.goto(console.url + "/groups/readers")
+        expect(
+            page.locator("#members tr", has_text="reader-1").locator("td.assignment")
+        ).to_have_text("t-0")
+    page.goto(console.url + "/groups/g")
     page.screenshot(path=str(console.shots / "group.png"), full_page=True)
 
     # The overview: the oldest open transaction's age (its start on hover), and the
@@ -324,6 +360,7 @@ def test_acls_csrf_and_bad_input(browser: object, console: World) -> None:
     # Bad input: an error page, never a traceback.
     for query, status, words in (
         ("/topics/t?offset=abc", 400, "offset must be a whole number"),
+        ("/topics/t?timestamp=yesterday", 400, "or an ISO-8601 time"),
         ("/topics/t?limit=100000000", 400, "limit must be between 1 and 1000"),
         ("/topics/t?isolation=dirty", 400, "isolation must be one of"),
         ("/topics/t?partition=7", 404, "no partition 7"),

@@ -4,9 +4,10 @@ function from the page's events and markers to an inline SVG."""
 
 from __future__ import annotations
 
+import struct
 from datetime import UTC, datetime
 
-from app.console.data import epoch_changes
+from app.console.data import assigned, epoch_changes
 from app.console.templates import (
     environment,
     human_age,
@@ -160,3 +161,16 @@ def test_an_age_in_its_two_largest_units() -> None:
     assert human_age(2 * 3600_000 + 5 * 60_000 + 7_000) == "2 h 5 min"
     assert human_age(86400_000 + 1000) == "1 d 0 h"
     assert human_age(None) == ""
+
+
+def test_a_members_assignment_native_or_classic() -> None:
+    assert assigned([["t", 1], ["t", 0]], None) == [("t", 0), ("t", 1)]
+    # A classic consumer's ConsumerProtocolAssignment v1: version, [topic, [partitions]],
+    # user data (null); a later version's fields at the end are not read.
+    topic = b"orders"
+    body = (
+        struct.pack(">hi", 1, 1) + struct.pack(">h", len(topic)) + topic
+        + struct.pack(">iii", 2, 3, 0) + struct.pack(">i", -1)
+    )  # fmt: skip
+    assert assigned([], body) == [("orders", 0), ("orders", 3)]
+    assert assigned([], b"\x00") == [] and assigned([], None) == []

@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
+from kio.serial import entity_reader
 from sqlalchemy import Connection
 
 from app.console import series as console_series
@@ -29,6 +31,9 @@ from app.storage.context import BrokerContext
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 ISOLATIONS = ("read_committed", "read_uncommitted")
+# A classic consumer's assignment: a 2-byte version, then the v0 body (later versions
+# only add fields at the end).
+_ASSIGNMENT_READER = entity_reader(ConsumerProtocolAssignment)
 # Kafka's control record types (ControlRecordType): 0 ABORT, 1 COMMIT.
 _CONTROL = {0: "ABORT", 1: "COMMIT"}
 
@@ -469,12 +474,16 @@ def group(broker: BrokerContext, group_id: str) -> dict[str, Any]:
                 "client_id": m.client_id,
                 "client_host": m.client_host,
                 "generation_id": m.generation_id,
+                "assignment": assigned(m.assignment, m.member_assignment),
             }
             for m in conn.execute(groups_sql.MEMBERS, {"group_id": group_id})
         ]
         lag = _rows(conn.execute(sql.GROUP_LAG, {"group_id": group_id}))
-        shown = set(visible(conn, broker, TOPIC, sorted({r["topic"] for r in lag})))
+        topics_named = {r["topic"] for r in lag} | {t for m in members for t, _p in m["assignment"]}
+        shown = set(visible(conn, broker, TOPIC, sorted(topics_named)))
         pending = _rows(conn.execute(groups_sql.PENDING_FOR_GROUP, {"group_id": group_id}))
+    for m in members:  # a partition of a topic the user may not see is left out
+        m["assignment"] = [[t, p] for t, p in m["assignment"] if t in shown]
     return {
         "group": {k: _jsonable(v) for k, v in row._mapping.items()}
         if row is not None
@@ -487,6 +496,21 @@ def group(broker: BrokerContext, group_id: str) -> dict[str, Any]:
         ],
         "pending_transactional_offsets": [p for p in pending if p["topic"] in shown],
     }
+
+
+def assigned(native: Any, classic: bytes | None) -> list[tuple[str, int]]:
+    """A member's partitions: a native (KIP-848 or in-process) member's as stored, a
+    classic consumer's decoded from the leader's ConsumerProtocolAssignment (empty for
+    another protocol type's bytes or bytes that do not decode)."""
+    if native:
+        return sorted((str(t), int(p)) for t, p in native)
+    if not classic:
+        return []
+    try:
+        decoded, _ = _ASSIGNMENT_READER(bytes(classic), 2)
+    except Exception:  # kio raises several kinds on bytes of another protocol
+        return []
+    return sorted((tp.topic, int(p)) for tp in decoded.assigned_partitions for p in tp.partitions)
 
 
 def now_ms() -> int:

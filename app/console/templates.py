@@ -74,10 +74,11 @@ _TOPIC = """{% extends "base.html" %}{% block title %}{{ d.topic }}{% endblock %
 <form method="get" id="browse"><input type="hidden" name="partition" value="{{ d.partition }}">
 <label>Isolation <select name="isolation" id="isolation">
 {% for i in ["read_committed", "read_uncommitted"] %}<option {% if i == d.isolation %}selected{% endif %}>{{ i }}</option>{% endfor %}</select></label>
-<label>Offset <input name="offset" size="10"></label> <label>or time (ms) <input name="timestamp" size="14"></label>
+<label>Offset <input name="offset" size="10"></label> <label>or time <input name="timestamp" size="24" placeholder="2026-11-28 05:12:03Z or ms"></label>
 <label>Limit <input name="limit" size="5" value="{{ d.limit }}"></label> <button>Show</button></form>
 <table id="records"><tr><th>offset</th><th>timestamp</th><th>key</th><th>value</th><th>producer</th><th>status</th></tr>
 {{ d.records | record_rows }}</table>
+{% if d.from_offset > d.log_start_offset %}<a id="previous" href="?partition={{ d.partition }}&isolation={{ d.isolation }}&offset={{ [d.from_offset - d.limit, d.log_start_offset] | max }}&limit={{ d.limit }}">previous page</a> {% endif %}
 {% if d.next_offset < (d.high_watermark if d.isolation == "read_uncommitted" else d.last_stable_offset) %}
 <a id="next" href="?partition={{ d.partition }}&isolation={{ d.isolation }}&offset={{ d.next_offset }}&limit={{ d.limit }}">next page</a>{% endif %}
 {% endblock %}"""
@@ -127,8 +128,8 @@ _GROUPS = """{% extends "base.html" %}{% block title %}Groups{% endblock %}{% bl
 
 _GROUP = """{% extends "base.html" %}{% block title %}{{ d.group.group_id }}{% endblock %}{% block main %}
 <h1>Group {{ d.group.group_id }}</h1><p>State {{ d.group.state }}, generation {{ d.group.generation_id }}</p>
-<h2>Members</h2><table id="members"><tr><th>member</th><th>instance</th><th>client</th><th>host</th></tr>
-{% for m in d.members %}<tr><td>{{ m.member_id }}</td><td>{{ m.group_instance_id or "" }}</td><td>{{ m.client_id }}</td><td>{{ m.client_host }}</td></tr>{% endfor %}</table>
+<h2>Members</h2><table id="members"><tr><th>member</th><th>instance</th><th>client</th><th>host</th><th>assignment</th></tr>
+{% for m in d.members %}<tr><td>{{ m.member_id }}</td><td>{{ m.group_instance_id or "" }}</td><td>{{ m.client_id }}</td><td>{{ m.client_host }}</td><td class="assignment">{% for p in m.assignment %}{{ p[0] }}-{{ p[1] }} {% endfor %}</td></tr>{% endfor %}</table>
 <h2>Committed offsets</h2><table id="offsets"><tr><th>partition</th><th>committed</th><th>LSO</th><th>high watermark</th><th>lag to LSO</th><th>lag</th></tr>
 {% for o in d.offsets %}<tr><td>{{ o.topic }}-{{ o.partition }}</td><td>{{ o.committed_offset }}</td><td>{{ o.last_stable_offset }}</td><td>{{ o.high_watermark }}</td><td>{{ o.lag_to_lso }}</td><td>{{ o.lag }}</td></tr>{% endfor %}</table>
 <h2>Pending transactional offsets</h2><ul>{% for p in d.pending_transactional_offsets %}<li>{{ p.topic }}-{{ p.partition }}</li>{% else %}<li class="muted">none</li>{% endfor %}</ul>

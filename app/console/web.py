@@ -18,6 +18,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -80,6 +81,24 @@ def _int(
     if not low <= value <= high:
         raise _Refused(400, f"{name} must be between {low} and {high}")
     return value
+
+
+def _time(request: Request, name: str) -> int | None:
+    """A time to jump to: milliseconds since the epoch, or an ISO-8601 time (UTC unless
+    it names its zone), as the pages show times."""
+    raw = request.query_params.get(name, "").strip()
+    if raw == "" or raw.lstrip("-").isdigit():
+        return _int(request, name, None)
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise _Refused(
+            400,
+            f"{name} must be milliseconds since the epoch or an ISO-8601 time, not {raw[:40]!r}",
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return max(int(moment.timestamp() * 1000), 0)
 
 
 def _form_int(form: Any, name: str) -> int:
@@ -157,7 +176,7 @@ def create_app(
             offset=_int(request, "offset", None),
             limit=_int(request, "limit", data.DEFAULT_LIMIT, low=1, high=data.MAX_LIMIT) or 1,
             isolation=isolation,
-            timestamp=_int(request, "timestamp", None),
+            timestamp=_time(request, "timestamp"),
         )
 
     def overview_extra(
