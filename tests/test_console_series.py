@@ -57,13 +57,21 @@ def test_produce_rate_commits_and_latency_per_bucket() -> None:
 
 
 def test_lso_lag_follows_the_oldest_open_transaction() -> None:
-    p = Probes.of("t", 0, 600, [(o, o * 1000) for o in (0, 100, 200, 300, 400, 500, 599)])
+    probed = [(o, o * 1000) for o in (0, 100, 200, 300, 400, 500, 599)]
+    p = Probes.of("t", 0, 600, probed, lso=500)  # open from offset 500 now
     spans = [Span("t", 0, 100_000, 400_000), Span("t", 0, 500_000, None)]
     lag = dict(series.lso_lag(p, spans, [90_000, 130_000, 420_000, 600_000]))
     assert lag[90_000] == 0  # nothing open
     assert abs(lag[130_000] - 30) < 1  # open since 100 s: 30 records since
     assert lag[420_000] == 0  # its markers at 400 s
     assert abs(lag[600_000] - 100) < 1.5  # the open one since 500 s
+    # The point at now is the partition's own lag; a span the coordinator holds open on a
+    # partition with nothing open now (closed by KIP-664's abort) ends at its last record.
+    q = Probes.of("t", 0, 600, [(o, o * 1000) for o in (0, 100, 500, 599)], lso=600)
+    closed = dict(series.lso_lag(q, spans, [550_000, 599_500, 600_000]))
+    assert abs(closed[550_000] - 50) < 1.5 and closed[599_500] == closed[600_000] == 0
+    r = Probes.of("t", 0, 600, [(o, o * 1000) for o in (0, 599)], lso=590)
+    assert series.lso_lag(r, [], [600_000]) == [(600_000, 10.0)]
     # Spans from the events: added at the first event naming the partition, ended at COMPLETE_*
     events = [
         {"transactional_id": "x", "txn_start_ms": 5, "state": "BEGIN", "partitions": [["t", 0]], "updated_ms": 5},

@@ -147,7 +147,7 @@ def test_record_rows_escape_keys_values_and_mark_statuses() -> None:
     html = environment().get_template("topic.html").render(
         d={"topic": "t", "config": {}, "partitions": [], "partition": 0, "isolation":
            "read_uncommitted", "from_offset": 3, "next_offset": 5, "high_watermark": 5,
-           "last_stable_offset": 5, "limit": 2, "log_bytes": None, "estimated_bytes": 0,
+           "last_stable_offset": 5, "limit": 2, "log_bytes": None, "estimated_bytes": 0, "log_start_offset": 0,
            "records": [{"offset": 3, "timestamp": T, "key": "<k&>", "value": None,
                         "producer_id": 7, "producer_epoch": 1, "status": "aborted"}]},
         user="admin",

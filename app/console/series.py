@@ -19,7 +19,8 @@ What each reads, bounded whatever the log's size (no scan of ``records``):
   transaction then open on it was added to it (the LSO stays at that transaction's first
   offset until its marker). Which transactions were open when comes from the same
   events (each names its partitions and start), and from the transactions still open;
-  the partitions drawn are the five that took the most records in the window.
+  the partitions drawn are the five that took the most records in the window; the point
+  at now is the partition's own lag.
 
 Everything here but ``read`` is pure.
 """
@@ -53,15 +54,28 @@ class Probes:
     high_watermark: int
     offsets: list[int]
     times: list[int]  # made non-decreasing in offset (a later record cannot be earlier)
+    last_stable_offset: int | None = None  # now; None: the high watermark
 
     @classmethod
-    def of(cls, topic: str, partition: int, hw: int, pairs: list[tuple[int, int]]) -> Probes:
+    def of(
+        cls,
+        topic: str,
+        partition: int,
+        hw: int,
+        pairs: list[tuple[int, int]],
+        lso: int | None = None,
+    ) -> Probes:
         pairs = sorted(pairs)
         times, top = [], -(2**63)
         for _o, t in pairs:
             top = max(top, t)
             times.append(top)
-        return cls(topic, partition, hw, [o for o, _t in pairs], times)
+        return cls(topic, partition, hw, [o for o, _t in pairs], times, lso)
+
+    @property
+    def lag_now(self) -> int:
+        lso = self.high_watermark if self.last_stable_offset is None else self.last_stable_offset
+        return max(self.high_watermark - lso, 0)
 
     def appended_before(self, at_ms: int) -> float:
         """About how many offsets the partition had by ``at_ms`` (interpolated)."""
@@ -148,6 +162,15 @@ def spans(events: list[dict[str, Any]], still_open: list[dict[str, Any]]) -> lis
 
 
 def lso_lag(probes: Probes, spans_here: list[Span], ends: list[int]) -> list[Point]:
+    """The lag at each of ``ends``; the last point, at now, is the partition's own (its
+    high watermark less its LSO). A transaction the coordinator still holds open on a
+    partition with nothing open now was closed by a marker it did not write (KIP-664's
+    abort): it is taken to end with the partition's last record."""
+    if probes.lag_now == 0 and probes.times:
+        spans_here = [
+            s if s.end_ms is not None else Span(s.topic, s.partition, s.start_ms, probes.times[-1])
+            for s in spans_here
+        ]
     out = []
     for end in ends:
         starts = [
@@ -157,6 +180,8 @@ def lso_lag(probes: Probes, spans_here: list[Span], ends: list[int]) -> list[Poi
         ]
         lag = probes.appended_before(end) - probes.appended_before(min(starts)) if starts else 0
         out.append((end, max(float(lag), 0.0)))
+    if out:
+        out[-1] = (out[-1][0], float(probes.lag_now))
     return out
 
 
@@ -201,11 +226,14 @@ def read(conn: Connection, now_ms: int, window_ms: int = WINDOW_MS) -> dict[str,
     """The series from the tables (three bounded statements)."""
     since = now_ms - window_ms
     pairs: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
-    hws: dict[tuple[str, int], int] = {}
+    hws: dict[tuple[str, int], tuple[int, int]] = {}
     for r in conn.execute(sql.OFFSET_PROBES, {"since": since}):
         pairs[(r.topic, r.partition)].append((r.offset, r.timestamp))
-        hws[(r.topic, r.partition)] = r.next_offset
-    probes = [Probes.of(t, p, hws[(t, p)], ps) for (t, p), ps in pairs.items()]
+        hws[(r.topic, r.partition)] = (r.next_offset, r.last_stable_offset)
+    probes = []
+    for (t, p), ps in pairs.items():
+        hw, lso = hws[(t, p)]
+        probes.append(Probes.of(t, p, hw, ps, lso))
     events = [dict(r._mapping) for r in conn.execute(sql.RECENT_EVENTS, {"limit": EVENTS})]
     events.reverse()
     still_open = [dict(r._mapping) for r in conn.execute(sql.OPEN_TRANSACTION_SPANS)]

@@ -74,7 +74,7 @@ GROUP_LAG = text(
 # the EXISTS one more).
 OFFSET_PROBES = text(
     """
-    SELECT p.topic, p.partition, p.next_offset, r."offset", r."timestamp"
+    SELECT p.topic, p.partition, p.next_offset, p.last_stable_offset, r."offset", r."timestamp"
     FROM partitions p
     CROSS JOIN LATERAL (
         SELECT p.next_offset - floor(power(2, k / 2.0))::bigint AS at

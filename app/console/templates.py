@@ -231,10 +231,12 @@ def sparkline(
     chart_id: str, points: list[tuple[int, float]], width: int = 240, height: int = 48
 ) -> str:
     """An inline SVG line over ``points`` (server-side: no script, no asset to fetch)."""
-    if len(points) < 2:
+    if len(points) < 2:  # nothing in the window, or one point: no line to draw
+        word = "one point" if points else "none in the window"
         return (
             f'<svg id="{chart_id}" class="chart" width="{width}" height="{height}" role="img">'
-            f'<text x="4" y="{height // 2}" font-size="12" fill="#777">collecting</text></svg>'
+            f'<rect width="{width}" height="{height}" fill="#f4f7fa"></rect>'
+            f'<text x="4" y="{height // 2}" font-size="12" fill="#777">{word}</text></svg>'
         )
     t0, t1 = points[0][0], points[-1][0]
     top = max(v for _, v in points) or 1.0

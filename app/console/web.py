@@ -193,7 +193,7 @@ def create_app(
             for i, (name, points) in enumerate(series.get("lso_lag", {}).items()):
                 shown.append((f"lso-lag-{i}", f"LSO lag of {name} (records)", points))
             for chart_id, title, points in shown:
-                last = round(points[-1][1], 1) if points else "-"
+                last = f"{points[-1][1]:.3g}" if points else "-"
                 charts.append({"title": title, "last": last, "svg": sparkline(chart_id, points)})
         return {"lag_chart": bar_chart(lags), "charts": charts}
 
