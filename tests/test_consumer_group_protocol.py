@@ -96,28 +96,29 @@ def test_the_operator_pins_group_version_0_and_the_heartbeat_is_unsupported(
 def test_members_reconcile_revoking_before_a_partition_moves(server: str, broker: Broker) -> None:
     create_topic(broker, "orders", 4)
     a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    # A new group starts at epoch 1, and a's subscription bumps it (as Kafka 4.4 counts).
     first = join(server, "g1", a, ["orders"])
-    assert first.error_code == 0 and first.member_epoch == 1 and count(first) == 4
-    # b joins: epoch 2, but a still holds everything, so b is given nothing yet.
+    assert first.error_code == 0 and first.member_epoch == 2 and count(first) == 4
+    # b joins: epoch 3, but a still holds everything, so b is given nothing yet.
     second = join(server, "g1", b, ["orders"])
-    assert second.error_code == 0 and second.member_epoch == 2 and count(second) == 0
-    # a is asked to revoke two partitions, staying at epoch 1 until it acknowledges.
-    asked = beat(server, "g1", a, 1, topic_partitions=owned(first))
-    assert asked.member_epoch == 1 and count(asked) == 2
+    assert second.error_code == 0 and second.member_epoch == 3 and count(second) == 0
+    # a is asked to revoke two partitions, staying at epoch 2 until it acknowledges.
+    asked = beat(server, "g1", a, 2, topic_partitions=owned(first))
+    assert asked.member_epoch == 2 and count(asked) == 2
     # b heartbeats meanwhile: still nothing, the two are not released yet.
-    waiting = beat(server, "g1", b, 2, topic_partitions=[])
+    waiting = beat(server, "g1", b, 3, topic_partitions=[])
     assert waiting.error_code == 0 and (waiting.assignment is None or count(waiting) == 0)
-    done = beat(server, "g1", a, 1, topic_partitions=owned(asked))
-    assert done.error_code == 0 and done.member_epoch == 2
-    given = beat(server, "g1", b, 2, topic_partitions=[])
+    done = beat(server, "g1", a, 2, topic_partitions=owned(asked))
+    assert done.error_code == 0 and done.member_epoch == 3
+    given = beat(server, "g1", b, 3, topic_partitions=[])
     assert count(given) == 2
     kept = {p for tp in asked.assignment.topic_partitions for p in tp.partitions}
     moved = {p for tp in given.assignment.topic_partitions for p in tp.partitions}
     assert kept.isdisjoint(moved) and kept | moved == {0, 1, 2, 3}
     described = call(server, DESCRIBE, 1, {"group_ids": ["g1"]}).groups[0]
     assert described.error_code == 0 and described.group_state == "Stable"
-    assert described.group_epoch == 2 and described.assignment_epoch == 2
-    assert {m.member_id: m.member_epoch for m in described.members} == {a: 2, b: 2}
+    assert described.group_epoch == 3 and described.assignment_epoch == 3
+    assert {m.member_id: m.member_epoch for m in described.members} == {a: 3, b: 3}
     # The group is a consumer group: ListGroups says so, DescribeGroups does not serve it.
     listed = call(server, 16, 5, {"states_filter": [], "types_filter": ["consumer"]})
     assert [(g.group_id, g.group_type) for g in listed.groups] == [("g1", "consumer")]
@@ -130,11 +131,12 @@ def test_kafkas_errors_for_epochs_members_and_groups(server: str, broker: Broker
     a = str(uuid.uuid4())
     assert beat(server, "none", a, 3).error_code == KafkaError.GROUP_ID_NOT_FOUND
     joined = join(server, "g2", a, ["t"])
-    assert joined.member_epoch == 1
+    assert joined.member_epoch == 2
     assert beat(server, "g2", a, 5).error_code == KafkaError.FENCED_MEMBER_EPOCH
     stranger = beat(server, "g2", str(uuid.uuid4()), 1)
     assert stranger.error_code == KafkaError.UNKNOWN_MEMBER_ID
-    assert join(server, "g2", "", []).error_code == KafkaError.INVALID_REQUEST
+    unsubscribed = beat(server, "g2", "", 0, rebalance_timeout=30000, topic_partitions=[])
+    assert unsubscribed.error_code == KafkaError.INVALID_REQUEST  # neither names nor regex
     bad = join(server, "g2", str(uuid.uuid4()), ["t"], server_assignor="sticky")
     assert bad.error_code == KafkaError.UNSUPPORTED_ASSIGNOR
     # OffsetCommit v9 from the member: its epoch must be the current one.
@@ -143,11 +145,11 @@ def test_kafkas_errors_for_epochs_members_and_groups(server: str, broker: Broker
                   {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}]}]}  # fmt: skip
     stale = call(server, OFFSET_COMMIT, 9, commit)
     assert stale.topics[0].partitions[0].error_code == KafkaError.STALE_MEMBER_EPOCH
-    commit["generation_id_or_member_epoch"] = 1
+    commit["generation_id_or_member_epoch"] = 2
     assert call(server, OFFSET_COMMIT, 9, commit).topics[0].partitions[0].error_code == 0
     left = beat(server, "g2", a, -1)
     assert left.error_code == 0 and left.member_epoch == -1
-    assert beat(server, "g2", a, 1).error_code == KafkaError.UNKNOWN_MEMBER_ID
+    assert beat(server, "g2", a, 2).error_code == KafkaError.UNKNOWN_MEMBER_ID
 
 
 def test_a_static_member_leaves_for_a_while_and_its_instance_comes_back(
@@ -175,11 +177,11 @@ def test_a_restarted_serve_continues_the_group_from_the_database(
     a = str(uuid.uuid4())
     with serving(db_url) as first:
         joined = join(first, "g4", a, ["r"])
-        assert joined.member_epoch == 1 and count(joined) == 2
+        assert joined.member_epoch == 2 and count(joined) == 2
     with serving(db_url) as second:
-        again = beat(second, "g4", a, 1, topic_partitions=owned(joined))
-        assert again.error_code == 0 and again.member_epoch == 1
+        again = beat(second, "g4", a, 2, topic_partitions=owned(joined))
+        assert again.error_code == 0 and again.member_epoch == 2
         b = join(second, "g4", str(uuid.uuid4()), ["r"])
-        assert b.error_code == 0 and b.member_epoch == 2
-        asked = beat(second, "g4", a, 1, topic_partitions=owned(joined))
+        assert b.error_code == 0 and b.member_epoch == 3
+        asked = beat(second, "g4", a, 2, topic_partitions=owned(joined))
         assert count(asked) == 1  # a is asked to give one up to b

@@ -168,7 +168,7 @@ def check_request(req: ConsumerGroupHeartbeatRequest, assignors: tuple[str, ...]
             raise invalid("RebalanceTimeoutMs must be provided in first request.")
         if req.owned is None or req.owned or req.unknown_topic_ids:
             raise invalid("TopicPartitions must be empty when (re-)joining.")
-        if not req.subscribed_topic_names and req.subscribed_topic_regex is None:
+        if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
             raise invalid(
                 "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
             )
@@ -244,6 +244,8 @@ def consumer_group_heartbeat(
             authorize_all(conn, broker, needs.group_membership(req.group_id))
             group = _group_for(conn, req)
             heartbeat = _Heartbeat(conn, broker, group, now, assignors)
+            if group.group_epoch == 0 and req.member_epoch == JOIN_EPOCH:
+                heartbeat.created()
             heartbeat.expire()
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return heartbeat.leave(req)
@@ -294,6 +296,12 @@ class _Heartbeat:
         rows = conn.execute(sql.CONSUMER_MEMBERS, {"group_id": self.group_id}).all()
         self.members = {r.member_id: _member(r) for r in rows}
         self.topics = {r.topic: r.num_partitions for r in conn.execute(sql.ALL_TOPIC_PARTITIONS)}
+
+    def created(self) -> None:
+        """A group made (or taken over) by this join starts at group epoch 1, as
+        Kafka's does."""
+        self.group_epoch += 1
+        _event(self.conn, self.group_id, "group_created", self.group_epoch, self.now)
 
     # -- removal
 
@@ -429,9 +437,10 @@ class _Heartbeat:
         )  # fmt: skip
 
     def _member(self, req: ConsumerGroupHeartbeatRequest) -> tuple[Member, bool]:
-        """The member the heartbeat is from, and whether it is new to the group (a group
-        epoch bump). Joining (epoch 0) creates it, or starts it afresh; otherwise it must
-        exist, at the epoch it was given or (a lost answer) the one before."""
+        """The member the heartbeat is from, and whether that alone bumps the group epoch
+        (it does not: a subscription does). Joining (epoch 0) creates it, or starts it
+        afresh; otherwise it must exist, at the epoch it was given or (a lost answer) the
+        one before."""
         joining = req.member_epoch == JOIN_EPOCH
         member_id = req.member_id or str(uuid.uuid4())
         if req.instance_id is not None:
@@ -473,11 +482,12 @@ class _Heartbeat:
                 # A member back at epoch 0 has let all its partitions go.
                 existing.epochs = MemberAssignmentState(0, existing.epochs.member_epoch)
                 return existing, False
+            # A new member moves the group epoch by its subscription, if it has one.
             return Member(
                 member_id, req.instance_id, req.rack_id, req.client_id, req.client_host,
                 [], None, None, req.rebalance_timeout_ms, MemberAssignmentState(0, 0),
                 {}, self.now, None, self.now,
-            ), True  # fmt: skip
+            ), False  # fmt: skip
         if existing is None:
             raise fail(
                 KafkaError.UNKNOWN_MEMBER_ID,

@@ -1,0 +1,146 @@
+"""KIP-848's consumer groups against both brokers, spoken raw: ConsumerGroupHeartbeat's
+epochs, revocation before assignment, its errors, a static member's leave and return,
+ConsumerGroupDescribe, and ListGroups' group type (docs/design.md rules 60-62)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from tests.conformance.harness import Observation, Target, same
+from tests.conformance.raw_calls import LIST_GROUPS, METADATA, call, error
+
+HEARTBEAT, DESCRIBE = 68, 69
+HANG_GUARD_S = 60
+
+
+def _topic_ids(target: Target, topic: str) -> dict[str, Any]:
+    answer = call(target, METADATA, 12, {"topics": [{"name": topic}]})
+    return {t.name: t.topic_id for t in answer.topics}
+
+
+def _beat(target: Target, group: str, member: str, epoch: int, **fields: Any) -> Any:
+    values = {"group_id": group, "member_id": member, "member_epoch": epoch,
+              "rebalance_timeout": fields.pop("rebalance_timeout", -1),
+              "topic_partitions": None, **fields}  # fmt: skip
+    return call(target, HEARTBEAT, 1, values)
+
+
+def _join(target: Target, group: str, member: str, topics: list[str], **fields: Any) -> Any:
+    return _beat(
+        target, group, member, 0, rebalance_timeout=30000, subscribed_topic_names=topics,
+        topic_partitions=[], **fields,
+    )  # fmt: skip
+
+
+def _owned(answer: Any) -> list[dict[str, Any]]:
+    return [
+        {"topic_id": tp.topic_id, "partitions": list(tp.partitions)}
+        for tp in answer.assignment.topic_partitions
+    ]
+
+
+def _seen(answer: Any) -> list[Any]:
+    """What a client observes of an answer: its error, epoch and how many partitions it
+    was given (None: no assignment sent)."""
+    given = None
+    if answer.assignment is not None:
+        given = sum(len(tp.partitions) for tp in answer.assignment.topic_partitions)
+    return [error(answer.error_code), answer.member_epoch, given]
+
+
+def scenario_members_reconcile_revoking_before_assigning(target: Target) -> Observation:
+    """A joins a 4-partition topic and takes all; B joins. Both heartbeat, each reporting
+    what it was last given (a revocation acknowledged at the next heartbeat), until the
+    group is Stable: at no heartbeat is a partition held by both, and they end with two
+    each, at one epoch. ListGroups types the group "consumer"."""
+    topic = target.create_topic("cg-rec", 4)
+    group = target.name_for("cg-rec")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    first = _join(target, group, a, [topic])
+    seen: list[Any] = [_seen(first)]
+    held = {a: _owned(first), b: []}
+    epochs = {a: first.member_epoch, b: 0}
+    second = _join(target, group, b, [topic])
+    seen.append(error(second.error_code))
+    epochs[b] = second.member_epoch
+    if second.assignment is not None:
+        held[b] = _owned(second)
+    twice = False
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:
+        for member in (a, b):
+            answer = _beat(target, group, member, epochs[member], topic_partitions=held[member])
+            assert error(answer.error_code) == "NONE", answer
+            epochs[member] = answer.member_epoch
+            if answer.assignment is not None:
+                held[member] = _owned(answer)
+        mine = [{p for tp in held[m] for p in tp["partitions"]} for m in (a, b)]
+        twice = twice or bool(mine[0] & mine[1])
+        described = call(target, DESCRIBE, 1, {"group_ids": [group]}).groups[0]
+        if described.group_state == "Stable" and sorted(map(len, mine)) == [2, 2]:
+            break
+        time.sleep(0.2)
+    seen.append([twice, sorted(map(len, mine)), sorted(mine[0] | mine[1])])
+    seen.append([
+        error(described.error_code), described.group_state,
+        described.group_epoch == described.assignment_epoch, described.assignor_name,
+        sorted((m.member_epoch == described.group_epoch, list(m.subscribed_topic_names) == [topic])
+               for m in described.members),
+    ])  # fmt: skip
+    listed = call(target, LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+    seen.append([(g.group_type, g.protocol_type, g.group_state)
+                 for g in listed.groups if g.group_id == group])  # fmt: skip
+    return seen
+
+
+def test_members_reconcile_revoking_before_assigning(targets: tuple[Target, Target]) -> None:
+    same(scenario_members_reconcile_revoking_before_assigning, *targets)
+
+
+def scenario_the_heartbeats_errors(target: Target) -> Observation:
+    """Kafka's answers to a heartbeat for no group, an epoch ahead, an unknown member,
+    joins without a subscription or with an unknown assignor, a leave and a heartbeat
+    after it; ConsumerGroupDescribe of a group there is not."""
+    topic = target.create_topic("cg-err", 2)
+    group = target.name_for("cg-err")
+    a = str(uuid.uuid4())
+    seen = [_seen(_beat(target, target.name_for("cg-none"), a, 3))]
+    seen.append(_seen(_join(target, group, a, [topic])))
+    seen.append(_seen(_beat(target, group, a, 5)))
+    seen.append(_seen(_beat(target, group, str(uuid.uuid4()), 1)))
+    seen.append(_seen(_join(target, group, str(uuid.uuid4()), [])))
+    seen.append(_seen(_join(target, group, str(uuid.uuid4()), [topic], server_assignor="nope")))
+    seen.append(_seen(_beat(target, group, a, 1, rebalance_timeout=30000)))
+    left = _beat(target, group, a, -1)
+    seen.append([error(left.error_code), left.member_epoch, left.member_id == a])
+    seen.append(_seen(_beat(target, group, a, 1)))
+    missing = call(target, DESCRIBE, 1, {"group_ids": [target.name_for("cg-none")]}).groups[0]
+    seen.append([error(missing.error_code), missing.group_state])
+    return seen
+
+
+def test_the_heartbeats_errors(targets: tuple[Target, Target]) -> None:
+    same(scenario_the_heartbeats_errors, *targets)
+
+
+def scenario_a_static_member_leaves_and_its_instance_returns(target: Target) -> Observation:
+    """A static member's instance cannot be taken while it is in use
+    (UNRELEASED_INSTANCE_ID); after its leave with epoch -2, a new member of the same
+    instance takes its place and partitions at the same epoch."""
+    topic = target.create_topic("cg-static", 3)
+    group = target.name_for("cg-static")
+    first, other = str(uuid.uuid4()), str(uuid.uuid4())
+    seen = [_seen(_join(target, group, first, [topic], instance_id="i-1"))]
+    seen.append(_seen(_join(target, group, other, [topic], instance_id="i-1")))
+    gone = _beat(target, group, first, -2, instance_id="i-1")
+    seen.append([error(gone.error_code), gone.member_epoch])
+    seen.append(_seen(_join(target, group, other, [topic], instance_id="i-1")))
+    described = call(target, DESCRIBE, 1, {"group_ids": [group]}).groups[0]
+    seen.append([(m.member_id == other, m.instance_id, m.member_epoch) for m in described.members])
+    return seen
+
+
+def test_a_static_member_leaves_and_its_instance_returns(targets: tuple[Target, Target]) -> None:
+    same(scenario_a_static_member_leaves_and_its_instance_returns, *targets)
