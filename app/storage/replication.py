@@ -33,16 +33,12 @@ others. Three facts shape what follows, each checked on PostgreSQL 15:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
-import os
 import re
-import threading
 import time
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -51,7 +47,9 @@ from psycopg.errors import Diagnostic
 from sqlalchemy import Connection, Engine, event
 
 from app.settings import BrokerSettings
+from app.storage import watchdog
 from app.storage.limits import commit_deadline, session_options
+from app.storage.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -189,84 +187,64 @@ def unconfirmed(exc: BaseException) -> bool:
 # ------------------------------------------------------------------ the commit's bound
 
 
-@dataclass
+@dataclass(eq=False)
 class _Watch:
+    """One commit being watched: the token its thread releases."""
+
+    commits: _Commits
     conn: psycopg.Connection[Any]
     deadline: float
     cancelling: bool = False
     cancelled: bool = False
 
 
-@dataclass
-class _Watchdog:
-    """One thread per process that cancels the commits still running at their deadline.
+class _Commits:
+    """The commits still running, for the process's watchdog (``storage.watchdog``) to
+    cancel at their deadline.
 
-    A commit is watched from just before it is sent until its answer is read. The thread
-    sleeps until the earliest deadline; a commit released before it is never touched. A
-    cancel is sent outside the lock, and the commit's thread, done meanwhile, waits for it
-    to be delivered before it goes on: a cancel reaching the session after its next
-    statement started would cancel that one instead."""
+    A commit is watched from just before it is sent until its answer is read. The
+    watchdog sleeps until the earliest deadline; a commit released before it is never
+    touched. A cancel is sent outside the lock, and the commit's thread, done meanwhile,
+    waits for it to be delivered before it goes on: a cancel reaching the session after
+    its next statement started would cancel that one instead."""
 
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    watched: dict[int, _Watch] = field(default_factory=dict)
-    tokens: Iterator[int] = field(default_factory=itertools.count)
-    thread: threading.Thread | None = None
-    wake_at: float = math.inf
+    def __init__(self, watchdog: Watchdog) -> None:
+        self.watchdog = watchdog
+        self.cond = watchdog.cond
+        self.watched: set[_Watch] = set()
 
-    def watch(self, conn: psycopg.Connection[Any], deadline: float) -> int:
+    def watch(self, conn: psycopg.Connection[Any], deadline: float) -> _Watch:
         with self.cond:
-            token = next(self.tokens)
-            self.watched[token] = _Watch(conn, deadline)
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._run, name="kip98-commit-watchdog", daemon=True
-                )
-                self.thread.start()
-            if deadline < self.wake_at:
-                self.cond.notify_all()
-            return token
+            watch = _Watch(self, conn, deadline)
+            self.watched.add(watch)
+            self.watchdog.remind(deadline)
+            return watch
 
-    def release(self, token: int) -> bool:
+    def release(self, watch: _Watch) -> bool:
         """Stop watching; whether the commit was cancelled (once the cancel is sent)."""
         with self.cond:
-            watch = self.watched.pop(token)
+            self.watched.discard(watch)
             while watch.cancelling:
                 self.cond.wait()
             return watch.cancelled
 
-    def _run(self) -> None:
-        while True:
-            with self.cond:
-                now = time.monotonic()
-                due = [w for w in self.watched.values() if w.deadline <= now and not w.cancelled]
-                if not due:
-                    pending = [w.deadline for w in self.watched.values() if not w.cancelled]
-                    self.wake_at = min(pending, default=math.inf)
-                    self.cond.wait(None if self.wake_at == math.inf else self.wake_at - now)
-                    self.wake_at = -math.inf  # awake: every new deadline is seen next round
-                    continue
-                for w in due:
-                    w.cancelling = w.cancelled = True
+    def due(self, now: float) -> float:
+        return min((w.deadline for w in self.watched if not w.cancelled), default=math.inf)
+
+    def tend(self, now: float) -> None:
+        with self.cond:
+            due = [w for w in self.watched if w.deadline <= now and not w.cancelled]
             for w in due:
-                try:
-                    w.conn.cancel_safe(timeout=_CANCEL_TIMEOUT_S)
-                except Exception as exc:  # the server gone: the commit fails by itself
-                    log.info("cancelling a commit past its bound failed: %s", exc)
-            with self.cond:
-                for w in due:
-                    w.cancelling = False
-                self.cond.notify_all()
-
-
-_watchdog = _Watchdog()
-
-
-def _fresh_watchdog() -> None:
-    global _watchdog
-    _watchdog = _Watchdog()  # a forked child has none of its parent's threads
-
-
-os.register_at_fork(after_in_child=_fresh_watchdog)
+                w.cancelling = w.cancelled = True
+        for w in due:
+            try:
+                w.conn.cancel_safe(timeout=_CANCEL_TIMEOUT_S)
+            except Exception as exc:  # the server gone: the commit fails by itself
+                log.info("cancelling a commit past its bound failed: %s", exc)
+        with self.cond:
+            for w in due:
+                w.cancelling = False
+            self.cond.notify_all()
 
 
 class ReplicatedConnection(psycopg.Connection[Any]):
@@ -304,7 +282,7 @@ class ReplicatedConnection(psycopg.Connection[Any]):
 # manager's generator (a third of the cost, ~1 µs of ~3).
 
 
-def watch_commit(conn: psycopg.Connection[Any]) -> int | None:
+def watch_commit(conn: psycopg.Connection[Any]) -> _Watch | None:
     """Just before whatever makes ``conn`` commit (``commit()``, or the end of a query
     string that commits itself): watch it, to be cancelled past its bound; the token to
     release after it (None: not watched). A connection not made by a watched engine is
@@ -313,12 +291,14 @@ def watch_commit(conn: psycopg.Connection[Any]) -> int | None:
         return None
     conn.wait_cancelled = conn.warned = False
     deadline = commit_deadline(conn.commit_bound_ms)
-    return None if deadline is None else _watchdog.watch(conn, deadline)
+    if deadline is None:
+        return None
+    return watchdog.current().kind(_Commits).watch(conn, deadline)
 
 
-def release_commit(token: int | None) -> bool:
+def release_commit(token: _Watch | None) -> bool:
     """Stop watching a commit (its answer is in); whether it was cancelled."""
-    return token is not None and _watchdog.release(token)
+    return token is not None and token.commits.release(token)
 
 
 def confirm_commit(conn: psycopg.Connection[Any], cancelled: bool) -> None:

@@ -30,8 +30,6 @@ check-in; the watchdog queries only while a connection is out longer than a tick
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping
@@ -43,6 +41,7 @@ import psycopg
 from sqlalchemy import Engine, event
 
 from app.settings import BrokerSettings
+from app.storage import watchdog
 from app.storage.driver import libpq_conninfo
 from app.storage.stall_sql import END_STALLED, STALLED_BLOCKERS
 
@@ -88,17 +87,31 @@ def tick_seconds(bound_ms: int) -> float:
 
 
 class _Watched:
-    """One engine's connections out of the pool, and the sessions seen blocking them."""
+    """One engine's connections out of the pool, and the sessions seen blocking them;
+    looked at every tick by the process's watchdog (``storage.watchdog``) for as long as
+    the engine lives."""
 
     def __init__(self, engine: Engine, bound_ms: int) -> None:
         self.engine = weakref.ref(engine)
         self.bound_ms = bound_ms
         self.tick_s = tick_seconds(bound_ms)
+        self.next_at = 0.0  # the first look at once
         self.conninfo = libpq_conninfo(
             engine.url.render_as_string(hide_password=False), application_name="kip98-stalls"
         )
         self.out: dict[int, tuple[int, float]] = {}  # id(record) -> (backend pid, since)
         self.seen: dict[int, Stalled] = {}
+
+    def due(self, now: float) -> float | None:
+        return None if self.engine() is None else self.next_at
+
+    def tend(self, now: float) -> None:
+        self.next_at = now + self.tick_s
+        try:
+            self.check(now)
+        except Exception as exc:  # the database away, the functions not installed
+            self.seen = {}
+            log.debug("stalled-session check failed: %s", exc)
 
     def waiting(self, now: float) -> list[int]:
         """The backends of connections out of the pool for longer than a tick."""
@@ -135,54 +148,6 @@ class _Watched:
         self.seen = {s.pid: s for s in sightings}
 
 
-class _Watchdog:
-    """The one thread per process that checks every watched engine."""
-
-    def __init__(self) -> None:
-        self.watched: list[_Watched] = []
-        self.lock = threading.Lock()
-        self.thread: threading.Thread | None = None
-
-    def add(self, watched: _Watched) -> None:
-        with self.lock:
-            self.watched.append(watched)
-            if self.thread is None or not self.thread.is_alive():
-                self.thread = threading.Thread(target=self._run, name="kip98-stalls", daemon=True)
-                self.thread.start()
-
-    def _run(self) -> None:
-        next_check: dict[int, float] = {}
-        while True:
-            with self.lock:
-                self.watched = [w for w in self.watched if w.engine() is not None]
-                watched = list(self.watched)
-            next_check = {id(w): next_check.get(id(w), 0.0) for w in watched}
-            now = time.monotonic()
-            for w in watched:
-                if now < next_check[id(w)]:
-                    continue
-                next_check[id(w)] = now + w.tick_s
-                try:
-                    w.check(now)
-                except Exception as exc:  # the database away, the functions not installed
-                    w.seen = {}
-                    log.debug("stalled-session check failed: %s", exc)
-            time.sleep(min((w.tick_s for w in watched), default=MAX_TICK_S))
-
-
-_watchdog = _Watchdog()
-
-
-def _after_fork() -> None:
-    """A forked child has none of its parent's threads: it starts its own when it makes
-    an engine."""
-    global _watchdog
-    _watchdog = _Watchdog()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
 def watch_stalls(engine: Engine, settings: BrokerSettings) -> Engine:
     """Let ``engine``'s waiting connections end the sessions that stall them (the bound:
     ``settings.db_idle_in_transaction_timeout_ms``; 0 watches nothing)."""
@@ -202,5 +167,5 @@ def watch_stalls(engine: Engine, settings: BrokerSettings) -> Engine:
     def _in(_dbapi_connection: Any, record: Any) -> None:
         watched.out.pop(id(record), None)
 
-    _watchdog.add(watched)
+    watchdog.current().add(watched)
     return engine
