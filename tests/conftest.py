@@ -11,7 +11,8 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ from tests.conformance.fixtures import kafka, kafka_target, kip98_target, target
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from app.broker import Broker
+    from app.clock import Clock, ManualClock
     from tests.helpers.replication import ReplicatedDatabase
 
 # Groups form at once in tests (Kafka's own test brokers set it to 0 too); the tests of
@@ -215,3 +218,61 @@ def replica_db(
     assert port is not None
     with admin(port) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+TopicSpec = int | tuple[int, dict[str, Any]]
+"""A topic as ``make_broker`` takes it: its partition count, or (partitions, config)."""
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The test's own clock, which it moves by hand (``advance``); the ``broker`` of
+    ``@pytest.mark.broker(manual_clock=True)`` reads this one."""
+    from app.clock import ManualClock
+
+    return ManualClock()
+
+
+@pytest.fixture
+def make_broker(db_url: str) -> Callable[..., Broker]:
+    """Brokers over the test's database, shaped as the test needs:
+    ``make_broker(topics={"t": 3, "c": (1, {"cleanup.policy": "compact"})}, clock=clock,
+    transaction_log_partitions=1)``. Settings are the environment's
+    (``BrokerSettings.from_env()``, as ``Broker.connect`` reads them), or ``settings=``
+    (settings, or a function of the environment's, such as ``backends.idle_unbounded``),
+    with any keyword overrides on top."""
+    from app.broker import Broker
+    from app.log.topics import create_topic
+    from app.settings import BrokerSettings
+
+    def make(
+        topics: Mapping[str, TopicSpec] | None = None,
+        *,
+        clock: Clock | None = None,
+        settings: BrokerSettings | Callable[[BrokerSettings], BrokerSettings] | None = None,
+        **overrides: Any,
+    ) -> Broker:
+        if callable(settings):
+            settings = settings(BrokerSettings.from_env())
+        if overrides:
+            settings = replace(settings or BrokerSettings.from_env(), **overrides)
+        broker = Broker.connect(db_url, clock=clock, settings=settings)
+        for name, spec in (topics or {}).items():
+            partitions, config = spec if isinstance(spec, tuple) else (spec, None)
+            create_topic(broker, name, partitions, config)
+        return broker
+
+    return make
+
+
+@pytest.fixture
+def broker(request: pytest.FixtureRequest, make_broker: Callable[..., Broker]) -> Broker:
+    """A broker over the test's database: no topic, the system clock, the environment's
+    settings, unless the test or its module (``pytestmark``) says otherwise with
+    ``@pytest.mark.broker(topics={"t": 3}, manual_clock=True, **settings)``, which takes
+    ``make_broker``'s arguments; ``manual_clock=True`` gives it the ``clock`` fixture."""
+    marker = request.node.get_closest_marker("broker")
+    kwargs = dict(marker.kwargs) if marker is not None else {}
+    if kwargs.pop("manual_clock", False):
+        kwargs["clock"] = request.getfixturevalue("clock")
+    return make_broker(*(marker.args if marker is not None else ()), **kwargs)

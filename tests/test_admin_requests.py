@@ -45,12 +45,7 @@ from tests.helpers.txn_driver import TxnDriver
 OK = KafkaError.NO_ERROR
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url, clock=ManualClock())
-    answer = b.handle(CreateTopicsRequest([CreatableTopic("t", 2)]))
-    assert [r.error_code for r in answer.topics] == [OK]
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2}, manual_clock=True)
 
 
 def _topics(broker: Broker) -> dict[str, Any]:

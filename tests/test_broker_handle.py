@@ -25,11 +25,6 @@ from app.protocol import (
 )
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    return Broker.connect(db_url)
-
-
 def test_every_request_of_the_protocol_has_a_handler() -> None:
     assert set(Request.__subclasses__()) == set(HANDLERS)
     # ... and every request of the protocol module is one.

@@ -43,14 +43,7 @@ DAY = 86_400_000
 COMPACT = {"cleanup.policy": "compact", "delete.retention.ms": 1000}
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    return Broker.connect(db_url, clock=clock, settings=BrokerSettings(log_cleaner_interval_ms=0))
+pytestmark = pytest.mark.broker(manual_clock=True, log_cleaner_interval_ms=0)
 
 
 def cfg_of(broker: Broker, topic: str) -> CleanupConfig:

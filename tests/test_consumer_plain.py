@@ -24,14 +24,8 @@ from app.client import (
 from app.client.closing import ClientClosedError
 from app.client.consumer import Consumer
 from app.client.producer import Producer
-from app.log.topics import create_topic
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 2)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2})
 
 
 def fill(db_url: str, count: int, partition: int, topic: str = "t", start: int = 0) -> None:

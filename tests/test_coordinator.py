@@ -50,24 +50,12 @@ from app.settings import BrokerSettings
 from tests.helpers.projections import assert_partition_log_rebuilds
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    b = Broker.connect(
-        db_url,
-        clock=clock,
-        settings=BrokerSettings(
-            transactional_id_expiration_ms=3_600_000, transaction_log_partitions=4
-        ),
-    )
-    for topic in ("a", "b", "c"):
-        create_topic(b, topic, 3)
-    return b
+pytestmark = pytest.mark.broker(
+    topics={"a": 3, "b": 3, "c": 3},
+    manual_clock=True,
+    transactional_id_expiration_ms=3_600_000,
+    transaction_log_partitions=4,
+)
 
 
 def txn(broker: Broker, tid: str = "tx", timeout_ms: int = 60_000) -> TxnDriver:

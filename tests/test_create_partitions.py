@@ -30,12 +30,7 @@ from app.settings import BrokerSettings
 from tests.helpers.cli_runner import run_kip98
 from tests.helpers.wire_client import serving
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 2, {"max.message.bytes": 700})
-    return b
+pytestmark = pytest.mark.broker(topics={"t": (2, {"max.message.bytes": 700})})
 
 
 def _count(broker: Broker, topic: str = "t") -> int:

@@ -23,7 +23,6 @@ from sqlalchemy import text
 from app.admin import AdminClient, DeletedRecords
 from app.broker import Broker
 from app.client import KafkaError, KafkaException, TopicPartition
-from app.clock import ManualClock
 from app.log.topics import create_topic, describe_topic
 from app.protocol import (
     EARLIEST_TIMESTAMP,
@@ -42,12 +41,7 @@ from tests.helpers.projections import assert_partition_log_rebuilds
 from tests.helpers.txn_driver import TxnDriver, read_values
 from tests.helpers.wire_client import consume_all, delivered, serving
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url, clock=ManualClock())
-    create_topic(b, "t", 2)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2}, manual_clock=True)
 
 
 def _produce(broker: Broker, n: int, partition: int = 0, batch: int = 1) -> None:

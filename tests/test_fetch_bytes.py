@@ -16,7 +16,6 @@ from app.client.fetcher import Fetcher, FetchSettings
 from app.log import fetch as fetch_module
 from app.log import sql
 from app.log.fetch import fetch
-from app.log.topics import create_topic
 from app.protocol import (
     LOG_BATCH,
     READ_COMMITTED,
@@ -37,11 +36,7 @@ VALUE_BYTES = 40_000
 RECORD_BYTES = 24 + 2 + VALUE_BYTES
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url, settings=BrokerSettings(transactional_id_expiration_ms=3_600_000))
-    create_topic(b, "t", 3)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 3}, transactional_id_expiration_ms=3_600_000)
 
 
 def big_records(n: int, tag: int = 0) -> list[RecordIn]:

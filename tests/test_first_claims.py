@@ -24,7 +24,6 @@ from app.errors import KafkaError
 from app.groups import txn_offsets
 from app.groups.offsets import offset_commit
 from app.groups.rebuild import compute_group_offsets, live_group_offsets
-from app.log.topics import create_topic
 from app.protocol import (
     InitProducerIdRequest,
     InitProducerIdResponse,
@@ -32,7 +31,6 @@ from app.protocol import (
     OffsetCommitRequest,
     TxnOffsetCommitRequest,
 )
-from app.settings import BrokerSettings
 from tests.helpers.backends import idle_unbounded
 from tests.helpers.projections import assert_partition_log_rebuilds
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
@@ -40,13 +38,9 @@ from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, 
 WAIT_S = 30
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    """A paused request's transaction idles while the other runs, for as long as the test
-    takes: no idle bound may end it."""
-    b = Broker.connect(db_url, settings=idle_unbounded(BrokerSettings.from_env()))
-    create_topic(b, "a", 1)
-    return b
+# A paused request's transaction idles while the other runs, for as long as the test
+# takes: no idle bound may end it.
+pytestmark = pytest.mark.broker(topics={"a": 1}, settings=idle_unbounded)
 
 
 class Paused:

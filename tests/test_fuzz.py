@@ -196,15 +196,13 @@ ADMIN_CALLS: list[Callable[[AdminClient, st.DataObject], None]] = [
 # ---------------------------------------------------------------- fixtures and checks
 
 
-@pytest.fixture
-def broker(db_url: str, monkeypatch: pytest.MonkeyPatch) -> Broker:
-    # Transactions left open are timed out by nobody in a test; no loop thread needed.
+pytestmark = pytest.mark.broker(topics=dict.fromkeys(TOPICS, 2))
+
+
+@pytest.fixture(autouse=True)
+def no_coordinator_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Transactions left open are timed out by nobody in a test; no loop thread needed."""
     monkeypatch.setenv("KIP98_CLIENT_COORDINATOR_LOOP", "0")
-    b = Broker.connect(db_url)
-    with AdminClient({"database.url": db_url}) as admin:
-        for fut in admin.create_topics([NewTopic(t, 2) for t in TOPICS]).values():
-            fut.result()
-    return b
 
 
 def assert_log_consistent(broker: Broker) -> None:

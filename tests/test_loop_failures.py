@@ -21,36 +21,22 @@ from app.coordinator import machines as m
 from app.coordinator.handlers import prepare_end_txn
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, fail
-from app.log.topics import create_topic
 from app.metrics import gather, prometheus_text
 from app.protocol import EndTxnRequest, InitProducerIdRequest, ProduceRequest, RecordIn
-from app.settings import BrokerSettings
 from tests.helpers.txn_driver import TxnDriver, state_of
 
 INTERVAL_MS = 1_000
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    b = Broker.connect(
-        db_url,
-        clock=clock,
-        settings=BrokerSettings(
-            transaction_log_partitions=1,  # every id in one partition: one list of work
-            transactional_id_expiration_ms=10_000,
-            producer_id_expiration_ms=10_000,
-            coordinator_interval_ms=INTERVAL_MS,
-            log_cleaner_interval_ms=1_000,
-        ),
-    )
-    create_topic(b, "a", 2)
-    create_topic(b, "r", 1, {"retention.ms": 5_000})
-    return b
+pytestmark = pytest.mark.broker(
+    topics={"a": 2, "r": (1, {"retention.ms": 5_000})},
+    manual_clock=True,
+    transaction_log_partitions=1,  # every id in one partition: one list of work
+    transactional_id_expiration_ms=10_000,
+    producer_id_expiration_ms=10_000,
+    coordinator_interval_ms=INTERVAL_MS,
+    log_cleaner_interval_ms=1_000,
+)
 
 
 def txn(broker: Broker, tid: str, timeout_ms: int = 60_000) -> TxnDriver:

@@ -6,26 +6,18 @@ is aborted."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from app.broker import Broker
 from app.broker.prepared import PreparedTxn, end_prepared
 from app.client import Producer
 from app.errors import KafkaError, KafkaException
-from tests.helpers.client_helpers import create_topics
 from tests.helpers.spark_data import committed, sql_rows
 
 PREFIX = "batch-q-"
 
 
-@pytest.fixture
-def broker(db_url: str) -> Iterator[Broker]:
-    create_topics(db_url, {"out": 3})
-    b = Broker.connect()
-    yield b
-    b.engine.dispose()
+pytestmark = pytest.mark.broker(topics={"out": 3})
 
 
 def prepared(db_url: str, tid: str, values: list[bytes]) -> PreparedTxn:

@@ -26,11 +26,7 @@ from tests.helpers.txn_driver import batchwise
 Report = tuple[KafkaError | None, Message]
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 3)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 3})
 
 
 def make_producer(db_url: str, **overrides: Any) -> Producer:

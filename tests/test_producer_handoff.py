@@ -15,18 +15,13 @@ import app.client.producer as producer_module
 from app.broker import Broker
 from app.client.handoff import HANDOFF_INTERVAL_S
 from app.client.producer import Producer
-from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse
 from tests.helpers.backends import lost_connection
 
 Transport = Callable[[ProduceBatchesRequest], ProduceBatchesResponse]
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 2)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2})
 
 
 @pytest.fixture

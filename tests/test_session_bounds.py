@@ -22,7 +22,6 @@ from sqlalchemy import Engine, text
 from app.broker import Broker
 from app.client import KafkaException, Producer
 from app.errors import KafkaError
-from app.log.topics import create_topic
 from app.settings import BrokerSettings
 from app.storage.engine import dispose_engines, get_engine
 from app.storage.limits import request_deadline
@@ -32,11 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 IDLE_MS = 1_000  # the paused child's sessions are ended after this long idle in a transaction
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 1)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 1})
 
 
 def _state(pid: int) -> str:

@@ -53,6 +53,8 @@ TOPICS = {"orders": 3, "payments": 2}
 Row = tuple[Any, ...]
 COLUMNS = 'topic, partition, "offset", key, value, headers, "timestamp", producer_id'
 
+pytestmark = pytest.mark.broker(topics=TOPICS)
+
 
 # ---------------------------------------------------------------- workload and readers
 
@@ -212,14 +214,6 @@ def attached(broker: Broker) -> dict[str, tuple[str, int, int, int]]:
             assert outside == 0
     assert in_catalog == set(registry)
     return registry  # type: ignore[return-value]
-
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    for topic, n in TOPICS.items():
-        create_topic(b, topic, n)
-    return b
 
 
 # ---------------------------------------------------------------- without Spark

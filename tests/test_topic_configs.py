@@ -49,12 +49,6 @@ from app.log.topics import alter_topic_config, create_topic, describe_topic, lis
 from app.protocol import FetchRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.helpers.wire_client import consume_all, delivered, exchange, serving
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    return Broker.connect(db_url)
-
-
 # Kafka's topic configs (TopicConfig, LogConfig, QuotaConfig of Kafka 4): every one of
 # them, so a config Kafka adds is noticed here.
 KAFKA_TOPIC_CONFIGS = {

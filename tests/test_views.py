@@ -13,7 +13,6 @@ from app.broker import Broker
 from app.broker.produce import produce
 from app.groups.offsets import offset_commit
 from app.log.fetch import fetch
-from app.log.topics import create_topic
 from app.protocol import (
     READ_COMMITTED,
     RECORD_OFFSET,
@@ -26,12 +25,7 @@ from app.protocol import (
 )
 from tests.helpers.txn_driver import TxnDriver
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "v", 3)
-    return b
+pytestmark = pytest.mark.broker(topics={"v": 3})
 
 
 def fetch_all(broker: Broker, topic: str, partition: int) -> list[tuple[int, bytes | None]]:

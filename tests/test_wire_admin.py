@@ -43,12 +43,7 @@ from app.server.codec import build
 from tests.helpers.txn_driver import TxnDriver
 from tests.helpers.wire_client import exchange, serving
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    b.handle(CreateTopicsRequest([CreatableTopic("t", 2)]))
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2})
 
 
 @pytest.fixture

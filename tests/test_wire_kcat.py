@@ -32,12 +32,7 @@ def kcat() -> str:
     return path
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    broker = Broker.connect(db_url)
-    create_topic(broker, "t", 2)
-    create_topic(broker, "other", 3)
-    return broker
+pytestmark = pytest.mark.broker(topics={"t": 2, "other": 3})
 
 
 def run(kcat: str, server: str, *args: str, stdin: str | None = None) -> str:

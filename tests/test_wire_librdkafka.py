@@ -16,17 +16,10 @@ from aiokafka.record.memory_records import MemoryRecords
 
 from app.broker import Broker
 from app.client import Producer
-from app.log.topics import create_topic
 from tests.helpers.txn_driver import read_values
 from tests.helpers.wire_client import read_response, request_frame
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    broker = Broker.connect(db_url)
-    create_topic(broker, "t", 2)
-    create_topic(broker, "out", 1)
-    return broker
+pytestmark = pytest.mark.broker(topics={"t": 2, "out": 1})
 
 
 def test_a_full_batch_of_librdkafkas_default_size_is_taken(server: str, broker: Broker) -> None:

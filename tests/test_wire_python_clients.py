@@ -28,12 +28,7 @@ from tests.helpers.wire_client import consume_all
 Seen = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "in", 2)
-    create_topic(b, "out", 1)
-    return b
+pytestmark = pytest.mark.broker(topics={"in": 2, "out": 1})
 
 
 # ------------------------------------------------------------------ kafka-python
