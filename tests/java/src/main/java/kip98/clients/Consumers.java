@@ -19,6 +19,9 @@ import org.apache.kafka.common.TopicPartition;
  * <li>{@code read-committed TOPIC TXID}: a committed, an aborted and an open transaction;
  *     what endOffsets, seekToEnd and poll give each isolation while one is open, and after
  *     it commits.
+ * <li>{@code group-protocol TOPIC GROUP TXID}: two consumers of {@code group.protocol=consumer}
+ *     (KIP-848) share a two-partition topic, committing after each poll; one leaves and the
+ *     other ends with both partitions, each record read once.
  * </ul>
  */
 public final class Consumers {
@@ -28,9 +31,62 @@ public final class Consumers {
         String bootstrap = args[0];
         Map<String, Object> result = switch (args[1]) {
             case "read-committed" -> readCommitted(bootstrap, args[2], args[3]);
+            case "group-protocol" -> groupProtocol(bootstrap, args[2], args[3], args[4]);
             default -> throw new IllegalArgumentException("unknown scenario " + args[1]);
         };
         Common.emit(result);
+    }
+
+    static Map<String, Object> groupProtocol(String bootstrap, String topic, String group, String txid)
+            throws Exception {
+        java.util.Properties config = Common.consumerConfig(bootstrap, group, true);
+        config.put("group.protocol", "consumer");
+        List<String> read = new java.util.ArrayList<>();
+        java.util.Set<Integer> sharedAt = new java.util.TreeSet<>();
+        int afterLeave;
+        try (KafkaProducer<String, String> p = Common.producer(bootstrap, txid);
+             KafkaConsumer<String, String> one = new KafkaConsumer<>(config);
+             KafkaConsumer<String, String> two = new KafkaConsumer<>(config)) {
+            p.initTransactions();
+            p.beginTransaction();
+            for (int i = 0; i < 6; i++) {
+                p.send(new org.apache.kafka.clients.producer.ProducerRecord<>(topic, i % 2, "k" + i, "v" + i));
+            }
+            p.commitTransaction();
+            one.subscribe(List.of(topic));
+            two.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + GUARD.toNanos();
+            while (read.size() < 6 || one.assignment().isEmpty() || two.assignment().isEmpty()) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("the group did not settle within the guard: " + read);
+                }
+                for (KafkaConsumer<String, String> c : List.of(one, two)) {
+                    for (org.apache.kafka.clients.consumer.ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(100))) {
+                        read.add(r.value());
+                    }
+                    c.commitSync();
+                }
+                for (TopicPartition tp : one.assignment()) {
+                    if (two.assignment().contains(tp)) {
+                        sharedAt.add(tp.partition());
+                    }
+                }
+            }
+            one.close();
+            deadline = System.nanoTime() + GUARD.toNanos();
+            while (two.assignment().size() < 2) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("the leaver's partitions did not move within the guard");
+                }
+                for (org.apache.kafka.clients.consumer.ConsumerRecord<String, String> r : two.poll(Duration.ofMillis(100))) {
+                    read.add(r.value());
+                }
+            }
+            afterLeave = two.assignment().size();
+        }
+        java.util.Collections.sort(read);
+        return obj("read", read, "partitions_held_by_both", List.copyOf(sharedAt),
+                   "partitions_after_leave", afterLeave);
     }
 
     static Map<String, Object> readCommitted(String bootstrap, String topic, String txid) throws Exception {
