@@ -389,6 +389,13 @@ consumer_groups = Table(
     # (group.initial.rebalance.delay.ms, KIP-134): when its join phase may end at the
     # earliest; NULL otherwise.
     Column("join_deadline_ms", BigInteger),
+    # KIP-848: 'classic', or 'consumer' (the consumer group protocol, app.groups.consumer),
+    # whose group epoch is generation_id, whose target assignment's epoch is
+    # assignment_epoch, and whose subscribed topics' partition counts the target was
+    # computed for are subscription_metadata.
+    Column("group_type", Text, nullable=False, server_default=text("'classic'")),
+    Column("assignment_epoch", Integer, nullable=False, server_default=text("0")),
+    Column("subscription_metadata", JSONB),
 )
 
 group_members = Table(
@@ -431,6 +438,51 @@ group_pending_members = Table(
     PrimaryKeyConstraint("group_id", "member_id"),
     ForeignKeyConstraint(["group_id"], ["consumer_groups.group_id"], ondelete="CASCADE"),
 )
+
+# KIP-848's consumer group members (the projection of consumer_group_events): epochs,
+# subscription, and the partitions assigned, pending revocation and targeted, each a
+# JSON object of topic -> partitions.
+consumer_group_members = Table(
+    "consumer_group_members",
+    metadata,
+    Column("group_id", Text, nullable=False),
+    Column("member_id", Text, nullable=False),
+    Column("instance_id", Text),
+    Column("rack_id", Text),
+    Column("client_id", Text, nullable=False, server_default=text("''")),
+    Column("client_host", Text, nullable=False, server_default=text("''")),
+    Column("subscribed_topic_names", JSONB, nullable=False),
+    Column("subscribed_topic_regex", Text),
+    Column("server_assignor", Text),
+    Column("rebalance_timeout_ms", Integer, nullable=False),
+    Column("member_epoch", Integer, nullable=False),
+    Column("previous_member_epoch", Integer, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("assigned", JSONB, nullable=False),
+    Column("pending_revocation", JSONB, nullable=False),
+    Column("target", JSONB, nullable=False),
+    Column("last_heartbeat_ms", BigInteger, nullable=False),
+    # While it holds partitions it was asked to revoke: when its rebalance timeout ends.
+    Column("revocation_deadline_ms", BigInteger),
+    Column("joined_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("group_id", "member_id"),
+    ForeignKeyConstraint(["group_id"], ["consumer_groups.group_id"], ondelete="CASCADE"),
+)
+
+# Every group epoch, target assignment and member epoch change of a consumer group.
+consumer_group_events = Table(
+    "consumer_group_events",
+    metadata,
+    Column("event_id", BigInteger, Identity(), primary_key=True),
+    Column("group_id", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("member_id", Text),
+    Column("group_epoch", Integer, nullable=False),
+    Column("member_epoch", Integer),
+    Column("detail", JSONB),
+    Column("event_ms", BigInteger, nullable=False),
+)
+Index("ix_consumer_group_events_group_id", consumer_group_events.c.group_id)
 
 # ---------------------------------------------------------------- read_committed materialisation
 # Maintained by app.spark.materialize; the column list of read_committed_records is part
