@@ -305,6 +305,15 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     expect(page.locator("svg#timeline line.bump")).to_have_count(1)
     page.screenshot(path=str(console.shots / "fence.png"), full_page=True)
 
+    # Kafka's DeleteRecords, behind a confirmation: the log of t-0 starts at offset 2.
+    page.goto(console.url + "/topics/t")
+    form = page.locator("#partitions form.delete-records")
+    form.locator("input[name=before_offset]").fill("2")
+    page.once("dialog", lambda d: d.accept())
+    form.locator("button").click()
+    expect(page.locator("#message")).to_have_text("The log of t-0 starts at offset 2.")
+    expect(page.locator("#partitions tr", has_text="≈").locator("td").nth(1)).to_have_text("2")
+
     api = page.context.request
     history = api.get(console.url + "/api/transactions/tx-commit").json()
     assert history["events"][-1]["state"] == "COMPLETE_ABORT"
@@ -333,6 +342,15 @@ def test_acls_csrf_and_bad_input(browser: object, console: World) -> None:
     assert alice.context.request.get(console.url + "/api/topics/secret").status == 403
     alice.goto(console.url + "/transactions")
     expect(alice.locator("#hanging")).to_contain_text("none")
+    # She may not delete t's records (no Delete ACL): no form, and a POST is refused.
+    alice.goto(console.url + "/topics/t")
+    expect(alice.locator("form.delete-records")).to_have_count(0)
+    alice_csrf = alice.locator("input[name=csrf_token]").first.get_attribute("value")
+    r = alice.context.request.post(
+        console.url + "/topics/delete-records",
+        form={"topic": "t", "partition": "0", "before_offset": "0", "csrf_token": alice_csrf},
+    )
+    assert r.status == 403 and "not authorized to Delete" in r.text()
     # ... and, without Describe on the cluster, neither the nodes nor the cluster's charts.
     overview = alice.context.request.get(console.url + "/api").json()
     assert (overview["cluster"], overview["nodes"], overview["series"]) == (False, [], {})
@@ -401,6 +419,13 @@ def test_read_only_turns_actions_off(browser: object, db_url: str) -> None:
         r = page.context.request.post(
             world.url + "/transactions/abort",
             form={"topic": "t", "partition": "0", "start_offset": "0", "csrf_token": csrf},
+        )
+        assert r.status == 403 and "read-only" in r.text()
+        page.goto(world.url + "/topics/t")
+        expect(page.locator("form.delete-records")).to_have_count(0)
+        r = page.context.request.post(
+            world.url + "/topics/delete-records",
+            form={"topic": "t", "partition": "0", "before_offset": "0", "csrf_token": csrf},
         )
         assert r.status == 403 and "read-only" in r.text()
     finally:

@@ -62,6 +62,12 @@ def may_abort(conn: Connection, broker: BrokerContext, topic: str) -> bool:
     return not denied_checks(conn, broker, needs.abort_hanging(topic))
 
 
+def may_delete_records(conn: Connection, broker: BrokerContext, topic: str) -> bool:
+    """Whether the user may delete a partition's records below an offset: Delete on the
+    topic, as Kafka's DeleteRecords asks (``needs.delete_records``)."""
+    return not denied_checks(conn, broker, needs.delete_records(topic))
+
+
 def _topic_or_not_found(conn: Connection, broker: BrokerContext, topic: str) -> None:
     """Unknown and not-allowed look alike to a user without Describe (as Kafka's Metadata
     answers UNKNOWN_TOPIC_OR_PARTITION... it answers TOPIC_AUTHORIZATION_FAILED: so 403)."""

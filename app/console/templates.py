@@ -65,9 +65,13 @@ _TOPICS = """{% extends "base.html" %}{% block title %}Topics{% endblock %}{% bl
 </table><p class="muted">Sizes are estimates: {{ estimate_note }}</p>{% endblock %}"""
 
 _TOPIC = """{% extends "base.html" %}{% block title %}{{ d.topic }}{% endblock %}{% block main %}
-<h1>Topic {{ d.topic }}</h1>
-<table id="partitions"><tr><th>partition</th><th>log start</th><th>high watermark</th><th>LSO</th><th>open transactions</th><th title="{{ estimate_note }}">size (estimate)</th></tr>
-{% for p in d.partitions %}<tr><td><a href="?partition={{ p.partition }}&isolation={{ d.isolation }}">{{ p.partition }}</a></td><td>{{ p.log_start_offset }}</td><td>{{ p.high_watermark }}</td><td>{{ p.last_stable_offset }}</td><td>{{ p.open_transactions }}</td><td class="size" title="{{ estimate_note }}">≈ {{ p.estimated_bytes | bytes }}</td></tr>{% endfor %}</table>
+<h1>Topic {{ d.topic }}</h1>{% if message %}<p id="message">{{ message }}</p>{% endif %}
+<table id="partitions"><tr><th>partition</th><th>log start</th><th>high watermark</th><th>LSO</th><th>open transactions</th><th title="{{ estimate_note }}">size (estimate)</th>{% if may_delete %}<th></th>{% endif %}</tr>
+{% for p in d.partitions %}<tr><td><a href="?partition={{ p.partition }}&isolation={{ d.isolation }}">{{ p.partition }}</a></td><td>{{ p.log_start_offset }}</td><td>{{ p.high_watermark }}</td><td>{{ p.last_stable_offset }}</td><td>{{ p.open_transactions }}</td><td class="size" title="{{ estimate_note }}">≈ {{ p.estimated_bytes | bytes }}</td>{% if may_delete %}<td><form class="inline delete-records" method="post" action="/topics/delete-records"
+onsubmit="return confirm('Delete the records of {{ d.topic }}-{{ p.partition }} before offset ' + this.before_offset.value + '?')">
+<input type="hidden" name="csrf_token" value="{{ csrf_token }}"><input type="hidden" name="topic" value="{{ d.topic }}">
+<input type="hidden" name="partition" value="{{ p.partition }}"><input name="before_offset" size="8" placeholder="offset">
+<button>Delete records before</button></form></td>{% endif %}</tr>{% endfor %}</table>
 <p id="topic-size">The topic: <b>≈ {{ d.estimated_bytes | bytes }}</b> <span class="muted">(an estimate: {{ estimate_note }})</span>{% if d.log_bytes is not none %}; <span id="log-size">the log on disk, all topics together: <b>{{ d.log_bytes | bytes }}</b></span>{% endif %}</p>
 <p>Configs: {% for k, v in d.config.items() %}<code>{{ k }}={{ v }}</code> {% else %}<span class="muted">defaults</span>{% endfor %}</p>
 <h2>Partition {{ d.partition }}, offsets {{ d.from_offset }} to {{ d.next_offset }}</h2>

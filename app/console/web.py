@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from app.admin import AdminClient
+from app.admin import AdminClient, TopicPartition
 from app.console import data
 from app.console.auth import check_password, principal
 from app.console.lockout import LoginThrottle
@@ -273,6 +273,37 @@ def create_app(
         message = f"Aborted {what}." if written else f"{what.capitalize()} was already closed."
         return RedirectResponse(f"/transactions?message={quote(message)}", status_code=303)
 
+    async def delete_records(request: Request) -> Response:
+        """Kafka's DeleteRecords for one partition: its log start moves to the offset."""
+        form = await checked_form(request)
+        if read_only:
+            raise _Refused(403, "the console is read-only")
+        broker = broker_of(request)
+        topic = str(form.get("topic", ""))
+        partition, before = _form_int(form, "partition"), _form_int(form, "before_offset")
+        with broker.engine.connect() as conn:
+            if not data.visible(conn, broker, TOPIC, [topic]):
+                raise _Refused(403, f"not authorized to Describe topic {topic!r}")
+            if not data.may_delete_records(conn, broker, topic):
+                raise _Refused(403, f"not authorized to Delete records of topic {topic!r}")
+
+        def run() -> int:
+            with AdminClient({"database.url": db_url, "principal": broker.principal}) as admin:
+                done = admin.delete_records([TopicPartition(topic, partition, before)])
+                return next(iter(done.values())).result().low_watermark
+
+        low = await run_in_threadpool(run)
+        message = f"The log of {topic}-{partition} starts at offset {low}."
+        return RedirectResponse(
+            f"/topics/{quote(topic)}?partition={partition}&message={quote(message)}",
+            status_code=303,
+        )
+
+    def topic_extra(request: Request, broker: BrokerContext, d: dict[str, Any]) -> dict[str, Any]:
+        with broker.engine.connect() as conn:
+            may = not read_only and data.may_delete_records(conn, broker, d["topic"])
+        return {"may_delete": may, "message": request.query_params.get("message", "")[:200]}
+
     async def on_refused(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, _Refused)
         return error(request, exc.status, exc.message)
@@ -304,7 +335,7 @@ def create_app(
     pages: list[tuple[str, str, Callable[[Request, BrokerContext], Any], Any]] = [
         ("/", "overview.html", lambda r, b: data.overview(b), overview_extra),
         ("/topics", "topics.html", lambda r, b: data.topics(b), None),
-        ("/topics/{name:path}", "topic.html", read_topic, None),
+        ("/topics/{name:path}", "topic.html", read_topic, topic_extra),
         ("/transactions", "transactions.html", lambda r, b: data.transactions(b), transactions_extra),
         ("/transactions/{id:path}", "transaction.html",
          lambda r, b: data.transaction(b, r.path_params["id"]),
@@ -318,6 +349,7 @@ def create_app(
         Route("/login", login, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/transactions/abort", abort, methods=["POST"]),
+        Route("/topics/delete-records", delete_records, methods=["POST"]),
     ]
     for path, template, read, extra in pages:
         endpoint = page(template, read, extra)
