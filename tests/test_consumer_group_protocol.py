@@ -5,6 +5,8 @@ static members, and the offset commits' member epoch check (docs/design.md rules
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +18,7 @@ from app.broker import Broker
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.server.codec import build
+from tests.helpers.cli_runner import KIP98_BIN
 from tests.helpers.wire_client import exchange, serving
 
 HEARTBEAT, DESCRIBE, API_VERSIONS, OFFSET_COMMIT = 68, 69, 18, 8
@@ -185,3 +188,27 @@ def test_a_restarted_serve_continues_the_group_from_the_database(
         assert b.error_code == 0 and b.member_epoch == 3
         asked = beat(second, "g4", a, 2, topic_partitions=owned(joined))
         assert count(asked) == 1  # a is asked to give one up to b
+
+
+def test_kip98_groups_shows_the_type_and_the_member_epochs(server: str, broker: Broker) -> None:
+    """``kip98 groups list`` and ``describe`` give a consumer group's type, its members'
+    partitions and member epochs."""
+    create_topic(broker, "shown", 2)
+    a = str(uuid.uuid4())
+    assert join(server, "g5", a, ["shown"]).member_epoch == 2
+    listed = json.loads(_kip98("groups", "list", "--output", "json"))
+    assert [(g["group_id"], g["type"], g["state"], g["members"]) for g in listed] == [
+        ("g5", "consumer", "Stable", 1)
+    ]
+    described = json.loads(_kip98("groups", "describe", "g5", "--output", "json"))
+    assert [(r["partition"], r["consumer_id"], r["type"], r["member_epoch"]) for r in described] == [
+        (0, a, "consumer", 2), (1, a, "consumer", 2)
+    ]  # fmt: skip
+
+
+def _kip98(*args: str) -> str:
+    result = subprocess.run(
+        [str(KIP98_BIN), *args], capture_output=True, text=True, timeout=120, input=""
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout

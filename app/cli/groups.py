@@ -22,13 +22,23 @@ _DESCRIBE = text(
     """
     WITH lag AS (SELECT * FROM consumer_group_lag WHERE group_id = :g),
     members AS (
-        SELECT m.member_id, m.client_id, a ->> 0 AS topic, (a ->> 1)::int AS partition
+        SELECT m.member_id, m.client_id, NULL::int AS member_epoch, a ->> 0 AS topic,
+               (a ->> 1)::int AS partition
         FROM group_members m CROSS JOIN LATERAL jsonb_array_elements(m.assignment) a
         WHERE m.group_id = :g
+        UNION ALL
+        SELECT c.member_id, c.client_id, c.member_epoch, t.key AS topic,
+               (ps.value)::int AS partition
+        FROM consumer_group_members c
+        CROSS JOIN LATERAL jsonb_each(c.assigned) t
+        CROSS JOIN LATERAL jsonb_array_elements_text(t.value) ps
+        WHERE c.group_id = :g
     )
     SELECT coalesce(l.topic, mb.topic) AS topic, coalesce(l.partition, mb.partition) AS partition,
            l.committed_offset, p.next_offset AS high_watermark, p.last_stable_offset, l.lag,
-           mb.member_id, mb.client_id
+           mb.member_id, mb.client_id, mb.member_epoch,
+           (SELECT coalesce(max(group_type), 'classic') FROM consumer_groups WHERE group_id = :g)
+               AS group_type
     FROM lag l
     FULL JOIN members mb ON mb.topic = l.topic AND mb.partition = l.partition
     LEFT JOIN partitions p
@@ -42,8 +52,11 @@ _EXISTS = text(
 )
 _LIST = text(
     """
-    SELECT g.group_id, coalesce(cg.state, 'Empty') AS state,
-           (SELECT count(*) FROM group_members m WHERE m.group_id = g.group_id) AS members,
+    SELECT g.group_id, coalesce(cg.group_type, 'classic') AS type,
+           coalesce(cg.state, 'Empty') AS state,
+           (SELECT count(*) FROM group_members m WHERE m.group_id = g.group_id)
+           + (SELECT count(*) FROM consumer_group_members c WHERE c.group_id = g.group_id)
+               AS members,
            (SELECT count(*) FROM group_offsets o WHERE o.group_id = g.group_id) AS partitions
     FROM (SELECT group_id FROM consumer_groups UNION SELECT group_id FROM group_offsets) g
     LEFT JOIN consumer_groups cg ON cg.group_id = g.group_id
@@ -61,6 +74,8 @@ DESCRIBE_COLUMNS = [
     "lag",
     "consumer_id",
     "client_id",
+    "type",
+    "member_epoch",
 ]
 
 
@@ -72,13 +87,13 @@ def groups_group() -> None:
 @groups_group.command("list")
 @output_option
 def list_(output: str) -> None:
-    """Every group with members or committed offsets."""
+    """Every group with members or committed offsets, with its type (classic|consumer)."""
     with Broker.connect().engine.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(_LIST)]
     emit(
         rows,
         output,
-        columns=["group_id", "state", "members", "partitions"],
+        columns=["group_id", "type", "state", "members", "partitions"],
         headers={"group_id": "GROUP"},
     )
 
@@ -87,7 +102,8 @@ def list_(output: str) -> None:
 @click.argument("group")
 @output_option
 def describe(group: str, output: str) -> None:
-    """Committed offset, log end and lag per partition of GROUP."""
+    """Committed offset, log end and lag per partition of GROUP; the member holding it, the
+    group's type (classic, or consumer: KIP-848) and a consumer group member's epoch."""
     with Broker.connect().engine.connect() as conn:
         found = conn.execute(_DESCRIBE, {"g": group}).all()
         if not found and not conn.execute(_EXISTS, {"g": group}).scalar():
@@ -103,6 +119,8 @@ def describe(group: str, output: str) -> None:
             "lag": r.lag,
             "consumer_id": r.member_id,
             "client_id": r.client_id,
+            "type": r.group_type,
+            "member_epoch": r.member_epoch,
         }
         for r in found
     ]
