@@ -560,6 +560,8 @@ class AuthorizedOperationsResponse:
 
 # ---------------------------------------------------------------- group coordinator
 
+# A partition as the libraries key it, (topic, partition): the one internal name for it.
+# The clients' public class is app.client.message.TopicPartition (confluent-kafka's).
 TopicPartitionKey = tuple[str, int]
 
 

@@ -13,12 +13,12 @@ from app.errors import KafkaError, KafkaException
 from app.log.append import append, append_guarded, check_request, keyless_refusal, refusal
 from app.log.compacted import is_compacted
 from app.log.copy_records import Columns
-from app.log.partition_lock import TopicPartition
 from app.protocol import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
     ProduceRequest,
     ProduceResponse,
+    TopicPartitionKey,
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
@@ -142,12 +142,12 @@ def admit(work: Work, req: ProduceRequest) -> None:
 
 def _refused_partitions(
     requests: list[ProduceRequest], responses: dict[int, ProduceResponse], transactional_id: str
-) -> dict[TopicPartition, int]:
+) -> dict[TopicPartitionKey, int]:
     """The partitions where every batch of ``transactional_id`` in the request was refused,
     with the error of the first: the request must not register them (rule 6 the other way
     round: no partition in a transaction for a batch that is not in its log)."""
-    accepted: set[TopicPartition] = set()
-    refused: dict[TopicPartition, int] = {}
+    accepted: set[TopicPartitionKey] = set()
+    refused: dict[TopicPartitionKey, int] = {}
     for i, req in enumerate(requests):
         if not (req.is_transactional and req.transactional_id == transactional_id):
             continue

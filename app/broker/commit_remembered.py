@@ -66,14 +66,13 @@ from app.log.markers import (
 from app.log.partition_lock import (
     PartitionRow,
     Remembered,
-    TopicPartition,
     forget,
     lock_versions_query,
     remember,
     remembered,
     versions_match,
 )
-from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse
+from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse, TopicPartitionKey
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection, in_transaction
 from app.storage.one_query import QueryCopies, prepared_call, unprepared
@@ -89,8 +88,8 @@ class Remembering:
 
     left: TxnMetadata
     coordinator_epoch: int
-    before: dict[TopicPartition, PartitionRow]
-    after: dict[TopicPartition, PartitionRow]
+    before: dict[TopicPartitionKey, PartitionRow]
+    after: dict[TopicPartitionKey, PartitionRow]
 
 
 def remember_commit(conn: Connection, xmin: str, remembering: Remembering) -> None:
@@ -105,13 +104,13 @@ def remember_commit(conn: Connection, xmin: str, remembering: Remembering) -> No
 class _Planned:
     decided: Decided
     left: TxnMetadata
-    hints: dict[TopicPartition, Remembered]
+    hints: dict[TopicPartitionKey, Remembered]
     writes: list[bytes]
     copies: list[bytes]
-    after: dict[TopicPartition, PartitionRow]
+    after: dict[TopicPartitionKey, PartitionRow]
     # The other producers' open transactions the markers were decided on, to be read
     # under the locks (None: they follow from the rows, ``others_first_open``).
-    others: dict[TopicPartition, int] | None
+    others: dict[TopicPartitionKey, int] | None
 
 
 def commit_on_remembered(
@@ -186,7 +185,7 @@ def _plan(
         meta, end.producer_id, end.producer_epoch, end.committed
     ):
         return None
-    hints: dict[TopicPartition, Remembered] = {}
+    hints: dict[TopicPartitionKey, Remembered] = {}
     for tp in _touched(meta, req):
         hint = remembered(conn, tp)
         if hint is None or hint.row.s_producer_id != meta.producer_id:
@@ -227,7 +226,7 @@ def _registered(work: Work, decided: Decided, meta: TxnMetadata) -> TxnMetadata 
     return work.loaded.get(meta.transactional_id)
 
 
-def _touched(meta: TxnMetadata | None, req: ProduceBatchesRequest) -> list[TopicPartition]:
+def _touched(meta: TxnMetadata | None, req: ProduceBatchesRequest) -> list[TopicPartitionKey]:
     """The partitions the request locks, sorted: a commit's as ``commit._lock_partitions``
     (those its markers will mark too), a registration's those of its batches and its
     registration."""
@@ -276,7 +275,7 @@ def _send(
     return planned.decided.response
 
 
-def _forget(conn: Connection, transactional_id: str, partitions: list[TopicPartition]) -> None:
+def _forget(conn: Connection, transactional_id: str, partitions: list[TopicPartitionKey]) -> None:
     forget_txn(conn, transactional_id)
     for tp in partitions:
         forget(conn, tp)

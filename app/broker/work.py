@@ -15,7 +15,8 @@ from sqlalchemy import Connection
 
 from app.coordinator.metadata import TxnMetadata
 from app.coordinator.txn_log import Persist, RememberedTxn, TransitionBatch, persist
-from app.log.partition_lock import PartitionRow, TopicPartition
+from app.log.partition_lock import PartitionRow
+from app.protocol import TopicPartitionKey
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
 
@@ -38,7 +39,7 @@ class Work:
     context: BrokerContext
     conn: Connection
     loaded: dict[str, TxnMetadata | None] = field(default_factory=dict)
-    locked: dict[TopicPartition, PartitionRow] | None = None
+    locked: dict[TopicPartitionKey, PartitionRow] | None = None
     transitions: TransitionBatch | None = None
     writes: WriteBehind | None = None
     commits: bool = False

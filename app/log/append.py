@@ -30,7 +30,6 @@ from app.log.partition_lock import (
     PartitionRow,
     Remembered,
     RememberedAdvance,
-    TopicPartition,
     advance_partitions,
     advance_remembered,
     append_remembered_committed,
@@ -48,7 +47,13 @@ from app.log.producer_state import (
     is_expired,
     validate_append,
 )
-from app.protocol import NO_PRODUCER_ID, ProduceRequest, ProduceResponse, increment_sequence
+from app.protocol import (
+    NO_PRODUCER_ID,
+    ProduceRequest,
+    ProduceResponse,
+    TopicPartitionKey,
+    increment_sequence,
+)
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection, in_transaction
 from app.storage.one_query import Guard, QueryCopies
@@ -130,7 +135,7 @@ class Appending(Protocol):
     def conn(self) -> Connection: ...
 
     @property
-    def locked(self) -> dict[TopicPartition, PartitionRow] | None: ...
+    def locked(self) -> dict[TopicPartitionKey, PartitionRow] | None: ...
 
     @property
     def writes(self) -> WriteBehind | None: ...
@@ -180,7 +185,7 @@ def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
 def _rounds(admitted: Admitted) -> list[Admitted]:
     """``admitted`` split so that no round holds a partition twice, in request order."""
     rounds: list[Admitted] = []
-    seen: dict[TopicPartition, int] = {}
+    seen: dict[TopicPartitionKey, int] = {}
     for i, (req, cols) in admitted.items():
         tp = (req.topic, req.partition)
         k = seen[tp] = seen.get(tp, -1) + 1

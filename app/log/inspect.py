@@ -9,8 +9,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, fail
 from app.log import sql
 from app.log.markers import Marker, MarkerLocks, lock_for_markers, write_txn_markers
-from app.log.partition_lock import TopicPartition
-from app.protocol import CONTROL_ABORT, HangingTransaction, ProducerDescription
+from app.protocol import CONTROL_ABORT, HangingTransaction, ProducerDescription, TopicPartitionKey
 from app.security import needs
 from app.security.authorizer import authorize_all
 from app.storage.context import BrokerContext
@@ -102,7 +101,7 @@ def abort_hanging(broker: BrokerContext, topic: str, partition: int, start_offse
 
 
 def mark_partition(
-    conn: Connection, tp: TopicPartition, marker: Marker, locked: MarkerLocks | None = None
+    conn: Connection, tp: TopicPartitionKey, marker: Marker, locked: MarkerLocks | None = None
 ) -> bool:
     """The one decision behind an administrator's marker, from ``kip98 transactions abort``
     and from WriteTxnMarkers (Admin.abortTransaction) alike: the producer and coordinator

@@ -28,7 +28,6 @@ from app.log import sql
 from app.log.lso import lso_after_marker
 from app.log.partition_lock import (
     PartitionRow,
-    TopicPartition,
     forget,
     lock_params,
     partition_key,
@@ -36,7 +35,7 @@ from app.log.partition_lock import (
     producer_key,
 )
 from app.log.producer_state import Marker, ProducerEntry, apply_marker, validate_marker
-from app.protocol import CONTROL_ABORT, CONTROL_COMMIT
+from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, TopicPartitionKey
 from app.storage.driver import WriteBehind, driver_connection, execute_or_queue
 from app.storage.one_query import prepared_call
 
@@ -64,14 +63,14 @@ class MarkerLocks:
     (``None``: they run at once)."""
 
     producer_id: int
-    rows: dict[TopicPartition, PartitionRow]
-    others_first_open: dict[TopicPartition, int]
+    rows: dict[TopicPartitionKey, PartitionRow]
+    others_first_open: dict[TopicPartitionKey, int]
     writes: WriteBehind | None = None
 
 
 def lock_for_markers(
     conn: Connection,
-    partitions: Iterable[TopicPartition],
+    partitions: Iterable[TopicPartitionKey],
     producer_id: int,
     writes: WriteBehind | None = None,
 ) -> MarkerLocks:
@@ -101,7 +100,7 @@ def lock_for_markers(
     )
 
 
-def others_first_open(rows: dict[TopicPartition, PartitionRow]) -> dict[TopicPartition, int]:
+def others_first_open(rows: dict[TopicPartitionKey, PartitionRow]) -> dict[TopicPartitionKey, int]:
     """``MarkerLocks.others_first_open`` as it follows from rows holding the producer's
     state, by the LSO's invariant (``lso``: the first offset of the earliest transaction
     still open, else the next offset): below the producer's own open transaction's first
@@ -118,7 +117,7 @@ def others_first_open(rows: dict[TopicPartition, PartitionRow]) -> dict[TopicPar
     }
 
 
-def hidden_by_own(rows: dict[TopicPartition, PartitionRow]) -> list[TopicPartition]:
+def hidden_by_own(rows: dict[TopicPartitionKey, PartitionRow]) -> list[TopicPartitionKey]:
     """The partitions where the producer's own open transaction is the earliest: whether
     another's is open behind it is not in the row (``others_first_open``)."""
     return [
@@ -133,7 +132,7 @@ def _own_limit(row: PartitionRow) -> int:
 
 
 def others_first_open_query(
-    conn: Connection, partitions: Sequence[TopicPartition], producer_id: int
+    conn: Connection, partitions: Sequence[TopicPartitionKey], producer_id: int
 ) -> bytes:
     """FIRST_OPEN_TXN_OFFSETS as a statement of a query string (``storage.one_query``),
     placed after the statement locking ``partitions``: what ``lock_for_markers`` reads,
@@ -146,7 +145,7 @@ def others_first_open_query(
     return prepared_call(conn, sql.FIRST_OPEN_TXN_OFFSETS, params)
 
 
-def others_match(result: pq.abc.PGresult, expected: dict[TopicPartition, int]) -> bool:
+def others_match(result: pq.abc.PGresult, expected: dict[TopicPartitionKey, int]) -> bool:
     """Whether ``others_first_open_query`` found exactly ``expected``."""
     found = {}
     for i in range(result.ntuples):
@@ -168,12 +167,12 @@ class _Open:
 
 def write_txn_markers(
     conn: Connection,
-    partitions: Iterable[TopicPartition],
+    partitions: Iterable[TopicPartitionKey],
     marker: Marker,
     *,
     skip_missing: bool = False,
     locked: MarkerLocks | None = None,
-) -> list[TopicPartition]:
+) -> list[TopicPartitionKey]:
     """Write ``marker`` on every partition of its producer's transaction; returns those
     where a record was written, in sorted order (a partition where the producer has no open
     transaction gets none, so a retry writes nothing twice).

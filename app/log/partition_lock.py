@@ -36,6 +36,7 @@ from sqlalchemy import Connection
 from app.faults import crash_point
 from app.log import sql
 from app.log.producer_state import ProducerEntry
+from app.protocol import TopicPartitionKey
 from app.storage.driver import WriteBehind, driver_connection
 from app.storage.memory import EngineMemory
 from app.storage.one_query import (
@@ -103,9 +104,6 @@ _STATE = 5
 NO_STATE = (None,) * 8
 
 
-TopicPartition = tuple[str, int]
-
-
 class RowVersion(NamedTuple):
     """A partition row's version: the transaction that wrote it (``xmin``, as text) and
     the next offset it holds (an earlier step of that same transaction may have written
@@ -126,25 +124,25 @@ class Remembered(NamedTuple):
 # The partition rows this process's appends and markers last wrote (rule 32): a hint an
 # append may decide on without reading the row, its advance then checking that the row is
 # still that version.
-_remembered: EngineMemory[TopicPartition, Remembered] = EngineMemory()
+_remembered: EngineMemory[TopicPartitionKey, Remembered] = EngineMemory()
 
 
-def remembered(conn: Connection, tp: TopicPartition) -> Remembered | None:
+def remembered(conn: Connection, tp: TopicPartitionKey) -> Remembered | None:
     """The partition row as this process last wrote it to ``conn``'s database, if it did."""
     return _remembered.get(conn, tp)
 
 
-def remember(conn: Connection, tp: TopicPartition, xmin: str, row: PartitionRow) -> None:
+def remember(conn: Connection, tp: TopicPartitionKey, xmin: str, row: PartitionRow) -> None:
     """The partition row this DB transaction has just written (``xmin``: its version)."""
     _remembered.put(conn, tp, Remembered(RowVersion(xmin, row.next_offset), row))
 
 
-def forget(conn: Connection, tp: TopicPartition) -> None:
+def forget(conn: Connection, tp: TopicPartitionKey) -> None:
     """Drop what this process remembers of a partition row (another wrote it since)."""
     _remembered.drop(conn, tp)
 
 
-def lock_versions_query(conn: Connection, partitions: Sequence[TopicPartition]) -> bytes:
+def lock_versions_query(conn: Connection, partitions: Sequence[TopicPartitionKey]) -> bytes:
     """LOCK_PARTITION_VERSIONS for ``partitions`` (sorted), as a statement of a query
     string (``storage.one_query``): locks them as ``lock_partitions`` does, in the same
     order, and gives their versions for ``versions_match``."""
@@ -152,7 +150,7 @@ def lock_versions_query(conn: Connection, partitions: Sequence[TopicPartition]) 
     return prepared_call(conn, sql.LOCK_PARTITION_VERSIONS, params)
 
 
-def versions_match(result: pq.abc.PGresult, expected: dict[TopicPartition, RowVersion]) -> bool:
+def versions_match(result: pq.abc.PGresult, expected: dict[TopicPartitionKey, RowVersion]) -> bool:
     """Whether the rows ``lock_versions_query`` locked are every one of ``expected`` and
     each still that version."""
     found = {}
@@ -166,7 +164,7 @@ def versions_match(result: pq.abc.PGresult, expected: dict[TopicPartition, RowVe
 
 def lock_partitions(
     conn: Connection, wanted: Sequence[tuple[str, int, int]]
-) -> dict[TopicPartition, PartitionRow]:
+) -> dict[TopicPartitionKey, PartitionRow]:
     """Lock the rows of ``wanted`` (topic, partition, producer_id), in sorted order, in one
     statement; each with that producer's state on it as it is once the locks are held.
     Missing partitions are left out."""
@@ -186,7 +184,7 @@ def lock_params(wanted: Sequence[tuple[str, int, int]]) -> dict[str, Any]:
 
 def partition_rows(
     conn: Connection, wanted: Sequence[tuple[str, int, int]], rows: Sequence[Sequence[Any]]
-) -> dict[TopicPartition, PartitionRow]:
+) -> dict[TopicPartitionKey, PartitionRow]:
     """The rows LOCK_PARTITIONS returned for ``wanted``, by partition. If a lock was waited
     for and its holder wrote (a row not ``unmoved``), the joined states may be from before
     that write: they are read again, now that the locks are held."""
@@ -208,7 +206,7 @@ def advance_partitions(
     advances: Sequence[tuple[str, int, int, int]],
     entries: Sequence[tuple[str, int, ProducerEntry]],
     writes: WriteBehind | None = None,
-) -> dict[TopicPartition, str] | None:
+) -> dict[TopicPartitionKey, str] | None:
     """Advance several partitions in one statement: ``advances`` are
     (topic, partition, next_offset, last_stable_offset); ``entries`` the producer states
     to write, by partition. Returns each partition row's new version; given ``writes``,

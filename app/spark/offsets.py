@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.errors import KafkaError, fail
+from app.protocol import TopicPartitionKey
 
-TopicPartition = tuple[str, int]
-Positions = dict[TopicPartition, int]
+Positions = dict[TopicPartitionKey, int]
 
 EARLIEST = -2
 LATEST = -1
@@ -63,12 +63,12 @@ def parse_positions(name: str, text: str) -> Positions:
     return out
 
 
-def parse_assign(text: str) -> list[TopicPartition]:
+def parse_assign(text: str) -> list[TopicPartitionKey]:
     """``{"topicA": [0, 1], "topicB": [2, 4]}``: the partitions to read."""
     data = _json("assign", text)
     if not isinstance(data, dict) or not data:
         raise bad_option("assign", f'expected {{"topic": [partitions]}}, got {text!r}')
-    out: list[TopicPartition] = []
+    out: list[TopicPartitionKey] = []
     for topic, partitions in data.items():
         if not isinstance(partitions, list) or not partitions:
             raise bad_option("assign", f"topic {topic!r}: expected a list of partitions")
@@ -76,7 +76,7 @@ def parse_assign(text: str) -> list[TopicPartition]:
     return sorted(set(out))
 
 
-def to_json(positions: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+def to_json(positions: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
     """Spark's Kafka source offset: topic, then partition number as a string."""
     out: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(positions.items()):
@@ -93,7 +93,7 @@ def from_json(data: Mapping[str, Any]) -> Positions:
     }
 
 
-def rate_limit(limit: int, start: Mapping[TopicPartition, int], end: Positions) -> Positions:
+def rate_limit(limit: int, start: Mapping[TopicPartitionKey, int], end: Positions) -> Positions:
     """At most ``limit`` offsets past ``start`` in all, shared among the partitions in
     proportion to what each has to read (Spark's Kafka source's ``maxOffsetsPerTrigger``):
     a partition's share is rounded down, but up to 1 where it would be below 1, so a small

@@ -13,11 +13,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from app.protocol import TopicPartitionKey
 from app.spark.offsets import (
     EARLIEST,
     LATEST,
     Positions,
-    TopicPartition,
     bad_option,
     parse_assign,
     parse_positions,
@@ -89,7 +89,7 @@ class Subscription:
     kind: str
     topics: tuple[str, ...] = ()
     pattern: str | None = None
-    assigned: tuple[TopicPartition, ...] = ()
+    assigned: tuple[TopicPartitionKey, ...] = ()
 
     def wants(self, topic: str, partition: int) -> bool:
         if self.kind == "subscribe":

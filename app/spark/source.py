@@ -44,14 +44,13 @@ from pyspark.sql.types import (
 )
 
 from app.errors import KafkaError, fail
-from app.protocol import headers_of_stored
+from app.protocol import TopicPartitionKey, headers_of_stored
 from app.spark import sql
 from app.spark.offsets import (
     EARLIEST,
     LATEST,
     OffsetRange,
     Positions,
-    TopicPartition,
     bad_option,
     from_json,
     pack_ranges,
@@ -112,7 +111,7 @@ class Bounds:
 
 def current_bounds(
     conn: psycopg.Connection[Any], subscription: Subscription
-) -> dict[TopicPartition, Bounds]:
+) -> dict[TopicPartitionKey, Bounds]:
     rows = conn.execute(sql.SOURCE_PARTITIONS).fetchall()
     return {(t, p): Bounds(s, hw, lso) for t, p, s, hw, lso in rows if subscription.wants(t, p)}
 
@@ -145,7 +144,7 @@ def resolve(
     conn: psycopg.Connection[Any],
     name: str,
     spec: str | Positions,
-    bounds: Mapping[TopicPartition, Bounds],
+    bounds: Mapping[TopicPartitionKey, Bounds],
     read_committed: bool,
     timestamp: int | None = None,
 ) -> Positions:
