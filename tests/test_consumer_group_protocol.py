@@ -6,6 +6,7 @@ static members, and the offset commits' member epoch check (docs/design.md rules
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -212,3 +213,14 @@ def _kip98(*args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+@pytest.mark.parametrize("pin", ["group.version=7", "share.version=1", "group.version"])
+def test_a_bad_feature_pin_stops_serve_with_one_line(db_url: str, pin: str) -> None:
+    result = subprocess.run(
+        [str(KIP98_BIN), "serve", "--listen", "127.0.0.1:0"], capture_output=True, text=True,
+        timeout=120, input="", env={**os.environ, "KIP98_FEATURES": pin},
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert "KIP98_FEATURES" in lines[0]

@@ -11,7 +11,7 @@ import click
 from app.broker import Broker
 from app.errors import KafkaException
 from app.protocol import ANY_NODE_ID
-from app.server import DEFAULT_LISTEN, Listener, ServeError, endpoints_of, serve
+from app.server import DEFAULT_LISTEN, Listener, ServeError, endpoints_of, features, serve
 from app.server.listener import check_tls
 from app.server.node import check_rack
 from app.server.processes import bind_all, cores, run
@@ -110,7 +110,9 @@ def serve_command(
         if not principal.startswith("User:") or principal == "User:":
             raise click.BadParameter(f"{principal!r} is not User:NAME", param_hint="--super-user")
     try:
-        check_session_timeout(BrokerSettings.from_env())
+        settings = BrokerSettings.from_env()
+        check_session_timeout(settings)
+        features.features_of(settings.features)  # KIP98_FEATURES refused here, in one line
         # Before any process starts: the embedded database (or, with KIP98_AUTO_MIGRATE=1,
         # any) is migrated here; one of one's own left unmigrated is refused in one line.
         Broker.check_schema()
