@@ -28,6 +28,7 @@ SERVE_ENV = {
     "KIP98_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
 }
 HANG_GUARD_S = 180
+REGEX = "SELECT subscribed_topic_regex FROM consumer_group_members WHERE group_id = :g"
 EVENTS = "SELECT kind FROM consumer_group_events WHERE group_id = :g ORDER BY event_id"
 
 # A consumer in a process of its own: it takes ``take`` records, committing each before
@@ -123,3 +124,47 @@ def test_a_killed_consumers_partitions_move_and_nothing_is_consumed_twice(
             killed.kill()
         for c in consumers:
             c.close()
+
+
+def test_a_regular_expression_subscription_follows_the_topics_it_matches(
+    server: str, db_url: str
+) -> None:
+    """librdkafka's ``^pattern`` subscription goes to the broker as KIP-848's regular
+    expression: the broker assigns the topics it matches whole, and a topic created
+    later is assigned too (the group epoch moves with the topics matched)."""
+    broker = Broker.connect(db_url)
+    for name in ("rx-a", "rx-b", "other"):
+        create_topic(broker, name, 1)
+    producer = ck.Producer({"bootstrap.servers": server})
+    for name in ("rx-a", "rx-b", "other"):
+        producer.produce(name, key=name, value=b"v")
+    assert producer.flush(30) == 0
+    c = ck.Consumer(
+        {"bootstrap.servers": server, "group.id": "rx", "group.protocol": "consumer",
+         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+         "topic.metadata.refresh.interval.ms": 1000}
+    )  # fmt: skip
+    try:
+        c.subscribe(["^rx-.*"])
+        seen = _poll_keys(c, {"rx-a", "rx-b"})
+        create_topic(broker, "rx-c", 1)
+        producer.produce("rx-c", key="rx-c", value=b"v")
+        assert producer.flush(30) == 0
+        seen |= _poll_keys(c, {"rx-c"})
+        assert seen == {"rx-a", "rx-b", "rx-c"}  # never "other"
+        with broker.engine.begin() as conn:
+            regex = conn.execute(text(REGEX), {"g": "rx"}).scalars().all()
+        assert regex and all(r is not None for r in regex), "the broker resolved the pattern"
+    finally:
+        c.close()
+
+
+def _poll_keys(c: ck.Consumer, want: set[str]) -> set[str]:
+    seen: set[str] = set()
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not want <= seen and time.monotonic() < deadline:
+        m = c.poll(0.2)
+        if m is not None and not m.error():
+            seen.add(m.key().decode())
+    assert want <= seen, seen
+    return seen
