@@ -33,10 +33,10 @@ from app.client import (
     Producer,
     TopicPartition,
 )
+from app.protocol import TopicPartitionKey
 from tests.helpers.client_helpers import create_topics, group_consumer
 
 ROOT = Path(__file__).resolve().parents[1]
-Key = tuple[str, int]
 
 
 # ------------------------------------------------------------------ helpers
@@ -50,7 +50,7 @@ def fill(db_url: str, topic: str, partitions: int, per_partition: int, tag: str 
         assert p.flush(30) == 0
 
 
-def keys(tps: list[TopicPartition]) -> list[Key]:
+def keys(tps: list[TopicPartition]) -> list[TopicPartitionKey]:
     return sorted((tp.topic, tp.partition) for tp in tps)
 
 
@@ -73,7 +73,7 @@ class Recorder:
     """on_assign / on_revoke callbacks that log what they were given and on which thread."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, list[Key]]] = []
+        self.events: list[tuple[str, list[TopicPartitionKey]]] = []
         self.threads: set[int] = set()
 
     def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -84,14 +84,16 @@ class Recorder:
         self.threads.add(threading.get_ident())
         self.events.append(("revoke", keys(partitions)))
 
-    def last_assigned(self) -> list[Key] | None:
+    def last_assigned(self) -> list[TopicPartitionKey] | None:
         for kind, parts in reversed(self.events):
             if kind == "assign":
                 return parts
         return None
 
 
-def committed_map(consumer: Consumer, partitions: list[Key]) -> dict[Key, int]:
+def committed_map(
+    consumer: Consumer, partitions: list[TopicPartitionKey]
+) -> dict[TopicPartitionKey, int]:
     got = consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=60)
     return {(tp.topic, tp.partition): tp.offset for tp in got}
 
@@ -217,7 +219,7 @@ def test_commit_committed_and_restart_from_committed(db_url: str, clients: list[
     d = group_consumer(db_url, clients, "resume")
     d.subscribe(["orders"])
     rest = d.consume(10 - positions[("orders", 0)] + 10 - 8, timeout=60)
-    firsts: dict[Key, int] = {}
+    firsts: dict[TopicPartitionKey, int] = {}
     for m in rest:
         firsts.setdefault((m.topic() or "", m.partition() or 0), m.offset() or 0)
     assert firsts == {tp: o for tp, o in positions.items() if o < 10}

@@ -28,11 +28,10 @@ from app.client import (
 )
 from app.client import txn_manager as tm
 from app.groups.offsets import offset_fetch
-from app.protocol import OffsetFetchRequest
+from app.protocol import OffsetFetchRequest, TopicPartitionKey
 from tests.helpers.client_helpers import create_topics, group_consumer
 
 TOPICS = {"alpha": 3, "beta": 2, "gamma": 4}
-Key = tuple[str, int]
 
 
 # ------------------------------------------------------------------ helpers
@@ -51,13 +50,13 @@ def txn_producer(db_url: str, clients: list[Any], tid: str, **extra: Any) -> Pro
 
 
 def read_to_end(
-    db_url: str, partitions: list[Key], isolation: str = "read_committed"
-) -> dict[Key, list[tuple[int, bytes | None]]]:
+    db_url: str, partitions: list[TopicPartitionKey], isolation: str = "read_committed"
+) -> dict[TopicPartitionKey, list[tuple[int, bytes | None]]]:
     """Everything a fresh reader at ``isolation`` gets from the log start up to the end it
     sees right now: it stops at the first EOF of every partition, so it never waits for a
     record that is not visible yet."""
-    got: dict[Key, list[tuple[int, bytes | None]]] = {tp: [] for tp in partitions}
-    eof: set[Key] = set()
+    got: dict[TopicPartitionKey, list[tuple[int, bytes | None]]] = {tp: [] for tp in partitions}
+    eof: set[TopicPartitionKey] = set()
     with Consumer(
         {
             "database.url": db_url,
@@ -82,16 +81,18 @@ def read_to_end(
     return got
 
 
-def all_partitions(spec: dict[str, int]) -> list[Key]:
+def all_partitions(spec: dict[str, int]) -> list[TopicPartitionKey]:
     return [(t, p) for t, n in sorted(spec.items()) for p in range(n)]
 
 
 def produce_round(
     producer: Producer, spec: dict[str, int], tag: str, per_partition: int
-) -> dict[Key, list[tuple[int, bytes]]]:
+) -> dict[TopicPartitionKey, list[tuple[int, bytes]]]:
     """Produce ``per_partition`` records to every partition; returns the delivered
     (offset, value) per partition (the reports are served by the flush)."""
-    delivered: dict[Key, list[tuple[int, bytes]]] = {tp: [] for tp in all_partitions(spec)}
+    delivered: dict[TopicPartitionKey, list[tuple[int, bytes]]] = {
+        tp: [] for tp in all_partitions(spec)
+    }
     errors: list[KafkaError] = []
 
     def on_delivery(err: KafkaError | None, msg: Message) -> None:
@@ -133,7 +134,7 @@ def assert_fatal_fenced(err: KafkaError) -> None:
     assert not err.txn_requires_abort()
 
 
-def partition_status(db_url: str) -> dict[Key, tuple[int, int]]:
+def partition_status(db_url: str) -> dict[TopicPartitionKey, tuple[int, int]]:
     """(high watermark, LSO) per partition, from the admin view."""
     with Broker.connect(db_url).engine.connect() as conn:
         rows = conn.execute(

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.protocol import TopicPartitionKey
 from app.torture.history import FAIL, INFO, INVOKE, OK, Event
 
 ANOMALIES = (
@@ -44,8 +45,6 @@ ANOMALIES = (
     "final-read-mismatch",
 )
 
-Key = tuple[str, int]
-
 
 @dataclass
 class Txn:
@@ -65,13 +64,13 @@ class Txn:
 class Log:
     """The committed log as the checks need it."""
 
-    values: dict[Key, dict[int, str | None]]
-    offsets: dict[Key, list[int]]
+    values: dict[TopicPartitionKey, dict[int, str | None]]
+    offsets: dict[TopicPartitionKey, list[int]]
     where: dict[str, dict[str | None, list[tuple[int, int]]]]
 
     @classmethod
     def from_dump(cls, committed: dict[str, dict[str, list[list[Any]]]]) -> Log:
-        values: dict[Key, dict[int, str | None]] = {}
+        values: dict[TopicPartitionKey, dict[int, str | None]] = {}
         where: dict[str, dict[str | None, list[tuple[int, int]]]] = defaultdict(
             lambda: defaultdict(list)
         )
@@ -87,7 +86,7 @@ class Log:
     def count(self, topic: str, value: str) -> int:
         return len(self.where.get(topic, {}).get(value, ()))
 
-    def committed_between(self, key: Key, low: int, high: int) -> list[int]:
+    def committed_between(self, key: TopicPartitionKey, low: int, high: int) -> list[int]:
         """Committed offsets o with low <= o < high."""
         offs = self.offsets.get(key, [])
         return offs[bisect.bisect_left(offs, low) : bisect.bisect_left(offs, high)]
@@ -345,7 +344,7 @@ def check_final_read(dump: dict[str, Any], log: Log, report: Report) -> None:
             detail="a fresh read_committed consumer did not reach the end",
             seconds=final.get("seconds"),
         )
-    got: dict[Key, list[list[Any]]] = defaultdict(list)
+    got: dict[TopicPartitionKey, list[list[Any]]] = defaultdict(list)
     for t, p, o, v in final["records"]:
         got[(t, int(p))].append([o, v])
     for key, values in log.values.items():
