@@ -168,3 +168,126 @@ def _poll_keys(c: ck.Consumer, want: set[str]) -> set[str]:
             seen.add(m.key().decode())
     assert want <= seen, seen
     return seen
+
+
+# A copier of KIP-447's shape in a process of its own: each record read is produced to the
+# output in a transaction that also commits its offset through the consumer group. After
+# ``take`` transactions it starts one more, leaves it open and waits to be killed.
+KILLED_COPIER = """
+import sys, time
+import confluent_kafka as ck
+server, take = sys.argv[1], int(sys.argv[2])
+c = ck.Consumer({"bootstrap.servers": server, "group.id": "eos", "group.protocol": "consumer",
+                 "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                 "isolation.level": "read_committed"})
+p = ck.Producer({"bootstrap.servers": server, "transactional.id": "eos-killed",
+                 "transaction.timeout.ms": 10000})
+p.init_transactions(30)
+c.subscribe(["eos-in"])
+done = 0
+while True:
+    m = c.poll(0.2)
+    if m is None or m.error():
+        continue
+    p.begin_transaction()
+    p.produce("eos-out", key=m.key(), value=m.value())
+    p.send_offsets_to_transaction(
+        [ck.TopicPartition(m.topic(), m.partition(), m.offset() + 1)],
+        c.consumer_group_metadata(), 30)
+    if done == take:
+        p.flush(30)
+        print("OPEN", flush=True)
+        while True:
+            time.sleep(1)
+    p.commit_transaction(30)
+    done += 1
+"""
+
+
+def test_an_exactly_once_copy_survives_a_copier_killed_in_a_transaction(
+    db_url: str,
+) -> None:
+    """Consume-transform-produce with ``group.protocol=consumer``: a copier is SIGKILLed
+    with a transaction open (its output written, its offset sent); its partitions move to
+    the two left once its session ends, its transaction is aborted at its timeout, and
+    the output read read_committed holds each input record exactly once (docs/design.md
+    rules 61, 62)."""
+    env = {**SERVE_ENV, "KIP98_COORDINATOR_INTERVAL_MS": "500"}
+    with serving(db_url, env=env) as server:
+        broker = Broker.connect(db_url)
+        create_topic(broker, "eos-in", 4)
+        create_topic(broker, "eos-out", 1)
+        producer = ck.Producer({"bootstrap.servers": server})
+        keys = [f"e{i}" for i in range(RECORDS)]
+        for i, key in enumerate(keys):
+            producer.produce("eos-in", key=key, value=b"v", partition=i % 4)
+        assert producer.flush(30) == 0
+        killed = subprocess.Popen(
+            [sys.executable, "-c", KILLED_COPIER, server, "2"], stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        copiers: list[tuple[ck.Consumer, ck.Producer]] = []
+        try:
+            assert killed.stdout is not None
+            assert killed.stdout.readline().strip() == "OPEN"
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(30)
+            for n in range(2):
+                c = _consumer_of(server, "eos", "eos-in")
+                p = ck.Producer({"bootstrap.servers": server, "transactional.id": f"eos-{n}"})
+                p.init_transactions(30)
+                copiers.append((c, p))
+            output = _copy_until(copiers, server, len(keys))
+            assert sorted(output) == sorted(keys), "each input record copied exactly once"
+        finally:
+            if killed.poll() is None:
+                killed.kill()
+            for c, _ in copiers:
+                c.close()
+
+
+def _consumer_of(server: str, group: str, topic: str) -> ck.Consumer:
+    c = ck.Consumer(
+        {"bootstrap.servers": server, "group.id": group, "group.protocol": "consumer",
+         "enable.auto.commit": False, "auto.offset.reset": "earliest",
+         "isolation.level": "read_committed"}
+    )  # fmt: skip
+    c.subscribe([topic])
+    return c
+
+
+def _copy_until(
+    copiers: list[tuple[ck.Consumer, ck.Producer]], server: str, want: int
+) -> list[str]:
+    """Copy in transactions until the output, read read_committed, holds ``want``
+    records; the output's keys."""
+    reader = ck.Consumer(
+        {"bootstrap.servers": server, "group.id": "eos-reader", "enable.auto.commit": False,
+         "auto.offset.reset": "earliest", "isolation.level": "read_committed"}
+    )  # fmt: skip
+    reader.assign([ck.TopicPartition("eos-out", 0, 0)])
+    output: list[str] = []
+    deadline = time.monotonic() + HANG_GUARD_S
+    try:
+        while len(output) < want and time.monotonic() < deadline:
+            for c, p in copiers:
+                m = c.poll(0.1)
+                if m is None or m.error():
+                    continue
+                p.begin_transaction()
+                p.produce("eos-out", key=m.key(), value=m.value())
+                offsets = [ck.TopicPartition(m.topic(), m.partition(), m.offset() + 1)]
+                p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
+                p.commit_transaction(30)
+            r = reader.poll(0.1)
+            if r is not None and not r.error():
+                output.append(r.key().decode())
+        # Anything more would be a duplicate: read on a little past the count.
+        end = time.monotonic() + 2
+        while time.monotonic() < end:
+            r = reader.poll(0.2)
+            if r is not None and not r.error():
+                output.append(r.key().decode())
+    finally:
+        reader.close()
+    return output
