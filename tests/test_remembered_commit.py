@@ -31,15 +31,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from app.broker import Broker
-from app.broker import commit as commit_module
-from app.broker import produce as produce_module
+from app.broker import Broker, strategy
 from app.client import ConsumerGroupMetadata, KafkaException, Producer, TopicPartition
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.storage import one_query as one_query_module
 from tests.helpers.backends import conninfo, holding, terminate, wait_for_blocked_backend
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.helpers.write_strategy import Ways
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,31 +57,10 @@ def broker(db_url: str) -> Broker:
     return b
 
 
-class Ways:
-    """Which way each combined commit went: "one" (one query string) or "lock"; and how
-    many one-query commits were refused on their reads."""
-
-    def __init__(self, refusals: list[str]) -> None:
-        self.taken: list[str] = []
-        self.refusals = refusals
-
-    @property
-    def refused(self) -> int:
-        return len(self.refusals)
-
-
 @pytest.fixture
-def ways(monkeypatch: pytest.MonkeyPatch, refusals: list[str]) -> Ways:
-    seen = Ways(refusals)
-    original = commit_module.commit_on_remembered
-
-    def spy(context: Any, req: Any) -> Any:
-        answered = original(context, req)
-        seen.taken.append("lock" if answered is None else "one")
-        return answered
-
-    monkeypatch.setattr(commit_module, "commit_on_remembered", spy)
-    return seen
+def ways() -> Ways:
+    """The commits sent each way from here on (``broker.strategy``'s counter)."""
+    return Ways("commit")
 
 
 @pytest.fixture
@@ -125,7 +103,7 @@ def test_commits_after_the_first_go_in_one_query(
     p = producers("tx")
     for i in range(4):
         transaction(p, {0: [f"a{i}"], 1: [f"b{i}", f"c{i}"], 2: [f"d{i}"]})
-    assert ways.taken == ["lock", "one", "one", "one"]
+    assert ways.sent == (3, 1)
     assert ways.refused == 0
     assert all_values(broker) == {
         0: [f"a{i}" for i in range(4)],
@@ -192,7 +170,7 @@ def test_one_query_commits_write_what_the_lock_way_writes(
     create_topic(broker, "u", 3)
     for topic, tid in (("t", "one-query"), ("u", "lock-way")):
         if topic == "u":
-            monkeypatch.setattr(commit_module, "commit_on_remembered", lambda *_: None)
+            monkeypatch.setattr(strategy, "one_query", lambda *_: False)
         p = producers(tid)
         for values, commit in RUN:
             p.begin_transaction()
@@ -203,7 +181,7 @@ def test_one_query_commits_write_what_the_lock_way_writes(
                 p.commit_transaction()
             else:
                 p.abort_transaction()
-    assert ways.taken.count("one") >= 5  # after the first commit, and after the abort
+    assert ways.one >= 5  # after the first commit, and after the abort
     assert tables(broker, "t", "one-query") == tables(broker, "u", "lock-way")
 
 
@@ -264,7 +242,7 @@ def test_commits_with_offsets_go_in_one_query(broker: Broker, producers: Any, wa
         assert group_tables(broker, "g")["group_offsets"] == [
             ("t", 0, i + 1, None), ("t", 1, 10 * (i + 1), None)
         ]  # fmt: skip
-    assert ways.taken == ["lock", "one", "one", "one"]
+    assert ways.sent == (3, 1)
     assert ways.refused == 0
     kinds = [row[2] for row in group_tables(broker, "g")["offset_commit_log"]]
     assert kinds == ["txn_pending", "txn_pending", "txn_commit", "txn_commit"] * 4
@@ -298,11 +276,11 @@ def test_one_query_commits_with_offsets_write_what_the_lock_way_writes(
     create_topic(broker, "u", 3)
     for topic, tid in (("t", "one-query"), ("u", "lock-way")):
         if topic == "u":
-            monkeypatch.setattr(commit_module, "commit_on_remembered", lambda *_: None)
+            monkeypatch.setattr(strategy, "one_query", lambda *_: False)
         p = producers(tid)
         for values, offsets, commit in OFFSETS_RUN:
             offsets_transaction(p, topic, values, offsets, f"g-{tid}", commit)
-    assert ways.taken.count("one") >= 4
+    assert ways.one >= 4
     one_query, lock_way = tables(broker, "t", "one-query"), tables(broker, "u", "lock-way")
     one_query["transaction_log"] = [  # AddOffsetsToTxn's reason names its group
         (*row[:-1], row[-1].replace("g-one-query", "g-lock-way"))
@@ -328,7 +306,7 @@ def test_a_fenced_producer_is_refused_on_its_reads(
     with pytest.raises(KafkaException) as raised:
         transaction(first, {0: ["zombie"], 1: ["zombie"]})
     assert raised.value.args[0].code() == KafkaError._FENCED
-    assert ways.taken == ["lock", "one", "lock"]
+    assert ways.sent == (1, 2)
     assert ways.refused == 1
     transaction(second, {0: ["e"], 1: ["f"]})
     assert all_values(broker, committed=False) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
@@ -351,14 +329,16 @@ def test_another_producer_appending_between_two_commits(
             other.produce("t", value=f"x{i}".encode(), partition=1)
         assert other.flush(30) == 0
     transaction(p, {0: ["e"], 1: ["f"]})
-    assert ways.taken == ["lock", "one", "lock"]
-    assert ways.refused == (1 if records == 1 else 0)
+    assert ways.sent == (1, 2)
+    # refused on its reads (one record), or its marker's statement failed (more): refused
+    assert ways.refused == 1
     xs = [f"x{i}" for i in range(records)]
     assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", *xs, "f"], 2: []}
     high_watermark, lso = partition_offsets(broker, "t", 1)
     assert (high_watermark, lso) == (2 * 2 + records + 2, high_watermark)
+    one = ways.one
     transaction(p, {0: ["g"], 1: ["h"]})
-    assert ways.taken[-1] == "one"  # the lock's way left rows to remember
+    assert ways.one == one + 1  # the lock's way left rows to remember
 
 
 def test_another_transaction_open_on_a_partition(
@@ -377,7 +357,7 @@ def test_another_transaction_open_on_a_partition(
     opened_at = partition_offsets(broker, "t", 0)[0] - 1
     transaction(p, {0: ["c"], 1: ["d"]})
     transaction(p, {0: ["e"], 1: ["f"]})
-    assert ways.taken == ["lock", "lock", "one"]
+    assert ways.sent == (1, 2)
     assert ways.refused == 1
     assert partition_offsets(broker, "t", 0)[1] == opened_at
     assert read_values(broker, "t", 0) == ["a"]
@@ -407,7 +387,7 @@ def test_a_moved_lease_is_refused_and_the_markers_carry_the_new_epoch(
         ).scalar_one()
     transaction(p, {0: ["b"]})
     transaction(p, {0: ["c"]})
-    assert ways.taken == ["lock", "lock", "one"]
+    assert ways.sent == (1, 2)
     assert ways.refused == 1
     with broker.engine.connect() as conn:
         stamped = (
@@ -519,7 +499,7 @@ def test_producers_racing_on_shared_partitions(
     for t in threads:
         t.join(120)
     assert not errors, errors
-    assert ways.taken.count("one") >= 1
+    assert ways.one >= 1
     for partition in range(3):
         values = read_values(broker, "r", partition)
         assert len(values) == len(set(values))
@@ -661,28 +641,22 @@ def test_any_interleaving_leaves_what_the_lock_way_leaves(
     registrations and commits may go in one query, on the other every one takes the
     lock's way. Both leave the same rows, the group's offsets and their events
     included."""
-    tag = f"w{len(ways.taken)}x{random.randrange(1 << 30)}"
+    tag = f"w{ways.one + ways.lock}x{random.randrange(1 << 30)}"
     with broker.engine.begin() as conn:  # the leases as no example moved them
         conn.execute(text("DELETE FROM coordinator_leases"))
     group = f"{tag}-g"
     one_query = World(db_url, broker, f"{tag}a", group)
     lock_way = World(db_url, broker, f"{tag}b", group)
-    original = commit_module.commit_on_remembered
+    eligible = strategy.one_query
 
-    def only_on_one_query(context: Any, req: Any) -> Any:
-        if req.end.transactional_id == lock_way.main_id:
-            return None
-        return original(context, req)
+    def only_on_one_query(context: Any, conn: Any, req: Any) -> bool:
+        named = req.end or req.add
+        tids = {b.transactional_id for b in req.batches}
+        if lock_way.main_id in tids or (named and named.transactional_id == lock_way.main_id):
+            return False
+        return bool(eligible(context, conn, req))
 
-    registering = produce_module.register_on_remembered
-
-    def registering_on_one_query(context: Any, req: Any) -> Any:
-        if req.add.transactional_id == lock_way.main_id:
-            return None
-        return registering(context, req)
-
-    monkeypatch.setattr(commit_module, "commit_on_remembered", only_on_one_query)
-    monkeypatch.setattr(produce_module, "register_on_remembered", registering_on_one_query)
+    monkeypatch.setattr(strategy, "one_query", only_on_one_query)
     try:
         for op in [("commit", {0: 1, 1: 1, 2: 1}, False), *ops, ("commit", {0: 1}, True)]:
             if op[0] == "lease":
@@ -736,7 +710,7 @@ def test_statements_gone_from_the_session_are_prepared_again(
     transaction(p, {0: ["c"], 1: ["d"]})
     monkeypatch.setattr(one_query_module, "prepare_once", real)
     transaction(p, {0: ["e"], 1: ["f"]})
-    assert ways.taken == ["lock", "lock", "one"]
+    assert ways.sent == (1, 2)
     assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
 
 
@@ -759,7 +733,7 @@ def test_a_commit_after_batches_sent_early_goes_in_one_query_too(
     p.produce("t", value=b"d", partition=1)
     p.commit_transaction()
     transaction(p, {0: ["e"], 1: ["f"]})
-    assert ways.taken == ["lock", "one", "one"]
+    assert ways.sent == (2, 1)
     assert ways.refused == 0
     assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d", "f"], 2: []}
 
@@ -837,7 +811,7 @@ def test_a_decision_that_reads_the_database_takes_the_lock_way(broker: Broker, w
     second = driver.commit_with([c, replace(d, base_sequence=c.base_sequence + 1)], [("t", 0)])
     assert second.end is not None and second.end.error_code == 0
     assert [b.base_offset for b in second.batches] == [2, 3]
-    assert ways.taken == ["lock", "lock"]
+    assert ways.sent == (0, 2)
     assert ways.refused == 0
     assert all_values(broker) == {0: ["a", "c", "d"], 1: ["b"], 2: []}
     with broker.engine.connect() as conn:

@@ -14,13 +14,9 @@ way, which leaves the partition's LSO at the other transaction.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from app.broker import Broker
-from app.broker import commit as commit_module
-from app.broker import produce as produce_module
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest
@@ -32,6 +28,7 @@ from tests.helpers.txn_driver import (
     produce_registering,
     read_values,
 )
+from tests.helpers.write_strategy import Ways
 
 
 @pytest.fixture
@@ -42,31 +39,20 @@ def broker(db_url: str) -> Broker:
 
 
 class Taken:
-    """Per request tried on the remembered rows, "one" (one query string) or "lock", by
-    kind ("register", "commit"); and why query strings were refused on their reads."""
+    """The registrations and commits sent each way (``broker.strategy``'s counter) from
+    ``since()`` on; and why query strings were refused on their reads."""
 
     def __init__(self, refusals: list[str]) -> None:
-        self.ways: list[tuple[str, str]] = []
         self.refusals = refusals
+        self.since()
+
+    def since(self) -> None:
+        self.register, self.commit = Ways("register"), Ways("commit")
 
 
 @pytest.fixture
-def taken(monkeypatch: pytest.MonkeyPatch, refusals: list[str]) -> Taken:
-    seen = Taken(refusals)
-
-    def spied(kind: str, module: Any, name: str) -> None:
-        original = getattr(module, name)
-
-        def spy(context: Any, req: Any) -> Any:
-            answered = original(context, req)
-            seen.ways.append((kind, "lock" if answered is None else "one"))
-            return answered
-
-        monkeypatch.setattr(module, name, spy)
-
-    spied("register", produce_module, "register_on_remembered")
-    spied("commit", commit_module, "commit_on_remembered")
-    return seen
+def taken(refusals: list[str]) -> Taken:
+    return Taken(refusals)
 
 
 def register_and_send(d: TxnDriver, broker: Broker, *batches: tuple[str, int, str]) -> None:
@@ -104,12 +90,8 @@ def test_a_transactions_first_request_and_its_commit_go_in_one_query(
     d.sequences[("t", 0)] += 1
     r = d.commit_with(d.requests(("t", 1, "g")), [("t", 1)])
     assert r.end is not None and r.end.error_code == 0
-    assert taken.ways == [
-        ("commit", "lock"),
-        ("commit", "one"),
-        ("register", "one"),
-        ("commit", "one"),
-    ]
+    assert taken.commit.sent == (2, 1)
+    assert taken.register.sent == (1, 0)
     assert taken.refusals == []
     assert read_values(broker, "t", 0) == ["a", "c", "e", "f"]
     assert read_values(broker, "t", 1) == ["b", "d", "g"]
@@ -136,9 +118,10 @@ def test_a_commit_sees_a_transaction_opened_behind_its_own(
     others_first = partition_offsets(broker, "t", 0)[0] - 1
     assert [a.error_code for a in produce_many(broker, d.requests(("t", 0, "f")))] == [0]
     d.sequences[("t", 0)] += 1
+    taken.since()
     r = d.commit_with(d.requests(("t", 0, "g")))
     assert r.end is not None and r.end.error_code == 0
-    assert taken.ways[-1] == ("commit", "lock")
+    assert (taken.commit.sent, taken.commit.refused) == ((0, 1), 1)
     assert taken.refusals == [
         "a partition row moved",  # "f", on the row as "e" left it: "x" came since
         "another producer's transaction opened behind this one",
@@ -166,9 +149,10 @@ def test_a_commit_decided_on_anothers_open_transaction_below_its_own(
     others_first = partition_offsets(broker, "t", 0)[0] - 1
     assert d.add(("t", 0)) == 0  # the lock's way: the partition row moved
     assert d.send("t", 0, "e", register=False).error_code == 0
+    taken.since()
     r = d.commit_with(d.requests(("t", 0, "f")))
     assert r.end is not None and r.end.error_code == 0
-    assert taken.ways[-1] == ("commit", "one")
+    assert taken.commit.sent == (1, 0)
     assert taken.refusals == []
     high_watermark, lso = partition_offsets(broker, "t", 0)
     assert lso == others_first < high_watermark
@@ -186,9 +170,10 @@ def test_a_registration_the_lock_would_refuse_takes_the_lock_way(
     committed_twice(d)
     assert TxnDriver(elsewhere, "tx").init() == 0  # type: ignore[arg-type]
     add = AddPartitionsToTxnRequest("tx", d.producer_id, d.producer_epoch, [("t", 0)])
+    taken.since()
     registered, answers = produce_registering(broker, d.requests(("t", 0, "zombie")), add)
     assert registered is not None and registered.error_code == KafkaError.PRODUCER_FENCED
     assert answers[0].error_code != 0
-    assert taken.ways[-1] == ("register", "lock")
+    assert (taken.register.sent, taken.register.refused) == ((0, 1), 1)
     assert taken.refusals == ["a row moved since this process wrote it"]
     assert "zombie" not in read_values(broker, "t", 0, committed=False)

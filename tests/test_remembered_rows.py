@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +24,6 @@ from app.broker.produce import produce, produce_batches
 from app.broker.work import Work
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError
-from app.log import append as append_module
 from app.log.partition_lock import remembered
 from app.log.topics import create_topic
 from app.protocol import (
@@ -35,8 +33,10 @@ from app.protocol import (
     ProduceResponse,
     RecordIn,
 )
+from app.server.metrics import write_strategies
 from app.storage.context import BrokerContext
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values
+from tests.helpers.write_strategy import Ways
 
 
 @pytest.fixture
@@ -75,6 +75,38 @@ def test_an_append_remembers_the_row_it_wrote(broker: Broker) -> None:
     # And the next append goes on from it.
     assert answer(produce(broker, batch(pid, 2, "c"))) == (0, 2, False)
     assert read_values(broker, "t", 0) == ["a", "b", "c"]
+
+
+def _strategy_samples() -> dict[tuple[str, ...], float]:
+    """serve's ``kip98_broker_write_strategy_total`` samples, by their labels."""
+    return {
+        tuple(sample.labels.values()): sample.value
+        for sample in write_strategies().samples
+        if sample.name == "kip98_broker_write_strategy_total"
+    }
+
+
+def test_each_way_is_counted_for_prometheus(broker: Broker, elsewhere: BrokerContext) -> None:
+    """The first append of a producer goes under the locks (nothing remembered), its next
+    in one query string, one after another process wrote the row is refused and then
+    sent under the locks, and a duplicate is declined: each counted, as serve's /metrics
+    shows them."""
+    before = _strategy_samples()
+    pid, theirs = new_producer(broker), new_producer(elsewhere)
+    assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
+    assert answer(produce(broker, batch(pid, 1, "b"))) == (0, 1, False)
+    assert answer(produce(elsewhere, batch(theirs, 0, "x"))) == (0, 2, False)
+    assert answer(produce(broker, batch(pid, 2, "c"))) == (0, 3, False)
+    assert answer(produce(broker, batch(pid, 2, "c"))) == (0, 3, True)
+    after = _strategy_samples()
+    counted = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    # In this process only: the other's producer counts in its own (the same here).
+    assert counted == {
+        ("produce", "locked", "sent"): 2 + 2,  # a, x; c after its refusal, the duplicate
+        ("produce", "one_query", "sent"): 1,  # b
+        ("produce", "one_query", "refused"): 1,  # c
+        ("produce", "one_query", "declined"): 1,  # the duplicate
+    }
 
 
 def test_another_process_appending_since_is_seen(broker: Broker, elsewhere: BrokerContext) -> None:
@@ -231,22 +263,8 @@ def batches(
     return ProduceBatchesRequest(reqs)
 
 
-def one_query_writes(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
-    """Per one-query write of remembered rows, how many rows it advanced (None: refused)."""
-    seen: list[int | None] = []
-    original = append_module.append_remembered_committed
-
-    def spy(conn: Any, advances: Any, payloads: list[bytes], guard: Any = None) -> list[str] | None:
-        versions = original(conn, advances, payloads, guard)
-        seen.append(None if versions is None else len(versions))
-        return versions
-
-    monkeypatch.setattr(append_module, "append_remembered_committed", spy)
-    return seen
-
-
 def test_a_request_over_several_remembered_rows_goes_in_one_query(
-    broker: Broker, elsewhere: BrokerContext, monkeypatch: pytest.MonkeyPatch
+    broker: Broker, elsewhere: BrokerContext
 ) -> None:
     """Every batch of the request on a row its process remembers: the advances and the
     COPY in one query string. One of the rows written by another process since: that
@@ -254,22 +272,22 @@ def test_a_request_over_several_remembered_rows_goes_in_one_query(
     row's advance with it), and the request goes the lock's way, each partition gapless."""
     create_topic(broker, "m", 3)
     mine, theirs = new_producer(broker), new_producer(elsewhere)
-    writes = one_query_writes(monkeypatch)
+    writes = Ways("produce")
     seqs = {0: 0, 1: 0, 2: 0}
     first = broker.handle(batches(mine, "m", {0: ["a0"], 1: ["a1", "b1"], 2: ["a2"]}, seqs))
     assert [answer(r) for r in first.batches] == [(0, 0, False)] * 3
-    assert writes == []  # nothing remembered yet: the lock's way
+    assert (writes.one, writes.refused) == (0, 0)  # nothing remembered yet: the lock's way
     second = broker.handle(batches(mine, "m", {0: ["c0"], 1: ["c1"], 2: ["c2", "d2"]}, seqs))
     assert [answer(r) for r in second.batches] == [(0, 1, False), (0, 2, False), (0, 1, False)]
-    assert writes == [3]
+    assert (writes.one, writes.refused) == (1, 0)
     other = ProduceRequest("m", 1, [RecordIn(None, b"x1", 0)], theirs, 0, 0)
     assert answer(produce(elsewhere, other)) == (0, 3, False)
     third = broker.handle(batches(mine, "m", {0: ["e0"], 1: ["e1"], 2: ["e2"]}, seqs))
     assert [answer(r) for r in third.batches] == [(0, 2, False), (0, 4, False), (0, 3, False)]
-    assert writes == [3, None]  # refused, then under the locks
+    assert (writes.one, writes.refused) == (1, 1)  # refused, then under the locks
     fourth = broker.handle(batches(mine, "m", {0: ["f0"], 1: ["f1"]}, seqs))
     assert [answer(r) for r in fourth.batches] == [(0, 3, False), (0, 5, False)]
-    assert writes == [3, None, 2]
+    assert (writes.one, writes.refused) == (2, 1)
     assert read_values(broker, "m", 0) == ["a0", "c0", "e0", "f0"]
     assert read_values(broker, "m", 1) == ["a1", "b1", "c1", "x1", "e1", "f1"]
     assert read_values(broker, "m", 2) == ["a2", "c2", "d2", "e2"]
@@ -277,22 +295,20 @@ def test_a_request_over_several_remembered_rows_goes_in_one_query(
         assert partition_offsets(broker, "m", partition) == (end, end)
 
 
-def test_a_request_with_a_batch_not_remembered_takes_the_locks(
-    broker: Broker, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_request_with_a_batch_not_remembered_takes_the_locks(broker: Broker) -> None:
     """One partition of the request never written by this process: no advance runs on
     the others' remembered rows, the whole request is decided under the locks."""
     create_topic(broker, "m", 2)
     mine = new_producer(broker)
-    writes = one_query_writes(monkeypatch)
+    writes = Ways("produce")
     seqs = {0: 0, 1: 0}
     broker.handle(batches(mine, "m", {0: ["a0"]}, seqs))
     both = broker.handle(batches(mine, "m", {0: ["b0"], 1: ["b1"]}, seqs))
     assert [answer(r) for r in both.batches] == [(0, 1, False), (0, 0, False)]
-    assert writes == []
+    assert (writes.one, writes.refused) == (0, 0)
     again = broker.handle(batches(mine, "m", {0: ["c0"], 1: ["c1"]}, seqs))
     assert [answer(r) for r in again.batches] == [(0, 2, False), (0, 1, False)]
-    assert writes == [2]
+    assert (writes.one, writes.refused) == (1, 0)
 
 
 # Steps of the property below: the remembering producer's next batch (a retry first if its
@@ -373,7 +389,7 @@ def test_remembered_rows_against_a_model(
 
 
 def test_requests_over_shared_rows_racing_from_two_processes(
-    broker: Broker, elsewhere: BrokerContext, monkeypatch: pytest.MonkeyPatch
+    broker: Broker, elsewhere: BrokerContext
 ) -> None:
     """Producers in two processes (two engines, each remembering its own appends), two
     threads each, requests with a batch for each of three partitions (the second
@@ -382,7 +398,7 @@ def test_requests_over_shared_rows_racing_from_two_processes(
     of their rows moved and take the locks. Every partition ends gapless, each
     producer's records once and in order."""
     create_topic(broker, "race", 3)
-    writes = one_query_writes(monkeypatch)
+    writes = Ways("produce")
     per_thread = 25
     contexts = [broker, broker, elsewhere, elsewhere]
     pids = [new_producer(context) for context in contexts]
@@ -411,7 +427,7 @@ def test_requests_over_shared_rows_racing_from_two_processes(
         assert not w.is_alive()
     assert not errors, errors[:1]
     # Both ways were raced: one-query writes that went through and ones refused.
-    assert 3 in writes and None in writes, writes
+    assert writes.one and writes.refused, (writes.one, writes.refused)
     for p in (0, 1, 2):
         values = read_values(broker, "race", p)
         assert len(values) == len(set(values))

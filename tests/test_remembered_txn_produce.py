@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from app.broker import Broker
-from app.broker import batches as batches_module
 from app.broker.loop import CoordinatorLoop
 from app.clock import ManualClock
 from app.coordinator.handlers import prepare_end_txn, roll_forward
@@ -35,6 +33,7 @@ from tests.helpers.txn_driver import (
     read_values,
     state_of,
 )
+from tests.helpers.write_strategy import Ways
 
 HANG_GUARD_S = 120  # only against a hang; nothing is asserted about how long things take
 
@@ -46,31 +45,10 @@ def broker(db_url: str) -> Broker:
     return b
 
 
-class Ways:
-    """Per transactional produce request tried on the remembered id row: whether it went
-    that way; and how many one-query writes were refused on their reads."""
-
-    def __init__(self, refusals: list[str]) -> None:
-        self.taken: list[bool] = []
-        self.refusals = refusals
-
-    @property
-    def refused(self) -> int:
-        return len(self.refusals)
-
-
 @pytest.fixture
-def ways(monkeypatch: pytest.MonkeyPatch, refusals: list[str]) -> Ways:
-    seen = Ways(refusals)
-    original = batches_module._append_on_remembered_txn
-
-    def spy(work: Any, requests: Any, columns: Any) -> Any:
-        answered = original(work, requests, columns)
-        seen.taken.append(answered is not None)
-        return answered
-
-    monkeypatch.setattr(batches_module, "_append_on_remembered_txn", spy)
-    return seen
+def ways() -> Ways:
+    """The produce requests sent each way from here on (``broker.strategy``'s counter)."""
+    return Ways("produce")
 
 
 def records_of(broker: Broker, partition: int) -> list[tuple[int, int, bool, str | None]]:
@@ -95,7 +73,7 @@ def test_a_transactions_later_batches_go_in_one_query(broker: Broker, ways: Ways
     assert d.send("t", 0, "a").error_code == 0
     assert d.send("t", 0, "b", register=False).error_code == 0
     assert d.send("t", 0, "c", register=False).error_code == 0
-    assert ways.taken == [False, True, True]
+    assert ways.sent == (2, 1)
     assert ways.refused == 0
     assert d.end(commit=True) == 0
     assert read_values(broker, "t", 0) == ["a", "b", "c"]
@@ -111,7 +89,7 @@ def test_a_commit_with_no_batches_left_ends_the_transaction(broker: Broker, ways
     r = d.commit_with([])
     assert r.end is not None and r.end.error_code == 0
     assert r.batches == []
-    assert ways.taken == [False, True, False]  # a commit's batches never go this way
+    assert ways.sent == (1, 1)  # a commit's batches are the commit's
     assert ways.refused == 0
     assert read_values(broker, "t", 0) == ["a", "b"]
 
@@ -128,7 +106,7 @@ def test_a_registration_in_the_produce_request_is_remembered(broker: Broker, way
     d.sequences.update({("t", 0): 1, ("t", 1): 1})
     later = produce_many(broker, d.requests(("t", 0, "c"), ("t", 1, "d")))
     assert [a.error_code for a in later] == [0, 0]
-    assert ways.taken == [True]
+    assert ways.sent == (1, 0)
     assert d.end(commit=True) == 0
     assert read_values(broker, "t", 0) == ["a", "c"]
     assert read_values(broker, "t", 1) == ["b", "d"]
@@ -149,7 +127,7 @@ def test_a_producer_fenced_elsewhere_is_refused_on_its_read(
     assert second.init() == 0
     zombie = d.send("t", 0, "zombie", register=False)
     assert zombie.error_code == KafkaError.INVALID_PRODUCER_EPOCH
-    assert ways.taken == [False, True, False]
+    assert ways.sent == (1, 2)
     assert ways.refused == 1
     assert "zombie" not in [value for *_, value in records_of(broker, 0)]
     assert read_values(broker, "t", 0, committed=False) == ["a", "b"]
@@ -169,7 +147,7 @@ def test_a_bare_end_txn_elsewhere_is_seen(
     assert other.end(commit=False) == 0
     late = d.send("t", 0, "late", register=False)
     assert late.error_code == KafkaError.INVALID_PRODUCER_EPOCH
-    assert ways.taken == [False, True, False]
+    assert ways.sent == (1, 2)
     assert ways.refused == 1
     rows = records_of(broker, 0)
     assert [control for _, _, control, _ in rows] == [False, False, True]
@@ -192,7 +170,7 @@ def test_a_commit_prepared_elsewhere_is_seen(
     assert prepared.state == "PREPARE_COMMIT"
     late = d.send("t", 0, "late", register=False)
     assert late.error_code == KafkaError.INVALID_PRODUCER_EPOCH  # PREPARE bumped it (KIP-890)
-    assert ways.taken == [False, True, False]
+    assert ways.sent == (1, 2)
     assert ways.refused == 1
     roll_forward(elsewhere, "tx")
     assert read_values(broker, "t", 0) == ["a", "b"]
@@ -218,7 +196,7 @@ def test_the_coordinators_timeout_abort_elsewhere_is_seen(
         engine.dispose()
     late = d.send("t", 0, "late", register=False)
     assert late.error_code in (KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.INVALID_TXN_STATE)
-    assert ways.taken == [False, True, False]
+    assert ways.sent == (1, 2)
     assert "late" not in [value for *_, value in records_of(broker, 0)]
 
 
@@ -235,7 +213,7 @@ def test_statements_gone_from_the_session_are_prepared_again(broker: Broker, way
         conn.exec_driver_sql("DEALLOCATE ALL")
     assert d.send("t", 0, "c", register=False).error_code == 0
     assert d.send("t", 0, "d", register=False).error_code == 0
-    assert ways.taken == [False, True, False, True]
+    assert ways.sent == (2, 2)
     assert d.end(commit=True) == 0
     assert read_values(broker, "t", 0) == ["a", "b", "c", "d"]
 

@@ -5,12 +5,13 @@ with their transaction when asked (KIP-890), appended by the log. Used by the Pr
 
 from __future__ import annotations
 
+from app.broker import strategy
 from app.broker.work import Work
 from app.coordinator.guard import check_produce, load_for_produce
 from app.coordinator.handlers import Registration, check_registration, record_registration
 from app.coordinator.txn_log import remembered_txn, share_version_query, version_matches
 from app.errors import KafkaError, KafkaException
-from app.log.append import append, append_guarded, check_request, keyless_refusal, refusal
+from app.log.append import append, append_one_query, check_request, keyless_refusal, refusal
 from app.log.compacted import is_compacted
 from app.log.copy_records import Columns
 from app.protocol import (
@@ -22,8 +23,7 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
-from app.storage.driver import in_transaction
-from app.storage.one_query import Guard
+from app.storage.one_query import Check, Refused
 
 
 def append_batches(
@@ -44,10 +44,14 @@ def append_batches(
             responses[i] = keyless_refusal(batch, cols)
         else:
             columns[i] = cols
-    if add is None and len(columns) == len(requests):
-        on_remembered = _append_on_remembered_txn(work, requests, columns)
+    if work.one_query:
+        tried = None
+        if add is None and len(columns) == len(requests):
+            tried = _append_one_query(work, requests, columns)
+        on_remembered = strategy.attempted("produce", tried)
         if on_remembered is not None:
             return None, on_remembered
+        work.one_query = False
     registered, registration = None, None
     if add is not None:
         registered, registration = _check_registration(work, add)
@@ -88,39 +92,34 @@ def _check_registration(
     return answer, registration
 
 
-def _append_on_remembered_txn(
+def _append_one_query(
     work: Work, requests: list[ProduceRequest], columns: dict[int, Columns]
-) -> list[ProduceResponse] | None:
-    """The request's batches, all of one transactional id, admitted on the id's row as
-    this process last wrote or read it and appended on their remembered partition rows in
-    one query string whose first statement takes the id's row FOR SHARE and checks it is
-    still that version (docs/design.md §3.12, rule 53); None, with nothing written and no
-    DB transaction open, where the request must be decided under the locks: ACLs to read,
-    batches of other ids or none, a row not remembered or moved, a batch the remembered
-    row would refuse (a refusal is decided only on the row read under its lock), or any
-    case the log's one-query append does not take."""
-    conn = work.conn
-    if (
-        not requests
-        or not work.commits
-        or work.context.settings.authorization
-        or in_transaction(conn)
-    ):
-        return None
-    tid = requests[0].transactional_id
-    if tid is None or any(not (r.is_transactional and r.transactional_id == tid) for r in requests):
-        return None
-    memory = remembered_txn(conn, tid)
-    if memory is None:
-        return None
-    try:
-        for req in requests:
-            check_produce(memory.leased.meta, req)
-    except KafkaException:
-        return None
-    guard = Guard(share_version_query(conn, tid), lambda read: version_matches(read, memory))
-    appended = append_guarded(work, {i: (r, columns[i]) for i, r in enumerate(requests)}, guard)
-    return None if appended is None else [appended[i] for i in range(len(requests))]
+) -> list[ProduceResponse] | Refused | None:
+    """The request's batches on their remembered partition rows, in one query string
+    (docs/design.md §3.9); a transactional request's admitted on its id's row as this
+    process last wrote or read it, the query string's first statement taking that row
+    FOR SHARE and checking it is still that version (§3.12, rule 53). ``Refused`` or
+    None (declined), with nothing written and no DB transaction open, where the request
+    must be decided under the locks."""
+    admitted = {i: (r, columns[i]) for i, r in enumerate(requests)}
+    tid = requests[0].transactional_id if requests[0].is_transactional else None
+    guard = None
+    if tid is not None:
+        memory = remembered_txn(work.conn, tid)
+        if memory is None:
+            return None
+        try:
+            for req in requests:
+                check_produce(memory.leased.meta, req)
+        except KafkaException:
+            return None
+        read = share_version_query(work.conn, tid)
+        moved = "the transactional id's row moved"
+        guard = Check(read, lambda found: version_matches(found, memory), moved)
+    appended = append_one_query(work, admitted, guard)
+    if appended is None or isinstance(appended, Refused):
+        return appended
+    return [appended[i] for i in range(len(requests))]
 
 
 def admit(work: Work, req: ProduceRequest) -> None:

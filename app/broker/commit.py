@@ -21,16 +21,16 @@ Lock order (docs/design.md §3.3): the transactional id's row first (FOR UPDATE)
 statement and sorted, every partition the request touches (its batches' and those the
 markers will mark); the registration, the appends and the markers work on those rows.
 
-After a commit of the id by this process, the next is first tried on the rows that commit
-left, decided the same way (``commit_decision``) and sent as one query string whose locking
-reads check that the rows are still those (``commit_remembered``, §3.11); the lock's way
-here is the fallback, and seeds what is remembered.
+Where ``broker.strategy`` chooses it, the commit is first tried on the rows this process
+remembers, in one query string checked by their versions (``commit_remembered``, §3.11);
+the lock's way here is the fallback, and seeds what is remembered.
 """
 
 from __future__ import annotations
 
+from app.broker import strategy
 from app.broker.commit_decision import answer, decide, ok
-from app.broker.commit_remembered import Remembering, commit_on_remembered, remember_commit
+from app.broker.commit_remembered import Remembering, on_remembered, remember_commit
 from app.broker.work import Work
 from app.coordinator.metadata import TxnMetadata, end_retry_outcome
 from app.coordinator.txn_log import TransitionBatch, load_with_lease, txn_version
@@ -57,11 +57,13 @@ def produce_and_end_txn(
 ) -> ProduceBatchesResponse:
     """Append ``req``'s batches (after registering ``req.add``) and end the transaction
     (``req.end``), in one DB transaction; see the module docstring for what a retry and a
-    refusal do. On the rows this process's last commit of the id left, in one query string
-    (``commit_remembered``) if they are still those."""
-    answered = commit_on_remembered(context, req)
-    if answered is not None:
-        return answered
+    refusal do. On the rows this process remembers, in one query string
+    (``commit_remembered``), where ``broker.strategy`` chooses it and they are still those."""
+    with context.engine.connect() as conn:
+        if strategy.one_query(context, conn, req):
+            answered = strategy.attempted("commit", on_remembered(conn, context, req))
+            if answered is not None:
+                return answered
     assert req.end is not None
     with context.engine.begin() as conn:
         work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind())
@@ -71,6 +73,7 @@ def produce_and_end_txn(
         crash_point("commit_request.before_commit")  # every write done, none committed
     if remembering is not None and version is not None:
         remember_commit(conn, version, remembering)
+    strategy.locked("commit")
     return response
 
 

@@ -1,35 +1,8 @@
-"""The combined commit (``broker.commit``), and a transaction's first request registering
-its partitions (``broker.produce``), on the rows this process's last request of the
-transactional id left (docs/design.md §3.11).
-
-A producer's requests of one transactional id follow each other, and between two of
-them nothing else usually writes the id's row or its partitions. So the process
-remembers each row as its last commit or registration left it (the id's metadata with
-its lease epoch; each partition with the producer's state, rule 32), and the next one is
-decided on those, in full, before anything is sent: registration, appends and, for a
-commit, PREPARE, markers and COMPLETE, exactly as ``commit_decision.decide`` decides
-under the locks. The markers' LSO needs the other producers' open transactions, which
-follow from each row's LSO (``markers.others_first_open``) except where the producer's
-own open transaction is the earliest (``markers.hidden_by_own``): there the markers are
-decided on none, and the query string reads them once it holds the partitions. Then one
-query string: lock the id's row and its lease (as ``load_with_lease``) and the
-partitions in sorted order (as ``lock_for_markers``), each read with its version (and,
-where needed, the other producers' open transactions); every write the decision queued;
-the row's new version; the COPYs, committed as the last COPY ends. The reads come back
-with the first COPY's start: only if each is what the decision was made on are the
-COPYs' data sent; otherwise the COPY is failed on purpose and the implicit transaction
-rolls back with nothing written (a write decided on a stale row may instead fail
-outright, which rolls back the same way); the request then takes the lock's way in a
-fresh DB transaction, as if nothing had been tried. The locks are taken in the usual
-order (§3.3), before any write.
-
-Only a commit that the lock's way would end with every batch in, or a registration it
-would take with every batch, goes this way: any refusal, a retry, a decision that would
-read the database (ACLs, a new producer id, several batches for one partition), or a row
-not remembered, and the request goes the lock's way from the start. The id's row may
-also be the one a TxnOffsetCommit that added the group's offsets left
-(``broker.offsets``): the pending offsets' completion is then among the queued writes,
-read by the server when they run, under the id's row lock.
+"""A commit (``broker.commit``) or a registration with its batches (``broker.produce``)
+on the rows this process's last request of the transactional id left, in one query
+string checked by their versions (docs/design.md §3.11): decided in full on those rows by
+``commit_decision.decide``, as under the locks, then sent with the locking reads first;
+refused (nothing written) if a row moved. ``broker.strategy`` chooses when to try it.
 """
 
 from __future__ import annotations
@@ -54,7 +27,6 @@ from app.coordinator.txn_log import (
     written_version_query,
 )
 from app.errors import KafkaError
-from app.faults import crash_point
 from app.log import sql as log_sql
 from app.log.markers import (
     MarkerLocks,
@@ -75,7 +47,7 @@ from app.log.partition_lock import (
 from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse, TopicPartitionKey
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection, in_transaction
-from app.storage.one_query import QueryCopies, prepared_call, unprepared
+from app.storage.one_query import Check, Refused, prepared_call, unprepared, write_checked
 from app.storage.replication import ReplicationUnconfirmed
 
 
@@ -113,62 +85,40 @@ class _Planned:
     others: dict[TopicPartitionKey, int] | None
 
 
-def commit_on_remembered(
-    context: BrokerContext, req: ProduceBatchesRequest
-) -> ProduceBatchesResponse | None:
-    """``req`` decided on the remembered rows and sent as one query string; None, with
-    nothing written, where the lock's way must take it (see the module docstring)."""
-    assert req.end is not None
-    return _on_remembered(context, req, req.end.transactional_id)
-
-
-def register_on_remembered(
-    context: BrokerContext, req: ProduceBatchesRequest
-) -> ProduceBatchesResponse | None:
-    """A transaction's first batches, registering their partitions (``req.add``, KIP-890),
-    decided on the rows the id's last request in this process left (its commit's, most
-    often) and sent as one query string, as a commit is; None, with nothing written, where
-    the lock's way must take it. Only where every batch is of the registering id and the
-    lock's way would take them all with the registration (docs/design.md §3.11)."""
-    add = req.add
-    assert add is not None and req.end is None
-    tid = add.transactional_id
-    if not req.batches or any(
-        not (b.is_transactional and b.transactional_id == tid) for b in req.batches
-    ):
+def on_remembered(
+    conn: Connection, context: BrokerContext, req: ProduceBatchesRequest
+) -> ProduceBatchesResponse | Refused | None:
+    """A commit (``req.end``) or a transaction's batches registering their partitions
+    (``req.add``, KIP-890), decided on the remembered rows and sent as one query string
+    on ``conn`` (outside any transaction). ``Refused`` where a row moved or the write
+    failed with nothing written; None where the decision needs the locks (a batch or the
+    registration refused, a read of the database). Either way nothing is written."""
+    named = req.end if req.end is not None else req.add
+    assert named is not None
+    tid = named.transactional_id
+    memory = remembered_txn(conn, tid)
+    if memory is None:
         return None
-    return _on_remembered(context, req, tid)
-
-
-def _on_remembered(
-    context: BrokerContext, req: ProduceBatchesRequest, tid: str
-) -> ProduceBatchesResponse | None:
-    if context.settings.authorization:
-        return None  # the ACLs are read in the DB transaction
-    with context.engine.connect() as conn:
-        memory = remembered_txn(conn, tid)
-        if memory is None or in_transaction(conn):
+    try:
+        planned = _plan(conn, context, req, memory)
+        if planned is None:
             return None
-        try:
-            planned = _plan(conn, context, req, memory)
-            if planned is None:
-                return None
-            return _send(conn, tid, memory, planned)
-        except psycopg.Error as exc:
-            if driver_connection(conn).broken:
-                raise  # the outcome is unknown: the client retries the request
-            if isinstance(exc, ReplicationUnconfirmed):
-                # Committed on the primary, not confirmed (rule 41): a commit's client
-                # retries, and the retry, decided under the locks, waits for the
-                # confirmation; a registration's batches are answered as unconfirmed.
-                _forget(conn, tid, _touched(memory.leased.meta, req))
-                raise
-            if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
-                unprepared(conn)  # deallocated: prepared again next time
-            # Nothing was written: a write decided on a moved row failed (or a statement
-            # could not be prepared), and the lock's way decides again.
+        return _send(conn, tid, memory, planned)
+    except psycopg.Error as exc:
+        if driver_connection(conn).broken:
+            raise  # the outcome is unknown: the client retries the request
+        if isinstance(exc, ReplicationUnconfirmed):
+            # Committed on the primary, not confirmed (rule 41): a commit's client
+            # retries, and the retry, decided under the locks, waits for the
+            # confirmation; a registration's batches are answered as unconfirmed.
             _forget(conn, tid, _touched(memory.leased.meta, req))
-            return None
+            raise
+        if isinstance(exc, psycopg.errors.InvalidSqlStatementName):
+            unprepared(conn)  # deallocated: prepared again next time
+        # Nothing was written: a write decided on a moved row failed (or a statement
+        # could not be prepared), and the lock's way decides again.
+        _forget(conn, tid, _touched(memory.leased.meta, req))
+        return Refused(str(exc).strip() or type(exc).__name__)
 
 
 def _plan(
@@ -178,8 +128,7 @@ def _plan(
     must decide it."""
     end = req.end
     meta = memory.leased.meta
-    assert meta is not None
-    if not req.batches:
+    if meta is None or not req.batches:
         return None  # no COPY to carry the query string's end: the lock's way
     if end is not None and end_retry_outcome(
         meta, end.producer_id, end.producer_epoch, end.committed
@@ -240,31 +189,46 @@ def _touched(meta: TxnMetadata | None, req: ProduceBatchesRequest) -> list[Topic
 
 def _send(
     conn: Connection, tid: str, memory: RememberedTxn, planned: _Planned
-) -> ProduceBatchesResponse | None:
-    """The planned request as one query string, if the rows are still as remembered."""
+) -> ProduceBatchesResponse | Refused:
+    """The planned request as one checked query string (``one_query.write_checked``): the
+    id's row and the partitions locked with their versions, which must be those
+    remembered (and, where the markers were decided on none, no other producer's
+    transaction open behind this one's), then the writes, the row's new version, the
+    COPYs."""
     touched = sorted(planned.hints)
-    reads = [txn_version_query(conn, tid), lock_versions_query(conn, touched)]
+    expected = {tp: hint.version for tp, hint in planned.hints.items()}
+    moved = "a row moved since this process wrote it"
+    statements: list[bytes | Check] = [
+        Check(txn_version_query(conn, tid), lambda read: txn_matches(read, memory), moved),
+        Check(
+            lock_versions_query(conn, touched),
+            lambda read: versions_match(read, expected),
+            moved,
+        ),
+    ]
     if planned.others is not None:  # after the locks: every other producer's write is in
         producer_id = memory.leased.meta.producer_id if memory.leased.meta else -1
-        reads.append(others_first_open_query(conn, touched, producer_id))
-    statements = [*reads, *planned.writes, written_version_query(conn, tid)]
-    expected = {tp: hint.version for tp, hint in planned.hints.items()}
-    with QueryCopies(
-        conn, log_sql.COPY_RECORDS, len(planned.copies), committed=True, statements=statements
-    ) as query:
-        txn, partitions = query.results[:2]
-        if not (txn_matches(txn, memory) and versions_match(partitions, expected)):
-            query.refuse("a row moved since this process wrote it")
-            _forget(conn, tid, touched)
-            return None
-        if planned.others is not None and not others_match(query.results[2], planned.others):
-            query.refuse("another producer's transaction opened behind this one")
-            return None
-        query.write(planned.copies)
-        ends = planned.decided.response.end is not None
-        # every COPY's data given, the last not ended
-        crash_point("commit.in_one_query" if ends else "register.in_one_query")
-    xmin = query.results[-1].get_value(0, 0)
+        others = planned.others
+        statements.append(
+            Check(
+                others_first_open_query(conn, touched, producer_id),
+                lambda read: others_match(read, others),
+                "another producer's transaction opened behind this one",
+            )
+        )
+    statements += [*planned.writes, written_version_query(conn, tid)]
+    ends = planned.decided.response.end is not None
+    results = write_checked(
+        conn,
+        log_sql.COPY_RECORDS,
+        statements,
+        planned.copies,
+        stop="commit.in_one_query" if ends else "register.in_one_query",
+    )
+    if isinstance(results, Refused):
+        _forget(conn, tid, touched)
+        return results
+    xmin = results[-1].get_value(0, 0)
     assert xmin is not None
     before = {tp: hint.row for tp, hint in planned.hints.items()}
     remember_commit(

@@ -24,10 +24,11 @@ sends the same request again, as for a commit whose outcome is unknown (rule 16)
 
 from __future__ import annotations
 
+from app.broker import strategy
 from app.broker.batches import append_batches
 from app.broker.commit import produce_and_end_txn
 from app.broker.commit_decision import answer
-from app.broker.commit_remembered import register_on_remembered
+from app.broker.commit_remembered import on_remembered
 from app.broker.work import Work
 from app.coordinator.txn_log import remember_txn, written_txn
 from app.errors import KafkaError
@@ -97,15 +98,17 @@ def acks_refusal(req: ProduceBatchesRequest) -> str | None:
 @retry_conflicts
 def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
     answered: ProduceBatchesResponse | None = None
+    kind = strategy.request_kind(req)
     try:
-        if req.add is not None:
-            answered = register_on_remembered(context, req)
-            if answered is not None:
-                return answered
         with lazy_transaction(context.engine) as conn:
+            work = Work(context, conn, one_query=strategy.one_query(context, conn, req))
+            if kind == "register" and work.one_query:
+                answered = strategy.attempted(kind, on_remembered(conn, context, req))
+                if answered is not None:
+                    return answered
+                work.one_query = False
             if req.acks != ACKS_ALL:
                 conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
-            work = Work(context, conn, commits=req.add is None)
             registered, batches = append_batches(work, req.batches, req.add)
             answered = ProduceBatchesResponse(batches, registered)
             if req.add is not None and registered is not None and not registered.error_code:
@@ -116,6 +119,8 @@ def _produce(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatch
         return _unconfirmed(req, answered)
     for memory in work.seen.values():  # committed: the next request may decide on them
         remember_txn(conn, memory.xmin, memory.leased)
+    if not work.one_query:
+        strategy.locked(kind)
     return answered
 
 

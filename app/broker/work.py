@@ -28,8 +28,9 @@ class Work:
     ``locked``: the partition rows it holds locked, kept as its appends leave them (None
     while it locks as it goes). ``transitions`` and ``writes``: where its transitions and
     its last writes are queued to be sent together before COMMIT (None: each runs at once).
-    ``commits``: nothing of the request runs after its append, which may then commit the DB
-    transaction itself (``log.append``; docs/design.md §3.9). ``copies``: where the appends
+    ``one_query``: the request goes (or went) in one query string on the rows the process
+    remembers, as ``broker.strategy`` chose (docs/design.md §3.9); set False when it falls
+    back to the locks. ``copies``: where the appends
     leave their COPY payloads instead of sending them, for a request that is decided in
     full before anything is sent (``broker.commit_remembered``; None: sent at once).
     ``seen``: the transactional ids' rows as this DB transaction read or left them, with
@@ -42,7 +43,7 @@ class Work:
     locked: dict[TopicPartitionKey, PartitionRow] | None = None
     transitions: TransitionBatch | None = None
     writes: WriteBehind | None = None
-    commits: bool = False
+    one_query: bool = False
     copies: list[bytes] | None = None
     seen: dict[str, RememberedTxn] = field(default_factory=dict)
 

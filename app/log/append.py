@@ -1,21 +1,15 @@
 """The log's append: batches the broker admitted, written to their partitions exactly once.
 
-In the broker's DB transaction (``broker.produce``, which has checked the ACLs and each
-transactional batch's transaction): lock the partition rows (sorted, one statement), read
-the producers' state, decide each batch (pure rules in ``producer_state``), COPY the rows,
-advance the partitions and the producer state. The locks are held to COMMIT, so offsets are
-gapless and become visible in order. A duplicate batch writes nothing and answers with its
-original offsets.
-
-The COPY payload is built in bulk (``copy_records``) and the lock and the advance run on
-psycopg directly (``partition_lock``): this is the hot path of every producer. A request
-whose batches go on partition rows the process remembers goes without the lock's read,
-deciding on those rows and advancing first, only if each row is still that version (rule
-32); with nothing else to do, all of it in one query string (§3.9).
+Two ways, chosen by ``broker.strategy`` (docs/design.md §3.9): under the partitions'
+locks in the broker's DB transaction (``append``), or on the partition rows the process
+remembers, in one query string checked by their versions (``append_one_query``). Both
+decide each batch by the same rules (``plan_append``, ``producer_state``): offsets
+gapless, a duplicate writes nothing and is answered with its original offsets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,7 +25,6 @@ from app.log.partition_lock import (
     Remembered,
     RememberedAdvance,
     advance_partitions,
-    advance_remembered,
     append_remembered_committed,
     forget,
     lock_partitions,
@@ -56,7 +49,7 @@ from app.protocol import (
 )
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind, driver_connection, in_transaction
-from app.storage.one_query import Guard, QueryCopies
+from app.storage.one_query import Check, QueryCopies, Refused
 
 
 def check_request(req: ProduceRequest) -> Columns:
@@ -122,11 +115,9 @@ class Appending(Protocol):
     """The request the log appends for, as much of it as the log needs (the broker's
     ``Work`` is one): its DB transaction and broker context, the partition rows it already
     holds locked (None: the append locks them, and they are kept as the appends leave
-    them), where its last writes are queued (None: they run at once), and whether the
-    append is all that is left of it (``commits``): then a lone batch on a remembered row,
-    the first thing the DB transaction runs, is sent with its COPY in one query string
-    that commits (docs/design.md §3.9); and where its COPY payloads are held to be sent
-    later with the rest of the request (``copies``; None: sent at once, §3.11)."""
+    them), where its last writes are queued (None: they run at once), and where its COPY
+    payloads are held to be sent later with the rest of the request (``copies``; None:
+    sent at once, docs/design.md §3.11)."""
 
     @property
     def context(self) -> BrokerContext: ...
@@ -141,9 +132,6 @@ class Appending(Protocol):
     def writes(self) -> WriteBehind | None: ...
 
     @property
-    def commits(self) -> bool: ...
-
-    @property
     def copies(self) -> list[bytes] | None: ...
 
 
@@ -155,7 +143,6 @@ class _AtOnce:
     conn: Connection
     locked: None = None
     writes: None = None
-    commits: bool = False
     copies: None = None
 
 
@@ -164,8 +151,8 @@ Admitted = dict[int, tuple[ProduceRequest, Columns]]
 
 def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
     """Append the batches the broker admitted (by request index, in partition order) in
-    ``work``'s DB transaction: one lock statement (none if it holds them locked already),
-    one COPY, one advance.
+    ``work``'s DB transaction, under the partitions' locks: one lock statement (none if it
+    holds them locked already), one COPY, one advance.
 
     A partition with several batches in one request takes them in rounds, a round holding
     at most one batch per partition and written at once, so that each round is decided on
@@ -195,28 +182,11 @@ def _rounds(admitted: Admitted) -> list[Admitted]:
     return rounds or [{}]
 
 
-def append_guarded(
-    work: Appending, admitted: Admitted, guard: Guard
-) -> dict[int, ProduceResponse] | None:
-    """The batches appended on their remembered rows in one query string that commits
-    (§3.9) behind ``guard``'s read, which goes first; None, with nothing written and no
-    DB transaction open, wherever that way does not take them all (the caller then
-    decides the request again under its locks). For a request whose admission was itself
-    decided on a remembered row (``broker.batches``, §3.12)."""
-    if len(_rounds(admitted)) != 1 or not admitted:
-        return None
-    return _append_on_remembered(work, admitted, guard)
-
-
 def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
     """``append`` for batches of distinct partitions."""
     conn, broker, locked = work.conn, work.context, work.locked
     if not admitted:
         return {}
-    if locked is None:
-        answered = _append_on_remembered(work, admitted)
-        if answered is not None:
-            return answered
     if locked is not None:
         rows = locked
     else:
@@ -267,39 +237,44 @@ def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceRespo
     return responses
 
 
-def _append_on_remembered(
-    work: Appending, admitted: Admitted, guard: Guard | None = None
-) -> dict[int, ProduceResponse] | None:
-    """The batches (of distinct partitions) appended on the partition rows as this
-    process's last appends to them left them (rule 32), without reading the rows: the
-    advances go first and check each row is still that version, then the COPY. When the
-    batches are all the request does and nothing ran yet in its DB transaction, all of it
-    goes in one query string that commits (§3.9; a refusal then leaves no transaction
-    open, and the lock's way starts another); otherwise only a lone batch goes this way,
-    inside the transaction. None, with nothing written, where the lock's read must decide:
-    a row not remembered, or one of another producer's, a batch its row would not take as
-    it is (a duplicate or a refusal is only ever decided on the row read under the lock),
-    or a row another transaction has written since. Only for batches with a producer id:
-    a row last written by the same producer is likely still as it left it; plain batches,
-    which may come from any of the process's writers, would pay a refused advance
-    whenever another wrote in between. ``guard``: only in one query string, its read
-    first (``append_guarded``)."""
-    one_query = work.commits and not in_transaction(work.conn)
-    if (len(admitted) > 1 or guard is not None) and not one_query:
-        return None  # an advance refused after another went would leave that one written
-    hints: list[Remembered] = []
-    for req, _ in admitted.values():  # every row first: no batch decided for nothing
+def on_remembered_rows(conn: Connection, batches: Sequence[ProduceRequest]) -> bool:
+    """Whether every batch goes on a partition row this process remembers as its own
+    producer last left it, each partition once: what the one-query append needs before it
+    decides anything (``broker.strategy``). Only batches with a producer id: a row last
+    written by the same producer is likely still as it left it; plain batches, which may
+    come from any of the process's writers, would pay a refused write whenever another
+    wrote in between. A producer id not seen on its row needs the issued epochs read."""
+    if not batches or len({(b.topic, b.partition) for b in batches}) != len(batches):
+        return False
+    for req in batches:
         if req.producer_id == NO_PRODUCER_ID:
-            return None  # no telling whose the row is: the process's other writers' may be
+            return False
+        hint = remembered(conn, (req.topic, req.partition))
+        if hint is None or hint.row.s_producer_id != req.producer_id:
+            return False
+        if needs_identity_check(req, hint.row):
+            return False
+    return True
+
+
+def append_one_query(
+    work: Appending, admitted: Admitted, guard: Check | None = None
+) -> dict[int, ProduceResponse] | Refused | None:
+    """The batches (of distinct partitions, all on rows ``on_remembered_rows`` found)
+    decided on their remembered rows and written in one query string that commits
+    (docs/design.md §3.9): ``guard``'s read first, if any, then each partition's advance,
+    which checks its row is still that version, then the COPY. ``Refused`` where a row
+    moved (nothing written, no DB transaction open); None, with nothing sent, where a
+    batch is one the remembered row would not take as it is (a duplicate or a refusal is
+    only ever decided on the row read under the lock). Either way the caller then
+    decides the request under the locks."""
+    assert not in_transaction(work.conn), "one query string is its own DB transaction"
+    planned: list[tuple[int, ProduceRequest, Columns, Remembered, AppendPlan]] = []
+    advances: list[RememberedAdvance] = []
+    for i, (req, columns) in admitted.items():
         hint = remembered(work.conn, (req.topic, req.partition))
         if hint is None:
             return None
-        if hint.row.s_producer_id != req.producer_id or needs_identity_check(req, hint.row):
-            return None
-        hints.append(hint)
-    planned: list[tuple[int, ProduceRequest, Columns, Remembered, AppendPlan]] = []
-    advances: list[RememberedAdvance] = []
-    for (i, (req, columns)), hint in zip(admitted.items(), hints, strict=True):
         try:
             plan = plan_append(work.context, req, columns, hint.row)
         except KafkaException:
@@ -310,21 +285,12 @@ def _append_on_remembered(
         planned.append((i, req, columns, hint, plan))
         advance = (req.topic, req.partition, plan.next_offset, plan.lso)
         advances.append((advance, plan.entry, hint.version))
-    if one_query:  # the whole request: one query
-        payloads = copy_payloads_of([plan.encoded(req, cols) for _, req, cols, _, plan in planned])
-        versions = append_remembered_committed(work.conn, advances, payloads, guard)
-    else:
-        [(advance, entry, version)] = advances
-        [(_, req, columns, _, plan)] = planned
-        version_after = advance_remembered(work.conn, advance, entry, version)
-        versions = None if version_after is None else [version_after]
-        if versions is not None:
-            copy_rows(work.conn, copy_payloads_of([plan.encoded(req, columns)]))
-            crash_point("append.after_copy")
-    if versions is None:
+    payloads = copy_payloads_of([plan.encoded(req, cols) for _, req, cols, _, plan in planned])
+    versions = append_remembered_committed(work.conn, advances, payloads, guard)
+    if isinstance(versions, Refused):
         for _, req, _, _, _ in planned:
             forget(work.conn, (req.topic, req.partition))
-        return None
+        return versions
     for (_, req, _, hint, plan), xmin in zip(planned, versions, strict=True):
         after = hint.row.advanced(plan.next_offset, plan.lso, plan.entry)
         remember(work.conn, (req.topic, req.partition), xmin, after)

@@ -29,24 +29,22 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any, NamedTuple
 
-import psycopg
 from psycopg import pq
 from sqlalchemy import Connection
 
-from app.faults import crash_point
 from app.log import sql
 from app.log.producer_state import ProducerEntry
 from app.protocol import TopicPartitionKey
 from app.storage.driver import WriteBehind, driver_connection
 from app.storage.memory import EngineMemory
 from app.storage.one_query import (
-    Guard,
-    QueryCopies,
+    Check,
+    Refused,
     as_prepared,
     call,
     prepare_once,
     prepared_call,
-    unprepared,
+    write_checked,
 )
 
 
@@ -227,21 +225,8 @@ def advance_partitions(
         return {(t, p): xmin for t, p, xmin in cur.execute(sql.ADVANCE_PARTITIONS, params)}
 
 
-def advance_remembered(
-    conn: Connection,
-    advance: tuple[str, int, int, int],
-    entry: ProducerEntry,
-    version: RowVersion,
-) -> str | None:
-    """Advance one partition and its producer's state as ``advance_partitions`` does, if
-    its row is still ``version``: its new version, or None (nothing written)."""
-    with driver_connection(conn).cursor() as cur:
-        row = cur.execute(sql.ADVANCE_REMEMBERED, _remembered_params(advance, entry, version))
-        found = row.fetchone()
-    return None if found is None else str(found[2])
-
-
-# A partition's advance on its remembered row (``advance_remembered``'s arguments).
+# A partition's advance on its remembered row: (topic, partition, next_offset, lso), the
+# producer's state after it, and the version the row must still be.
 RememberedAdvance = tuple[tuple[str, int, int, int], ProducerEntry, RowVersion]
 
 
@@ -249,14 +234,13 @@ def append_remembered_committed(
     conn: Connection,
     advances: Sequence[RememberedAdvance],
     payloads: list[bytes],
-    guard: Guard | None = None,
-) -> list[str] | None:
-    """``advance_remembered`` for each partition, in the order given (the lock order,
-    docs/design.md §3.3), and the COPYs of ``payloads`` sent as one query string and
-    committed with it (``storage.one_query``; ``conn`` outside any transaction): each
-    row's new version, or None with nothing written (a row moved, ``guard``'s read, sent
-    before the advances, did not hold, or the prepared statement was gone from the
-    session).
+    guard: Check | None = None,
+) -> list[str] | Refused:
+    """Each partition advanced with its producer's state, as ``advance_partitions`` does,
+    if its row is still the version given (ADVANCE_REMEMBERED), in the order given (the
+    lock order, docs/design.md §3.3), then the COPYs of ``payloads``, behind ``guard``'s
+    read if any, as one checked query string that commits (``one_query.write_checked``):
+    each row's new version, or ``Refused`` with nothing written.
 
     The payloads are built before the query is sent, not while the server runs the
     advances, though that would hide their encoding (~0.2 ms a 1000-record batch): from
@@ -269,33 +253,28 @@ def append_remembered_committed(
         sql.ADVANCE_REMEMBERED_NAME,
         as_prepared(sql.ADVANCE_REMEMBERED, sql.ADVANCE_REMEMBERED_PARAMS),
     )
-    statements = [] if guard is None else [guard.statement]
+    statements: list[bytes | Check] = [] if guard is None else [guard]
     for advance, entry, version in advances:
         params = _remembered_params(advance, entry, version)
         values = [params[name] for name in sql.ADVANCE_REMEMBERED_PARAMS]
-        statements.append(call(conn, sql.ADVANCE_REMEMBERED_NAME, values))
-    try:
-        with QueryCopies(
-            conn, sql.COPY_RECORDS, len(payloads), committed=True, statements=statements
-        ) as copies:
-            advances_done = copies.results[len(statements) - len(advances) :]
-            if guard is not None and not guard.holds(copies.results[0]):
-                copies.refuse("the guarding row moved")
-                return None
-            if any(advanced.ntuples == 0 for advanced in advances_done):
-                copies.refuse("a partition row moved")
-                return None
-            copies.write(payloads)
-            crash_point("append.in_one_query")  # every COPY's data given, the last not ended
-    except psycopg.errors.InvalidSqlStatementName:  # deallocated: prepared again next time
-        unprepared(conn)  # the guard's too: psycopg deallocates all after a ROLLBACK
-        return None
+        statement = call(conn, sql.ADVANCE_REMEMBERED_NAME, values)
+        statements.append(Check(statement, _advanced, "a partition row moved"))
+    results = write_checked(
+        conn, sql.COPY_RECORDS, statements, payloads, stop="append.in_one_query"
+    )
+    if isinstance(results, Refused):
+        return results
     versions = []
-    for advanced in advances_done:
+    for advanced in results[len(statements) - len(advances) :]:
         version_after = advanced.get_value(0, 2)
         assert version_after is not None
         versions.append(version_after.decode())
     return versions
+
+
+def _advanced(result: pq.abc.PGresult) -> bool:
+    """Whether a remembered advance matched its row (it was still that version)."""
+    return bool(result.ntuples)
 
 
 def _remembered_params(

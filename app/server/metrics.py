@@ -3,8 +3,9 @@
 The log's own figures are read from the database by ``kip98 metrics``, the same for
 every process; these are this process's alone: the requests it answered, by API, the
 connections it closed on bad input, by reason, the requests a handler failed on (answered
-with an error code), by API, the SASL logins refused, by mechanism, and the connections
-open now.
+with an error code), by API, the SASL logins refused, by mechanism, the connections
+open now, and the way each produce, registration and commit was written
+(``broker.strategy``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from app.broker import strategy
 from app.metrics import labelled
 
 if TYPE_CHECKING:
@@ -61,6 +63,21 @@ class ServerCollector:
         yield GaugeMetricFamily(
             "kip98_server_connections", "Connections open.", value=self.server.connections
         )
+        yield write_strategies()
+
+
+def write_strategies() -> CounterMetricFamily:
+    """The process's produce, registration and commit requests by the way they were
+    written: one query string on remembered rows or under the locks, and whether a
+    one-query write was sent, refused by a moved row or declined (docs/design.md §3.9)."""
+    family = CounterMetricFamily(
+        strategy.METRIC,
+        "Produce, registration and commit requests by write strategy and outcome.",
+        labels=["request", "strategy", "outcome"],
+    )
+    for (request, way, outcome), n in sorted(strategy.counts().items()):
+        family.add_metric([request, way, outcome], n)
+    return family
 
 
 def expose(server: Server, address: tuple[str, int]) -> None:

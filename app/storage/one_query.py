@@ -1,27 +1,17 @@
-"""Writes sent as one query string: prepared statements and COPYs.
+"""Writes sent as one query string: prepared statements and COPYs (docs/design.md §3.9,
+§3.10).
 
-A request's batches on remembered rows (docs/design.md §3.9): the prepared advance of
-each partition, then the COPY, committed as the COPY ends. Two round trips (to the COPY's
-start; then its data and the commit) where psycopg's own transaction takes one each for
-BEGIN, each statement, the COPY's start, its end and COMMIT. PostgreSQL runs the
-statements of one simple-protocol query string as one implicit transaction, committed
-after the last; a ``COPY ... FROM STDIN`` among them takes its data when it is reached.
-The statements' results are back with the COPY's start, so the caller may still refuse:
-the COPY is then failed on purpose (CopyFail), the implicit transaction rolls back with
-nothing written, and no ROLLBACK is needed. Only on a connection outside any transaction
-(psycopg's would otherwise be open), with the statements' values rendered as literals by
-libpq's own quoting (``escape_literal``), and each statement prepared once per
-connection so the server plans it once.
-
-A request's rows cut into several COPYs (§3.10), inside its open transaction or in the
-one-query write: one query string, each COPY started as the one before ends.
-
-A transactional id's commit on remembered rows (§3.11): its locking reads, its writes (any
-statement, through ``prepared_call``) and its COPYs, the same way.
-
-psycopg has no public call for a query string that mixes a COPY with other statements, or
-holds several (``Cursor.copy`` refuses them), so this drives the connection with
-psycopg's libpq wrapper and its generators, as psycopg's ``Copy`` does.
+``write_checked`` is the one-query way's one executor, for a produce, a registration and
+a commit alike: the statements (the checked reads and advances first, then the writes)
+and the COPYs as one simple-protocol query string, which PostgreSQL runs as one implicit
+transaction committed as the last COPY ends; the statements' answers come back with the
+first COPY's start, and a ``Check`` that does not hold fails the COPY on purpose
+(CopyFail), nothing written. Statements are prepared once per connection and executed
+with their values as literals quoted by libpq (``prepared_call``). Inside an open
+transaction, ``QueryCopies`` sends a request's rows cut into several COPYs (§3.10).
+psycopg has no public call for a query string that mixes a COPY with other statements,
+so this drives the connection with psycopg's libpq wrapper and generators, as psycopg's
+``Copy`` does.
 """
 
 from __future__ import annotations
@@ -36,6 +26,7 @@ from typing import Any, NamedTuple
 from psycopg import errors, generators, pq
 from sqlalchemy import Connection
 
+from app.faults import crash_point
 from app.storage.driver import driver_connection, in_transaction
 from app.storage.replication import confirm_commit, release_commit, watch_commit
 
@@ -154,14 +145,52 @@ def _type_of(value: Any) -> str:
     return "unknown"
 
 
-class Guard(NamedTuple):
-    """A locking read that goes first in a one-query write of another layer's rows, and
-    whether its answer lets the write go (``holds``; otherwise it is refused, nothing
-    written): a layer deciding on a row it remembers, as the log does on its partition
-    rows, has the row checked in the same implicit transaction (docs/design.md §3.12)."""
+class Refused(NamedTuple):
+    """A one-query write refused on its reads (a row moved since the process remembered
+    it, a prepared statement gone from the session): nothing written and no transaction
+    left open, so the request can be decided again under the locks (docs/design.md §3.9)."""
+
+    why: str
+
+
+class Check(NamedTuple):
+    """A statement of a one-query write whose answer must hold for the write to go (a
+    locking read of a row with its version, an advance that matches only the version
+    remembered), and why the write is refused when it does not (docs/design.md §3.9)."""
 
     statement: bytes
     holds: Callable[[pq.abc.PGresult], bool]
+    refusal: str
+
+
+def write_checked(
+    conn: Connection,
+    copy: str,
+    statements: Sequence[bytes | Check],
+    payloads: Sequence[bytes],
+    *,
+    stop: str,
+) -> list[pq.abc.PGresult] | Refused:
+    """The one-query way's executor (docs/design.md §3.9): ``statements``, then a COPY
+    per payload, as one query string committed as the last COPY ends (``conn`` outside
+    any transaction). The statements answer with the first COPY's start; the first
+    ``Check`` that does not hold refuses the write (the COPY failed on purpose, nothing
+    written), else the payloads go and commit. ``Refused`` too where a prepared statement
+    was gone from the session (prepared again next time). ``stop``: the crash point once
+    every COPY's data is given, the last not ended. The statements' results, in order."""
+    plain = [s.statement if isinstance(s, Check) else s for s in statements]
+    try:
+        with QueryCopies(conn, copy, len(payloads), committed=True, statements=plain) as query:
+            for statement, result in zip(statements, query.results, strict=True):
+                if isinstance(statement, Check) and not statement.holds(result):
+                    query.refuse(statement.refusal)
+                    return Refused(statement.refusal)
+            query.write(payloads)
+            crash_point(stop)
+    except errors.InvalidSqlStatementName:
+        unprepared(conn)  # every one: psycopg deallocates all after a ROLLBACK
+        return Refused("a prepared statement was gone from the session")
+    return query.results
 
 
 class QueryCopies:
