@@ -212,6 +212,10 @@ def locked_group(conn: Connection, group_id: str, now: int) -> tuple[Any | None,
     group = conn.execute(sql.LOCK_EXISTING_GROUP, {"group_id": group_id}).first()
     if group is None:
         return None, []
+    if group.group_type != CLASSIC:
+        # A consumer group's (KIP-848) members, with the topics they subscribe to; its
+        # heartbeats expire them.
+        return group, list(conn.execute(sql.CONSUMER_MEMBER_TOPICS, {"group_id": group_id}))
     group = _expire(conn, group, now)
     return group, _members(conn, group_id)
 

@@ -52,7 +52,7 @@ DELETE_TOPIC_OFFSETS = (
 # A group's row locked, if it has one (a group known only by its offsets has none).
 LOCK_EXISTING_GROUP = text(
     "SELECT group_id, generation_id, state, protocol, protocol_type, leader_id, "
-    "rebalance_started_ms, join_deadline_ms FROM consumer_groups "
+    "rebalance_started_ms, join_deadline_ms, group_type FROM consumer_groups "
     "WHERE group_id = :group_id FOR UPDATE"
 )
 GROUP_OFFSETS_HELD = text(
@@ -359,6 +359,10 @@ _CONSUMER_MEMBER_COLUMNS = (
     "subscribed_topic_regex, server_assignor, rebalance_timeout_ms, member_epoch, "
     "previous_member_epoch, state, assigned, pending_revocation, target, last_heartbeat_ms, "
     "revocation_deadline_ms, joined_ms"
+)
+CONSUMER_MEMBER_TOPICS = text(
+    "SELECT member_id, subscribed_topic_names AS topics FROM consumer_group_members "
+    "WHERE group_id = :group_id ORDER BY member_id"
 )
 CONSUMER_MEMBERS = text(
     f"SELECT {_CONSUMER_MEMBER_COLUMNS} FROM consumer_group_members "

@@ -9,15 +9,10 @@ import uuid
 from typing import Any
 
 from tests.conformance.harness import Observation, Target, same
-from tests.conformance.raw_calls import LIST_GROUPS, METADATA, call, error
+from tests.conformance.raw_calls import DELETE_GROUPS, LIST_GROUPS, call, error
 
 HEARTBEAT, DESCRIBE = 68, 69
 HANG_GUARD_S = 60
-
-
-def _topic_ids(target: Target, topic: str) -> dict[str, Any]:
-    answer = call(target, METADATA, 12, {"topics": [{"name": topic}]})
-    return {t.name: t.topic_id for t in answer.topics}
 
 
 def _beat(target: Target, group: str, member: str, epoch: int, **fields: Any) -> Any:
@@ -144,3 +139,23 @@ def scenario_a_static_member_leaves_and_its_instance_returns(target: Target) -> 
 
 def test_a_static_member_leaves_and_its_instance_returns(targets: tuple[Target, Target]) -> None:
     same(scenario_a_static_member_leaves_and_its_instance_returns, *targets)
+
+
+def scenario_a_consumer_group_is_deleted_only_once_empty(target: Target) -> Observation:
+    """DeleteGroups of a consumer group with a member is NON_EMPTY_GROUP; once the member
+    has left it is deleted, and a heartbeat of it then finds no group."""
+    topic = target.create_topic("cg-del", 1)
+    group = target.name_for("cg-del")
+    a = str(uuid.uuid4())
+    seen: list[Any] = [_seen(_join(target, group, a, [topic]))]
+    deleted = call(target, DELETE_GROUPS, 2, {"groups_names": [group]})
+    seen.append([error(r.error_code) for r in deleted.results])
+    seen.append(error(_beat(target, group, a, -1).error_code))
+    deleted = call(target, DELETE_GROUPS, 2, {"groups_names": [group]})
+    seen.append([error(r.error_code) for r in deleted.results])
+    seen.append(_seen(_beat(target, group, a, 2)))
+    return seen
+
+
+def test_a_consumer_group_is_deleted_only_once_empty(targets: tuple[Target, Target]) -> None:
+    same(scenario_a_consumer_group_is_deleted_only_once_empty, *targets)
