@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -224,3 +225,22 @@ def test_a_bad_feature_pin_stops_serve_with_one_line(db_url: str, pin: str) -> N
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1, result.stderr
     assert "KIP98_FEATURES" in lines[0]
+
+
+def test_a_group_whose_members_all_died_is_described_empty(db_url: str, broker: Broker) -> None:
+    """No member heartbeats, so none expires the others: ConsumerGroupDescribe removes
+    the members past their session itself (rule 61) and shows the group Empty."""
+    create_topic(broker, "quiet", 1)
+    env = {"KIP98_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "1000"}
+    with serving(db_url, env=env) as server:
+        joined = join(server, "g6", str(uuid.uuid4()), ["quiet"])
+        assert joined.member_epoch == 2
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            described = call(server, DESCRIBE, 1, {"group_ids": ["g6"]}).groups[0]
+            if not described.members:
+                break
+            time.sleep(0.2)
+        assert (described.group_state, described.group_epoch, described.members) == (
+            "Empty", 3, ()
+        )  # fmt: skip

@@ -608,12 +608,15 @@ def check_member_epoch(
 # ---------------------------------------------------------------- describe
 
 
+@retry_conflicts
 def consumer_group_describe(
     broker: BrokerContext, req: ConsumerGroupDescribeRequest
 ) -> ConsumerGroupDescribeResponse:
-    """Each group as Kafka's ConsumerGroupDescribe gives it; a group that is not a
-    consumer group (or none) is GROUP_ID_NOT_FOUND."""
+    """Each group as Kafka's ConsumerGroupDescribe gives it, its members past their
+    session removed first (``expire_idle``); a group that is not a consumer group (or
+    none) is GROUP_ID_NOT_FOUND."""
     out: list[ConsumerGroupDescribed] = []
+    now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
         for group_id in req.group_ids:
             refused = refusal_for(conn, broker, needs.describe_group(group_id))
@@ -622,8 +625,26 @@ def consumer_group_describe(
                     ConsumerGroupDescribed(group_id, refused.error.code(), refused.error.str())
                 )
                 continue
+            if "\x00" not in group_id:
+                expire_idle(conn, broker, group_id, now)
             out.append(describe_one(conn, group_id, broker.settings.group_consumer_assignors))
     return ConsumerGroupDescribeResponse(out)
+
+
+def expire_idle(conn: Connection, broker: BrokerContext, group_id: str, now: int) -> None:
+    """Members past their session removed, as a heartbeat would: a group whose members
+    all died (so none heartbeats) is described as it is, not as they left it."""
+    session = broker.settings.group_consumer_session_timeout_ms
+    idle = conn.execute(
+        sql.CONSUMER_MEMBERS_IDLE, {"group_id": group_id, "now": now, "session_ms": session}
+    ).scalar()
+    if not idle:
+        return
+    group = conn.execute(sql.LOCK_CONSUMER_GROUP, {"group_id": group_id}).first()
+    if group is None or group.group_type != CONSUMER:
+        return
+    assignors = configured_assignors(broker.settings.group_consumer_assignors)
+    _Heartbeat(conn, broker, group, now, assignors).expire()
 
 
 def describe_one(conn: Connection, group_id: str, assignors_text: str) -> ConsumerGroupDescribed:

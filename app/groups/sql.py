@@ -360,6 +360,10 @@ _CONSUMER_MEMBER_COLUMNS = (
     "previous_member_epoch, state, assigned, pending_revocation, target, last_heartbeat_ms, "
     "revocation_deadline_ms, joined_ms"
 )
+CONSUMER_MEMBERS_IDLE = text(
+    "SELECT EXISTS (SELECT 1 FROM consumer_group_members WHERE group_id = :group_id "
+    "AND last_heartbeat_ms + :session_ms < :now)"
+)
 CONSUMER_MEMBER_TOPICS = text(
     "SELECT member_id, subscribed_topic_names AS topics FROM consumer_group_members "
     "WHERE group_id = :group_id ORDER BY member_id"
