@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from app.broker import Broker
+from app.broker import Broker, strategy
 from app.broker.batches import append_batches
 from app.broker.produce import produce, produce_batches
 from app.broker.work import Work
@@ -520,3 +521,105 @@ def test_requests_over_several_remembered_rows_against_a_model(
     for p in (0, 1):
         assert read_values(broker, topic, p) == logs[p]
         assert partition_offsets(broker, topic, p) == (len(logs[p]), len(logs[p]))
+
+
+# Steps of the comparison below: my producer's request with a batch for each partition
+# listed (a partition listed twice: two batches for it, appended in rounds), my last
+# request sent again (its batches duplicates), another process's producer's batch, a
+# plain batch.
+REQUESTS = st.lists(
+    st.one_of(
+        st.tuples(st.just("mine"), st.lists(st.integers(0, 2), min_size=1, max_size=4)),
+        st.tuples(st.just("again"), st.just([0])),
+        st.tuples(st.sampled_from(["theirs", "plain"]), st.lists(st.integers(0, 2), max_size=1)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+_PRODUCE_TABLES = {
+    "records": """SELECT partition, "offset", value, producer_epoch, sequence,
+                         batch_base_offset, is_transactional
+                  FROM records WHERE topic = :topic ORDER BY partition, "offset\"""",
+    "partitions": """SELECT partition, next_offset, log_start_offset, last_stable_offset
+                     FROM partitions WHERE topic = :topic ORDER BY partition""",
+    "producer_states": """SELECT partition, producer_epoch, last_sequence, last_offset, batches
+                          FROM producer_states WHERE topic = :topic
+                          ORDER BY partition, last_offset""",
+}
+
+
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=REQUESTS)
+def test_produce_requests_leave_what_the_lock_way_leaves(
+    broker: Broker, elsewhere: BrokerContext, steps: list[tuple[str, list[int]]]
+) -> None:
+    """The same idempotent and plain produce requests (several partitions, several
+    batches for one partition, duplicates, another process's producer in between) on two
+    topics, on one each request going the way the strategy chooses, on the other every
+    one under the locks: the same answers, records, partition rows and producer states."""
+    n = next(EXAMPLES)
+    worlds = {"one": f"one{n}", "lock": f"lock{n}"}
+    for topic in worlds.values():
+        create_topic(broker, topic, 3)
+    mine = {w: new_producer(broker) for w in worlds}
+    theirs = {w: new_producer(elsewhere) for w in worlds}
+    seqs: dict[tuple[str, int, int], int] = {}
+    last: dict[str, ProduceBatchesRequest] = {}
+
+    def request(world: str, pid: int, partitions: list[int], i: int) -> ProduceBatchesRequest:
+        reqs = []
+        for partition in partitions:
+            key = (world, pid, partition)
+            seq = seqs.get(key, 0)
+            records = [RecordIn(None, f"{i}-{partition}-{seq}".encode(), 0)]
+            reqs.append(ProduceRequest(worlds[world], partition, records, pid, 0, seq))
+            seqs[key] = seq + 1
+        return ProduceBatchesRequest(reqs)
+
+    eligible = strategy.one_query
+    lock_topic = worlds["lock"]
+
+    def only_on_one(context: BrokerContext, conn: Any, req: ProduceBatchesRequest) -> bool:
+        if any(b.topic == lock_topic for b in req.batches):
+            return False
+        return eligible(context, conn, req)
+
+    ways = Ways("produce")
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(strategy, "one_query", only_on_one)
+        for i, (kind, partitions) in enumerate(steps):
+            answers = {}
+            for world in worlds:
+                if kind == "mine":
+                    req = last[world] = request(world, mine[world], partitions, i)
+                    got = produce_batches(broker, req).batches
+                elif kind == "again":
+                    if world not in last:
+                        continue
+                    got = produce_batches(broker, last[world]).batches
+                elif kind == "theirs" and partitions:
+                    got = produce_batches(
+                        elsewhere, request(world, theirs[world], partitions, i)
+                    ).batches
+                elif kind == "plain" and partitions:
+                    records = [RecordIn(None, f"{i}-plain".encode(), 0)]
+                    got = [produce(broker, ProduceRequest(worlds[world], partitions[0], records))]
+                else:
+                    continue
+                answers[world] = [answer(r) for r in got]
+            assert answers.get("one") == answers.get("lock"), (kind, partitions)
+    assert ways.lock or not last  # every request of the lock world, at least
+    with broker.engine.connect() as conn:
+        tables = {
+            world: {
+                name: [tuple(r) for r in conn.execute(text(q), {"topic": topic})]
+                for name, q in _PRODUCE_TABLES.items()
+            }
+            for world, topic in worlds.items()
+        }
+    assert tables["one"] == tables["lock"]
