@@ -658,8 +658,8 @@ def describe_groups(broker: BrokerContext, req: DescribeGroupsRequest) -> Descri
                 continue
             group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
             if group is not None and group.group_type != CLASSIC:
-                # Kafka's DescribeGroups serves classic groups only.
-                out.append(DescribedGroup(group_id, KafkaError.GROUP_ID_NOT_FOUND, DEAD, "", ""))
+                # Kafka's DescribeGroups (to v5) shows a consumer group (KIP-848) as Dead.
+                out.append(DescribedGroup(group_id, KafkaError.NO_ERROR, DEAD, "", ""))
                 continue
             if group is None:
                 state = EMPTY if offsets_only(conn, group_id) else DEAD

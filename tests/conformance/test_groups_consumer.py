@@ -9,7 +9,7 @@ import uuid
 from typing import Any
 
 from tests.conformance.harness import Observation, Target, same
-from tests.conformance.raw_calls import DELETE_GROUPS, LIST_GROUPS, call, error
+from tests.conformance.raw_calls import DELETE_GROUPS, DESCRIBE_GROUPS, LIST_GROUPS, call, error
 
 HEARTBEAT, DESCRIBE = 68, 69
 HANG_GUARD_S = 60
@@ -84,6 +84,8 @@ def scenario_members_reconcile_revoking_before_assigning(target: Target) -> Obse
         sorted((m.member_epoch == described.group_epoch, list(m.subscribed_topic_names) == [topic])
                for m in described.members),
     ])  # fmt: skip
+    classic = call(target, DESCRIBE_GROUPS, 5, {"groups": [group]}).groups[0]
+    seen.append([error(classic.error_code), classic.group_state, len(classic.members)])
     listed = call(target, LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
     seen.append([(g.group_type, g.protocol_type, g.group_state)
                  for g in listed.groups if g.group_id == group])  # fmt: skip
