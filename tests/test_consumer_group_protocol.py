@@ -43,10 +43,10 @@ def beat(server: str, group: str, member: str, epoch: int, **fields: Any) -> Any
 
 
 def join(server: str, group: str, member: str, topics: list[str], **fields: Any) -> Any:
+    fields.setdefault("rebalance_timeout", 30000)
     return beat(
-        server, group, member, 0, rebalance_timeout=30000, subscribed_topic_names=topics,
-        topic_partitions=[], **fields,
-    )  # fmt: skip
+        server, group, member, 0, subscribed_topic_names=topics, topic_partitions=[], **fields
+    )
 
 
 def owned(answer: Any) -> list[dict[str, Any]]:
@@ -244,3 +244,27 @@ def test_a_group_whose_members_all_died_is_described_empty(db_url: str, broker: 
         assert (described.group_state, described.group_epoch, described.members) == (
             "Empty", 3, ()
         )  # fmt: skip
+
+
+def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed(
+    server: str, broker: Broker
+) -> None:
+    """Rule 60: a member asked to revoke that keeps reporting the partitions past its
+    rebalance timeout is removed; the partitions then go to the member waiting for them,
+    and the one removed is an unknown member."""
+    create_topic(broker, "slow", 2)
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    first = join(server, "g7", a, ["slow"], rebalance_timeout=500)
+    assert count(first) == 2
+    second = join(server, "g7", b, ["slow"])
+    asked = beat(server, "g7", a, first.member_epoch, topic_partitions=owned(first))
+    assert count(asked) == 1  # asked to give one up; it keeps reporting both
+    deadline = time.monotonic() + 60
+    given = 0
+    while given < 2 and time.monotonic() < deadline:
+        stuck = beat(server, "g7", a, first.member_epoch, topic_partitions=owned(first))
+        answer = beat(server, "g7", b, second.member_epoch, topic_partitions=[])
+        if answer.assignment is not None:
+            given = count(answer)
+        time.sleep(0.1)
+    assert given == 2 and stuck.error_code == KafkaError.UNKNOWN_MEMBER_ID
