@@ -14,17 +14,12 @@ from sqlalchemy import event
 from app.broker import Broker
 from app.client import Producer
 from app.errors import KafkaError
-from app.log.topics import create_topic
-from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn
+from app.protocol import ProduceBatchesRequest
+from tests.helpers.batches import produce_batch
 from tests.helpers.txn_driver import read_values
 from tests.helpers.wire_client import delivered
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 1)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 1})
 
 
 def _statements(broker: Broker) -> list[str]:
@@ -37,18 +32,12 @@ def _statements(broker: Broker) -> list[str]:
     return seen
 
 
-def _batch(value: str, producer_id: int = -1) -> ProduceRequest:
-    epoch, sequence = (0, 0) if producer_id >= 0 else (-1, -1)
-    return ProduceRequest("t", 0, [RecordIn(None, value.encode(), 0)], producer_id, epoch,
-                          sequence)  # fmt: skip
-
-
 @pytest.mark.parametrize(("acks", "setting"), [(-1, None), (1, "'local'"), (0, "'off'")])
 def test_weaker_acks_relax_only_the_commit_s_durability(
     broker: Broker, acks: int, setting: str | None
 ) -> None:
     seen = _statements(broker)
-    answer = broker.handle(ProduceBatchesRequest([_batch("v")], acks=acks))
+    answer = broker.handle(ProduceBatchesRequest([produce_batch("v")], acks=acks))
     assert answer.batches[0].error_code == 0
     relaxed = [s for s in seen if s.startswith("SET LOCAL synchronous_commit")]
     assert relaxed == ([] if setting is None else [f"SET LOCAL synchronous_commit TO {setting}"])
@@ -59,8 +48,10 @@ def test_a_batch_with_a_producer_id_needs_acks_all_and_a_bad_value_is_refused(
     broker: Broker,
 ) -> None:
     for request in (
-        ProduceBatchesRequest([_batch("plain"), _batch("idempotent", producer_id=0)], acks=1),
-        ProduceBatchesRequest([_batch("plain")], acks=2),
+        ProduceBatchesRequest(
+            [produce_batch("plain"), produce_batch("idempotent", producer_id=0)], acks=1
+        ),
+        ProduceBatchesRequest([produce_batch("plain")], acks=2),
     ):
         answers = broker.handle(request).batches
         assert {a.error_code for a in answers} == {KafkaError.INVALID_REQUIRED_ACKS}

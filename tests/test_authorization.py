@@ -45,8 +45,6 @@ from app.protocol import (
     OffsetAndMetadata,
     OffsetCommitRequest,
     OffsetFetchRequest,
-    ProduceRequest,
-    RecordIn,
     SyncGroupRequest,
     TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
@@ -57,6 +55,7 @@ from app.security.authorizer import authorize, denied_checks
 from app.security.rules import AclBinding as Acl
 from app.security.rules import Check
 from app.settings import BrokerSettings
+from tests.helpers.batches import produce_batch
 from tests.helpers.txn_driver import TxnDriver, state_of
 
 ALICE = "User:alice"
@@ -210,12 +209,8 @@ def unchanged(world: World) -> Iterator[None]:
     assert world.counts() == before
 
 
-def _records(value: str = "v") -> list[RecordIn]:
-    return [RecordIn(None, value.encode(), 0)]
-
-
 def _produce(broker: Broker, topic: str = "t") -> int:
-    return produce(broker, ProduceRequest(topic, 0, _records())).error_code
+    return produce(broker, produce_batch("v", topic=topic)).error_code
 
 
 def test_authorization_off_checks_nothing(db_url: str) -> None:

@@ -13,24 +13,17 @@ from collections.abc import Callable
 from typing import Any
 
 import confluent_kafka as ck
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.produce.v9 import request as produce_v9
 
 from app.broker import Broker
 from app.client import Producer
 from app.errors import KafkaError
 from app.log.topics import alter_topic_config, create_topic
+from tests.helpers.batches import record_batch
 from tests.helpers.txn_driver import read_values
 from tests.helpers.wire_client import delivered, read_response, request_frame, serving
 
 WHY = "Compacted topic cannot accept message without key in topic partition kc-0"
-
-
-def _batch(keys: list[bytes | None]) -> bytes:
-    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
-    for i, key in enumerate(keys):
-        builder.append(i, 1, key, f"v{i}".encode(), [])
-    return bytes(builder.build())
 
 
 def _produce(server: str, topic: str, records: bytes) -> Any:
@@ -58,7 +51,7 @@ def test_a_keyless_record_on_a_compacted_topic_is_refused_with_its_index(db_url:
     create_topic(broker, "kc", 1, config={"cleanup.policy": "compact"})
     create_topic(broker, "kd", 1)
     with serving(db_url) as server:
-        refused = _produce(server, "kc", _batch([b"k0", None, b"k2", None]))
+        refused = _produce(server, "kc", record_batch(keys=[b"k0", None, b"k2", None]))
         assert refused.error_code.value == KafkaError.INVALID_RECORD
         assert [(e.batch_index, e.batch_index_error_message) for e in refused.record_errors] == [
             (1, WHY), (3, WHY),
@@ -69,8 +62,8 @@ def test_a_keyless_record_on_a_compacted_topic_is_refused_with_its_index(db_url:
             f"RecordError(batchIndex=3, message='{WHY}')]"
         )
         assert read_values(broker, "kc", 0, committed=False) == []  # nothing of the batch
-        assert _produce(server, "kc", _batch([b"k0", b"k1"])).error_code.value == 0
-        assert _produce(server, "kd", _batch([None, None])).error_code.value == 0
+        assert _produce(server, "kc", record_batch(keys=[b"k0", b"k1"])).error_code.value == 0
+        assert _produce(server, "kd", record_batch(keys=[None, None])).error_code.value == 0
 
         p = ck.Producer({"bootstrap.servers": server})
         [(keyless, _)] = delivered(p, 1, topic="kc", partition=0)
@@ -81,9 +74,15 @@ def test_a_keyless_record_on_a_compacted_topic_is_refused_with_its_index(db_url:
         # A topic made compacted later (by another process: the server sees it within a
         # second) refuses them from then on, and the other way round.
         alter_topic_config(broker, "kd", {"cleanup.policy": "compact,delete"})
-        _until(lambda: _produce(server, "kd", _batch([None])), KafkaError.INVALID_RECORD)
+        _until(
+            lambda: _produce(server, "kd", record_batch(keys=[None])),
+            KafkaError.INVALID_RECORD,
+        )
         alter_topic_config(broker, "kc", {"cleanup.policy": "delete"})
-        _until(lambda: _produce(server, "kc", _batch([None])), KafkaError.NO_ERROR)
+        _until(
+            lambda: _produce(server, "kc", record_batch(keys=[None])),
+            KafkaError.NO_ERROR,
+        )
     assert read_values(broker, "kc", 0, committed=False) == ["v0", "v1", "v0", "v0"]
 
 

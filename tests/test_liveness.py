@@ -5,6 +5,7 @@ just made is handed out unchecked."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -13,28 +14,22 @@ from sqlalchemy import Engine, event
 
 from app.broker import Broker
 from app.broker.produce import produce
-from app.log.topics import create_topic
-from app.protocol import ProduceRequest, RecordIn
 from app.storage import liveness
 from app.storage.liveness import closed_by_server
 from tests.conftest import admin_conninfo
+from tests.helpers.batches import produce_batch
 from tests.helpers.identities import hand_out
 from tests.test_idempotence_faults import terminate
 
 PID = 7
 
 
-def batch(seq: int, value: str) -> ProduceRequest:
-    return ProduceRequest("t", 0, [RecordIn(None, value.encode(), 0)], PID, 0, seq)
-
-
 @pytest.fixture
-def broker(db_url: str) -> Broker:
+def broker(make_broker: Callable[..., Broker]) -> Broker:
     """A broker whose pool holds one connection, used by a first produce."""
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 1)
+    b = make_broker(topics={"t": 1})
     hand_out(b, PID)
-    assert produce(b, batch(0, "a")).error_code == 0
+    assert produce(b, produce_batch("a", producer_id=PID, sequence=0)).error_code == 0
     return b
 
 
@@ -76,7 +71,7 @@ def test_a_terminated_pooled_backend_costs_a_reconnect_not_the_request(
     [backend] = pooled_backends(broker.engine)
     with psycopg.connect(admin_conninfo(db_url), autocommit=True) as admin:
         terminate(admin, backend)
-    response = produce(broker, batch(1, "b"))
+    response = produce(broker, produce_batch("b", producer_id=PID, sequence=1))
     assert (response.error_code, response.base_offset) == (0, 1)
     # given up as a lost connection is (the ``invalidate`` event: what the process remembers
     # of partition rows is forgotten, rule 32), and one new connection made
@@ -90,7 +85,9 @@ def test_live_pooled_connections_are_kept(broker: Broker) -> None:
         counting(broker.engine, "invalidate"),
     )
     for seq in range(1, 30):
-        assert produce(broker, batch(seq, str(seq))).error_code == 0
+        assert (
+            produce(broker, produce_batch(str(seq), producer_id=PID, sequence=seq)).error_code == 0
+        )
     assert connects == [] and invalidated == []
 
 
@@ -106,5 +103,5 @@ def test_a_connection_just_made_is_handed_out_unchecked(
         counting(broker.engine, "connect"),
         counting(broker.engine, "invalidate"),
     )
-    assert produce(broker, batch(1, "b")).error_code == 0
+    assert produce(broker, produce_batch("b", producer_id=PID, sequence=1)).error_code == 0
     assert len(connects) == 1 and len(invalidated) == 1

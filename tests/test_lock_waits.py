@@ -24,21 +24,15 @@ from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException
 from app.log.inspect import abort_hanging
 from app.log.markers import Marker, write_txn_markers
-from app.log.topics import create_topic
-from app.protocol import CONTROL_COMMIT, InitProducerIdRequest, ProduceRequest, RecordIn
-from app.settings import BrokerSettings
+from app.protocol import CONTROL_COMMIT, InitProducerIdRequest
 from tests.helpers.backends import idle_unbounded
+from tests.helpers.batches import produce_batch
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, produce_many, read_values
 from tests.test_markers import wait_for_lock_wait
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    """The holder's transaction idles while the competing request waits for it, for as long
-    as the test takes: neither an idle bound nor the waiter's watch may end it."""
-    b = Broker.connect(db_url, settings=idle_unbounded(BrokerSettings.from_env()))
-    create_topic(b, "t", 2)
-    return b
+# The holder's transaction idles while the competing request waits for it, for as long as
+# the test takes: neither an idle bound nor the waiter's watch may end it.
+pytestmark = pytest.mark.broker(topics={"t": 2}, settings=idle_unbounded)
 
 
 def run_behind_lock(broker: Broker, hold: Callable[..., object], compete: Callable[[], object]):  # type: ignore[no-untyped-def]
@@ -83,11 +77,8 @@ def test_a_retry_waiting_for_its_original_is_a_duplicate(broker: Broker, path: s
     answer its offsets, writing nothing (rule 5)."""
     pid = init_producer_id(broker, InitProducerIdRequest(None, 60_000)).producer_id
 
-    def batch(seq: int, value: str, partition: int = 0) -> ProduceRequest:
-        return ProduceRequest("t", partition, [RecordIn(None, value.encode(), 0)], pid, 0, seq)
-
-    assert produce(broker, batch(0, "a")).base_offset == 0
-    retried = batch(1, "b")
+    assert produce(broker, produce_batch("a", producer_id=pid)).base_offset == 0
+    retried = produce_batch("b", producer_id=pid, sequence=1)
 
     def original(conn: object) -> None:
         _, [first] = append_batches(Work(broker, conn), [retried], None)  # type: ignore[arg-type]
@@ -97,7 +88,7 @@ def test_a_retry_waiting_for_its_original_is_a_duplicate(broker: Broker, path: s
         if path == "produce":
             return produce(broker, retried)
         # With a batch for another partition, the lock goes through LOCK_PARTITIONS.
-        return produce_many(broker, [retried, batch(0, "c", partition=1)])[0]
+        return produce_many(broker, [retried, produce_batch("c", partition=1, producer_id=pid)])[0]
 
     answer = run_behind_lock(broker, original, retry)
     assert not isinstance(answer, Exception), answer

@@ -7,17 +7,13 @@ whose CRC does not hold, CORRUPT_MESSAGE. The conformance suite compares them wi
 from __future__ import annotations
 
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from app.errors import KafkaError, KafkaException
 from app.server.records import produce_request
+from tests.helpers.batches import record_batch
 
-
-def _batch() -> bytes:
-    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**31 - 1)
-    builder.append(0, 1, None, b"payload", [])
-    return bytes(builder.build())
+BATCH = record_batch(["payload"])
 
 
 def _legacy() -> bytes:
@@ -27,7 +23,7 @@ def _legacy() -> bytes:
 
 
 def _corrupt() -> bytes:
-    damaged = bytearray(_batch())
+    damaged = bytearray(BATCH)
     damaged[-1] ^= 0xFF
     return bytes(damaged)
 
@@ -37,8 +33,8 @@ def _corrupt() -> bytes:
     [
         (b"", KafkaError.INVALID_RECORD),
         (b"\x01" * 70, KafkaError.INVALID_RECORD),  # a length past the bytes there are
-        (_batch()[:-3], KafkaError.INVALID_RECORD),
-        (_batch() + _batch(), KafkaError.INVALID_RECORD),
+        (BATCH[:-3], KafkaError.INVALID_RECORD),
+        (BATCH + BATCH, KafkaError.INVALID_RECORD),
         (_legacy(), KafkaError.INVALID_RECORD),
         (b"\0" * 8 + b"\0\0\0\x05" + b"\0" * 60, KafkaError.CORRUPT_MESSAGE),
         (_corrupt(), KafkaError.CORRUPT_MESSAGE),
@@ -53,4 +49,4 @@ def test_records_kafka_refuses_are_refused_with_its_code(records: bytes, code: i
 
 
 def test_a_whole_batch_is_read() -> None:
-    assert [r.value for r in produce_request("t", 0, _batch(), None).records] == [b"payload"]
+    assert [r.value for r in produce_request("t", 0, BATCH, None).records] == [b"payload"]

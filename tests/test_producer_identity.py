@@ -19,10 +19,9 @@ from app.clock import ManualClock
 from app.coordinator import machines as m
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError
-from app.log.topics import create_topic
 from app.metrics import gather
-from app.protocol import InitProducerIdRequest, ProduceRequest, RecordIn
-from app.settings import BrokerSettings
+from app.protocol import InitProducerIdRequest, ProduceRequest
+from tests.helpers.batches import produce_batch
 from tests.helpers.txn_driver import (
     TxnDriver,
     partition_offsets,
@@ -31,22 +30,14 @@ from tests.helpers.txn_driver import (
     state_of,
 )
 
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    b = Broker.connect(db_url, clock=clock, settings=BrokerSettings(transaction_log_partitions=1))
-    create_topic(b, "p", 3)
-    return b
+pytestmark = pytest.mark.broker(topics={"p": 3}, manual_clock=True, transaction_log_partitions=1)
 
 
 def forged(pid: int, epoch: int, partition: int = 0, seq: int = 0) -> ProduceRequest:
     """An idempotent (not transactional) batch: no transactional id for the broker to check."""
-    return ProduceRequest("p", partition, [RecordIn(None, b"forged", 0)], pid, epoch, seq)
+    return produce_batch(
+        "forged", topic="p", partition=partition, producer_id=pid, epoch=epoch, sequence=seq
+    )
 
 
 def idempotent_producer_id(broker: Broker) -> int:

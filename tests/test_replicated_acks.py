@@ -27,6 +27,7 @@ from app.protocol import (
 )
 from app.settings import BrokerSettings
 from app.storage.urls import parse
+from tests.helpers.batches import produce_batch
 from tests.helpers.cli_runner import run_kip98
 from tests.helpers.replication import ReplicatedDatabase, paused, server_setting
 from tests.helpers.txn_driver import read_values
@@ -42,12 +43,6 @@ def _broker(db: ReplicatedDatabase) -> Broker:
     broker = Broker.connect(db.url, settings=settings)
     create_topic(broker, "t", 1)
     return broker
-
-
-def _batch(value: str, producer_id: int = -1, sequence: int = -1) -> ProduceRequest:
-    epoch = 0 if producer_id >= 0 else -1
-    return ProduceRequest("t", 0, [RecordIn(None, value.encode(), 0)], producer_id, epoch,
-                          sequence)  # fmt: skip
 
 
 def _one(broker: Broker, batch: ProduceRequest, acks: int = -1) -> tuple[int, int, bool]:
@@ -69,7 +64,7 @@ def test_too_few_standbys_refuse_acks_all_before_the_write_and_acks_1_goes_on(
     replica_db: ReplicatedDatabase,
 ) -> None:
     broker = _broker(replica_db)
-    assert _one(broker, _batch("before"))[0] == KafkaError.NO_ERROR
+    assert _one(broker, produce_batch("before"))[0] == KafkaError.NO_ERROR
     for standby in replica_db.standbys():
         standby.stop()
     # A request may still be let in by the look the broker last took (kept a second);
@@ -78,7 +73,7 @@ def test_too_few_standbys_refuse_acks_all_before_the_write_and_acks_1_goes_on(
     unconfirmed = 0
     deadline = time.monotonic() + 120
     while True:
-        code, _, _ = _one(broker, _batch(f"tried-{unconfirmed}"))
+        code, _, _ = _one(broker, produce_batch(f"tried-{unconfirmed}"))
         assert code in (NOT_ENOUGH, AFTER_APPEND)
         if code == NOT_ENOUGH:
             break
@@ -86,10 +81,10 @@ def test_too_few_standbys_refuse_acks_all_before_the_write_and_acks_1_goes_on(
         assert time.monotonic() < deadline, "never refused before the write"
     written = read_values(broker, "t", 0, committed=False)
     assert written == ["before", *(f"tried-{i}" for i in range(unconfirmed))]
-    assert _one(broker, _batch("refused"))[0] == NOT_ENOUGH
+    assert _one(broker, produce_batch("refused"))[0] == NOT_ENOUGH
     assert read_values(broker, "t", 0, committed=False) == written  # nothing written
 
-    assert _one(broker, _batch("leader only"), acks=1)[0] == KafkaError.NO_ERROR
+    assert _one(broker, produce_batch("leader only"), acks=1)[0] == KafkaError.NO_ERROR
     assert read_values(broker, "t", 0, committed=False)[-1] == "leader only"
 
 
@@ -109,7 +104,7 @@ def test_a_topics_min_insync_replicas_counts_the_primary_and_its_streaming_stand
 
     assert one("four") == NOT_ENOUGH
     assert one("leader only", acks=1) == KafkaError.NO_ERROR
-    assert _one(broker, _batch("other topic"))[0] == KafkaError.NO_ERROR
+    assert _one(broker, produce_batch("other topic"))[0] == KafkaError.NO_ERROR
     alter_topic_config(broker, "m", {"min.insync.replicas": "3"})
     assert one("three") == KafkaError.NO_ERROR
     replica_db.standbys()[0].stop()
@@ -124,7 +119,7 @@ def test_a_retry_is_answered_as_a_duplicate_only_once_the_standbys_confirm_it(
 ) -> None:
     broker = _broker(replica_db)
     ident = broker.handle(InitProducerIdRequest(None, 60_000))
-    first = _batch("once", ident.producer_id, 0)
+    first = produce_batch("once", producer_id=ident.producer_id, sequence=0)
     with _hung_standbys(replica_db):
         assert _one(broker, first)[0] == AFTER_APPEND  # committed on the primary
         # The retry finds it a duplicate and writes nothing; its answer would acknowledge
@@ -133,7 +128,8 @@ def test_a_retry_is_answered_as_a_duplicate_only_once_the_standbys_confirm_it(
     code, offset, duplicate = _one(broker, first)
     assert (code, duplicate) == (KafkaError.NO_ERROR, True)
     assert read_values(broker, "t", 0) == ["once"] and offset == 0
-    assert _one(broker, _batch("next", ident.producer_id, 1))[:2] == (KafkaError.NO_ERROR, 1)
+    answer = _one(broker, produce_batch("next", producer_id=ident.producer_id, sequence=1))
+    assert answer[:2] == (KafkaError.NO_ERROR, 1)
 
 
 @pytest.mark.parametrize("flushed", [True, False], ids=["bare EndTxn", "combined commit"])

@@ -19,6 +19,7 @@ from app.client import Consumer, KafkaError, Producer, TopicPartition
 from app.log.topics import create_topic
 from app.protocol import ProduceRequest, RecordIn
 from app.server.process import free_port
+from tests.helpers.batches import record_batch
 from tests.helpers.txn_driver import read_values
 from tests.helpers.wire_client import (
     consume_all,
@@ -27,11 +28,6 @@ from tests.helpers.wire_client import (
     request_frame,
     serving,
 )
-
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    return Broker.connect(db_url)
 
 
 @pytest.fixture
@@ -207,12 +203,9 @@ def _send_bad_frames(server: str, broker: Broker) -> None:
 def test_a_batch_with_a_wrong_crc_is_refused_and_writes_nothing(
     server: str, broker: Broker, topics: None
 ) -> None:
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
     from kio.schema.produce.v9 import request as produce_v9
 
-    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
-    builder.append(0, 1, None, b"payload", [])
-    batch = bytearray(builder.build())
+    batch = bytearray(record_batch(["payload"]))
     batch[-1] ^= 0xFF  # the value's last byte: the CRC no longer matches
     body = produce_v9.ProduceRequest(
         acks=-1, timeout=datetime.timedelta(seconds=5), topic_data=(

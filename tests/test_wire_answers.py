@@ -23,7 +23,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
@@ -46,6 +45,7 @@ from app.protocol import ProduceRequest, RecordIn
 from app.server.apis import APIS
 from app.server.process import ServeProcess
 from app.storage.driver import libpq_conninfo
+from tests.helpers.batches import record_batch
 from tests.helpers.wire_client import read_frame, request_frame
 
 API_VERSIONS = 18
@@ -56,10 +56,8 @@ NAMES = (TOPIC, DELETED, UNKNOWN, "g", "", "\x00", "é☃", "a" * 249)
 
 
 def _batch(codec: int, transactional: bool = False) -> bytes:
-    builder = DefaultRecordBatchBuilder(2, codec, transactional, -1, -1, -1, 2**31 - 1)
-    for i in range(3):
-        builder.append(i, 1_700_000_000_000 + i, b"k\x00", "v☃".encode(), [("h", b"\x00")])
-    return bytes(builder.build())
+    return record_batch(["v☃"] * 3, keys=[b"k\x00"] * 3, codec=codec, transactional=transactional,
+                        timestamp=1_700_000_000_000, headers=[("h", b"\x00")])  # fmt: skip
 
 
 RECORDS = st.one_of(

@@ -27,6 +27,7 @@ from app import placement
 from app.broker import Broker
 from app.log.topics import create_topic
 from app.server.process import ServeProcess, free_port
+from tests.helpers.batches import record_batch
 from tests.helpers.cli_runner import run_kip98
 from tests.helpers.cluster_nodes import bootstrap, live_nodes, node_at, nodes, wait_until
 from tests.helpers.txn_driver import read_values
@@ -111,7 +112,6 @@ def test_coordinators_spread_over_the_nodes_and_each_node_names_the_same(db_url:
 def test_any_node_answers_a_request_meant_for_another(db_url: str) -> None:
     """A client whose metadata is stale sends to a node that no longer leads: it is served,
     never told NOT_LEADER_OR_FOLLOWER. Raw frames to every node, for every partition."""
-    from aiokafka.record.default_records import DefaultRecordBatchBuilder
     from kio.schema.list_offsets.v1 import request as list_offsets_v1
     from kio.schema.produce.v9 import request as produce_v9
 
@@ -120,13 +120,11 @@ def test_any_node_answers_a_request_meant_for_another(db_url: str) -> None:
     with nodes(db_url, 3) as serves:
         for n, serve in enumerate(serves):
             for partition in range(3):
-                builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
-                builder.append(0, 1, None, f"n{n}".encode(), [])
                 body = produce_v9.ProduceRequest(
                     acks=-1, timeout=datetime.timedelta(seconds=10), topic_data=(
                         produce_v9.TopicProduceData(name="t", partition_data=(
                             produce_v9.PartitionProduceData(
-                                index=partition, records=bytes(builder.build())),)),))  # fmt: skip
+                                index=partition, records=record_batch([f"n{n}"])),)),))  # fmt: skip
                 answer = exchange(serve.address, 0, 9, body)
                 assert answer.responses[0].partition_responses[0].error_code.value == 0
                 offsets = exchange(
