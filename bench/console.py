@@ -78,6 +78,7 @@ def pages(run: Run) -> Measured:
             templates.get_template("topic.html").render(d=d, user="admin")
 
         topics = ["ab"]
+        since = int(time.time() * 1000) - series.WINDOW_MS
         overview_sql: list[tuple[str, dict[str, object]]] = [
             (_compiled(console_sql.TOPICS), {}),
             (_compiled(console_sql.PARTITION_STATUS), {"topics": topics}),
@@ -87,10 +88,11 @@ def pages(run: Run) -> Measured:
             (_compiled(console_sql.COORDINATOR_LEASES), {}),
             (_compiled(console_sql.IN_RECOVERY), {}),
             (_compiled(console_sql.STANDBYS), {}),
-            (_compiled(console_sql.OFFSET_PROBES),
-             {"since": int(time.time() * 1000) - series.WINDOW_MS}),
-            (_compiled(console_sql.RECENT_EVENTS), {"limit": series.EVENTS}),
-            (_compiled(console_sql.OPEN_TRANSACTION_SPANS), {}),
+            (_compiled(console_sql.OFFSET_PROBES), {"since": since}),
+            (_compiled(console_sql.RECENT_COMMITS), {"limit": series.EVENTS, "since": since}),
+            (_compiled(console_sql.OLDEST_OPEN_AT),
+             {"limit": series.EVENTS, "topics": topics, "partitions": [0], "closed_ms": [None],
+              "ends": series.bucket_ends(since + series.WINDOW_MS)}),
         ]  # fmt: skip
         records_sql: list[tuple[str, dict[str, object]]] = [
             (_compiled(log_sql.TOPIC_EXISTS), {"topic": "ab"}),

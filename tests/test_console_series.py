@@ -11,7 +11,7 @@ from app.admin import AdminClient, NewTopic
 from app.broker import Broker
 from app.broker.produce import produce
 from app.console import series
-from app.console.series import Probes, Span
+from app.console.series import Probes
 from app.protocol import ProduceRequest, RecordIn
 from tests.helpers.txn_driver import TxnDriver
 
@@ -32,58 +32,34 @@ def test_offsets_are_interpolated_between_probes() -> None:
 
 def test_produce_rate_commits_and_latency_per_bucket() -> None:
     now = 10 * MIN
-    # 600 records over the window, one a second: 10 a 30 s bucket... as a rate, 1/s.
+    step = series.WINDOW_MS // series.POINTS
+    ends = series.bucket_ends(now)
+    # 600 records over the window, one a second: a rate of 1/s in every bucket.
     p = Probes.of("t", 0, 600, [(o, o * 1000) for o in (0, 150, 300, 450, 599)])
-    events = [
-        {"transactional_id": tid, "state": state, "updated_ms": now - ago,
-         "txn_start_ms": 0, "partitions": []}
-        for tid, state, ago in (
-            ("a", "PREPARE_COMMIT", 100_000), ("a", "COMPLETE_COMMIT", 99_990),
-            ("b", "PREPARE_COMMIT", 99_970), ("b", "COMPLETE_COMMIT", 99_940),
-            ("c", "COMPLETE_COMMIT", 10),
-        )
-    ]  # fmt: skip
-    d = series.derive(now, [p], events, [], capped=False)
-    rates = [v for _t, v in d["produce_rate"]]
+    rates = [v for _t, v in series.produce_rate([p], ends, step)]
     assert len(rates) == series.POINTS and all(abs(v - 1.0) < 0.05 for v in rates)
-    commit = dict(d["commit_rate"])
-    assert sum(commit.values()) * (series.WINDOW_MS // series.POINTS) / 1000 == 3
-    # a and b in one bucket: latencies 10 and 30 ms; c's PREPARE was before the events read
-    assert [v for _t, v in d["commit_latency_ms"]] == [20.0]
-    # Capped: buckets older than the oldest event read are left out.
-    capped = series.derive(now, [p], events, [], capped=True)
-    assert capped["horizon_ms"] == now - 100_000
-    assert min(t for t, _v in capped["commit_rate"]) - 30_000 >= now - 100_000
+    # Two commits in one bucket (latencies 10 and 30 ms), one whose PREPARE_COMMIT was
+    # older than the events read (no latency).
+    done = [(now - 99_990, 10), (now - 99_940, 30), (now - 10, None)]
+    rate, latency = series.commits(done, ends, step, horizon_ms=now - series.WINDOW_MS)
+    assert sum(v for _t, v in rate) * step / 1000 == 3 and len(rate) == series.POINTS
+    assert [v for _t, v in latency] == [20.0]
+    # Events read only back to 100 s ago: the buckets before are left out.
+    capped, _ = series.commits(done, ends, step, horizon_ms=now - 100_000)
+    assert min(t for t, _v in capped) - step >= now - 100_000
 
 
 def test_lso_lag_follows_the_oldest_open_transaction() -> None:
     probed = [(o, o * 1000) for o in (0, 100, 200, 300, 400, 500, 599)]
     p = Probes.of("t", 0, 600, probed, lso=500)  # open from offset 500 now
-    spans = [Span("t", 0, 100_000, 400_000), Span("t", 0, 500_000, None)]
-    lag = dict(series.lso_lag(p, spans, [90_000, 130_000, 420_000, 600_000]))
-    assert lag[90_000] == 0  # nothing open
-    assert abs(lag[130_000] - 30) < 1  # open since 100 s: 30 records since
-    assert lag[420_000] == 0  # its markers at 400 s
-    assert abs(lag[600_000] - 100) < 1.5  # the open one since 500 s
-    # The point at now is the partition's own lag; a span the coordinator holds open on a
-    # partition with nothing open now (closed by KIP-664's abort) ends at its last record.
-    q = Probes.of("t", 0, 600, [(o, o * 1000) for o in (0, 100, 500, 599)], lso=600)
-    closed = dict(series.lso_lag(q, spans, [550_000, 599_500, 600_000]))
-    assert abs(closed[550_000] - 50) < 1.5 and closed[599_500] == closed[600_000] == 0
+    # open since 100 s at 130 s; nothing open at 90 s and 420 s; since 500 s at 600 s
+    oldest = {130_000: 100_000, 600_000: 500_000}
+    lag = dict(series.lso_lag(p, oldest, [90_000, 130_000, 420_000, 600_000]))
+    assert lag[90_000] == 0 and lag[420_000] == 0
+    assert abs(lag[130_000] - 30) < 1  # 30 records since
+    assert lag[600_000] == 100  # the point at now: the partition's own lag
     r = Probes.of("t", 0, 600, [(o, o * 1000) for o in (0, 599)], lso=590)
-    assert series.lso_lag(r, [], [600_000]) == [(600_000, 10.0)]
-    # Spans from the events: added at the first event naming the partition, ended at COMPLETE_*
-    events = [
-        {"transactional_id": "x", "txn_start_ms": 5, "state": "BEGIN", "partitions": [["t", 0]], "updated_ms": 5},
-        {"transactional_id": "x", "txn_start_ms": 5, "state": "BEGIN", "partitions": [["t", 0], ["t", 1]], "updated_ms": 7},
-        {"transactional_id": "x", "txn_start_ms": 5, "state": "COMPLETE_ABORT", "partitions": [], "updated_ms": 9},
-        {"transactional_id": "y", "txn_start_ms": 8, "state": "BEGIN", "partitions": [["t", 0]], "updated_ms": 8},
-    ]  # fmt: skip
-    still_open = [{"transactional_id": "y", "txn_start_ms": 8, "partitions": [["t", 0]]},
-                  {"transactional_id": "z", "txn_start_ms": 1, "partitions": [["u", 0]]}]  # fmt: skip
-    assert sorted(series.spans(events, still_open), key=lambda s: (s.start_ms, s.topic)) == [
-        Span("u", 0, 1, None), Span("t", 0, 5, 9), Span("t", 1, 7, 9), Span("t", 0, 8, None),
-    ]  # fmt: skip
+    assert series.lso_lag(r, {}, [600_000]) == [(600_000, 10.0)]
 
 
 def test_the_series_are_read_from_the_tables(db_url: str) -> None:
@@ -122,3 +98,11 @@ def test_the_series_are_read_from_the_tables(db_url: str) -> None:
     # Another connection, as another console process (or this one restarted), reads the same.
     with Broker.connect(db_url).engine.connect() as conn:
         assert series.read(conn, now) == s
+    # KIP-664's abort closes the open transaction on t-1 with a marker the coordinator did
+    # not write (it still holds the transaction open): the lag ends with that marker.
+    with AdminClient({"database.url": db_url}) as admin:
+        assert admin.abort_transaction("t", 1, 0)
+    # Read 45 s on, so the point before the last (15 s on) is after the marker.
+    with broker.engine.connect() as conn:
+        after = series.read(conn, int(time.time() * 1000) + 45_000)
+    assert [v for _t, v in after["lso_lag"]["t-1"][-2:]] == [0, 0]

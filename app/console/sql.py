@@ -88,12 +88,69 @@ OFFSET_PROBES = text(
                   AND l."timestamp" >= :since)
     """
 )
-# The coordinator's last events, newest first, by primary key.
-RECENT_EVENTS = text(
-    "SELECT event_id, transactional_id, state, partitions, txn_start_ms, updated_ms "
-    "FROM transaction_log ORDER BY event_id DESC LIMIT :limit"
+# The commits among the coordinator's last :limit events (by primary key) that fall after
+# :since, with their latency (COMPLETE_COMMIT less the PREPARE_COMMIT before it), and the
+# oldest of those events' time and their count (so the caller knows where they stop).
+RECENT_COMMITS = text(
+    """
+    SELECT updated_ms, latency_ms, oldest_ms, events FROM (
+        SELECT state, updated_ms,
+               CASE WHEN lag(state) OVER w = 'PREPARE_COMMIT'
+                    THEN updated_ms - lag(updated_ms) OVER w END AS latency_ms,
+               min(updated_ms) OVER () AS oldest_ms, count(*) OVER () AS events
+        FROM (SELECT event_id, transactional_id, state, updated_ms FROM transaction_log
+              ORDER BY event_id DESC LIMIT :limit) e
+        WINDOW w AS (PARTITION BY transactional_id ORDER BY event_id)
+    ) c
+    WHERE state = 'COMPLETE_COMMIT' AND updated_ms > :since
+    """
 )
-OPEN_TRANSACTION_SPANS = text(
-    "SELECT transactional_id, txn_start_ms, partitions FROM transactions "
-    "WHERE state IN ('BEGIN', 'PREPARE_COMMIT', 'PREPARE_ABORT')"
+# For each of the given partitions and moments (:ends), when the oldest transaction open
+# on it then was added to it: from the spans of the transactions in the coordinator's last
+# :limit events (added at the first event naming the partition, ended at their COMPLETE_*)
+# and of those still open; a transaction the coordinator holds open on a partition with
+# nothing open now ends at :closed_ms, the partition's last record (KIP-664's abort).
+OLDEST_OPEN_AT = text(
+    """
+    WITH e AS (
+        SELECT transactional_id, txn_start_ms, state, partitions, updated_ms
+        FROM transaction_log ORDER BY event_id DESC LIMIT :limit
+    ),
+    still_open AS (
+        SELECT transactional_id, txn_start_ms, partitions FROM transactions
+        WHERE state IN ('BEGIN', 'PREPARE_COMMIT', 'PREPARE_ABORT')
+    ),
+    ended AS (
+        SELECT transactional_id, txn_start_ms, max(updated_ms) AS end_ms FROM e
+        WHERE state LIKE 'COMPLETE%' GROUP BY 1, 2
+    ),
+    asked AS (
+        SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]),
+                             CAST(:closed_ms AS bigint[])) AS a(topic, partition, closed_ms)
+    ),
+    added AS (
+        SELECT e.transactional_id, e.txn_start_ms, tp->>0 AS topic,
+               (tp->>1)::int AS partition, e.updated_ms AS start_ms
+        FROM e CROSS JOIN LATERAL jsonb_array_elements(e.partitions) AS tp
+        UNION ALL
+        SELECT o.transactional_id, o.txn_start_ms, tp->>0, (tp->>1)::int, o.txn_start_ms
+        FROM still_open o CROSS JOIN LATERAL jsonb_array_elements(o.partitions) AS tp
+    ),
+    spans AS (
+        SELECT a.topic, a.partition, min(a.start_ms) AS start_ms,
+               COALESCE(n.end_ms, asked.closed_ms) AS end_ms
+        FROM added a
+        JOIN asked ON asked.topic = a.topic AND asked.partition = a.partition
+        LEFT JOIN ended n ON n.transactional_id = a.transactional_id
+                         AND n.txn_start_ms = a.txn_start_ms
+        WHERE n.end_ms IS NOT NULL
+           OR a.transactional_id IN (SELECT transactional_id FROM still_open)
+        GROUP BY a.transactional_id, a.txn_start_ms, a.topic, a.partition, n.end_ms,
+                 asked.closed_ms
+    )
+    SELECT s.topic, s.partition, x.at, min(s.start_ms) AS oldest_ms
+    FROM spans s JOIN unnest(CAST(:ends AS bigint[])) AS x(at)
+      ON s.start_ms <= x.at AND (s.end_ms IS NULL OR s.end_ms > x.at)
+    GROUP BY 1, 2, 3
+    """
 )
