@@ -9,7 +9,21 @@ import uuid
 from typing import Any
 
 from tests.conformance.harness import Observation, Target, same
-from tests.conformance.raw_calls import DELETE_GROUPS, DESCRIBE_GROUPS, LIST_GROUPS, call, error
+from tests.conformance.raw_calls import (
+    DELETE_GROUPS,
+    DESCRIBE_GROUPS,
+    LIST_GROUPS,
+    OFFSET_COMMIT,
+    call,
+    error,
+)
+from tests.conformance.requests import (
+    add_offsets,
+    end_txn,
+    find_coordinator,
+    init_producer_id,
+    txn_offset_commit,
+)
 
 HEARTBEAT, DESCRIBE = 68, 69
 HANG_GUARD_S = 60
@@ -161,3 +175,38 @@ def scenario_a_consumer_group_is_deleted_only_once_empty(target: Target) -> Obse
 
 def test_a_consumer_group_is_deleted_only_once_empty(targets: tuple[Target, Target]) -> None:
     same(scenario_a_consumer_group_is_deleted_only_once_empty, *targets)
+
+
+def scenario_offsets_are_fenced_by_the_member_epoch(target: Target) -> Observation:
+    """KIP-447 in the consumer protocol: a member's OffsetCommit (v9) and a transaction's
+    TxnOffsetCommit naming it pass at its current member epoch only (STALE_MEMBER_EPOCH,
+    ILLEGAL_GENERATION for the transactional one), and an unknown member is refused."""
+    topic = target.create_topic("cg-fence", 2)
+    group = target.name_for("cg-fence")
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    first = _join(target, group, a, [topic])
+    epoch = first.member_epoch
+    _join(target, group, b, [topic])  # the group epoch moves on; a's stays until it acks
+    seen: list[Any] = []
+    for member, member_epoch in ((a, epoch), (a, epoch - 1), (a, epoch + 1), (b + "x", epoch)):
+        commit = {"group_id": group, "member_id": member,
+                  "generation_id_or_member_epoch": member_epoch,
+                  "topics": [{"name": topic, "partitions": [
+                      {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}]}]}  # fmt: skip
+        answer = call(target, OFFSET_COMMIT, 9, commit)
+        seen.append(error(answer.topics[0].partitions[0].error_code))
+    txid = target.name_for("cg-fence-tx")
+    find_coordinator(target, txid)
+    ids = init_producer_id(target, txid)
+    pid, pepoch = ids.producer_id, ids.producer_epoch
+    seen.append(error(add_offsets(target, txid, pid, pepoch, group)))
+    for member, member_epoch in ((a, epoch - 1), (b + "x", epoch), (a, epoch)):
+        seen.append(error(txn_offset_commit(
+            target, txid, pid, pepoch, group, topic, 1, generation=member_epoch, member_id=member,
+        )))  # fmt: skip
+    seen.append(error(end_txn(target, txid, pid, pepoch, True)))
+    return seen
+
+
+def test_offsets_are_fenced_by_the_member_epoch(targets: tuple[Target, Target]) -> None:
+    same(scenario_offsets_are_fenced_by_the_member_epoch, *targets)
