@@ -147,7 +147,7 @@ class CoordinatorLoop:
         now = self.broker.clock.now_ms()
         expires = now + s.coordinator_lease_ms
         with self.broker.engine.begin() as conn:
-            # Leases commit on the primary alone, as changes of cluster membership do: a
+            # Leases commit on the primary alone, as the serve nodes' registrations do: a
             # node with its standbys gone still renews, and stops, without waiting for
             # them. One lost to a failover is safe, since everything done under a lease
             # checks its epoch in its own DB transaction, which waits for the standbys.
