@@ -228,8 +228,9 @@ def test_a_bad_feature_pin_stops_serve_with_one_line(db_url: str, pin: str) -> N
 
 
 def test_a_group_whose_members_all_died_is_described_empty(db_url: str, broker: Broker) -> None:
-    """No member heartbeats, so none expires the others: ConsumerGroupDescribe removes
-    the members past their session itself (rule 61) and shows the group Empty."""
+    """No member heartbeats, so none expires the others: ConsumerGroupDescribe and
+    ListGroups remove the members past their session themselves (rule 61) and show the
+    group Empty."""
     create_topic(broker, "quiet", 1)
     env = {"KIP98_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "1000"}
     with serving(db_url, env=env) as server:
@@ -244,6 +245,15 @@ def test_a_group_whose_members_all_died_is_described_empty(db_url: str, broker: 
         assert (described.group_state, described.group_epoch, described.members) == (
             "Empty", 3, ()
         )  # fmt: skip
+        # ListGroups likewise, for another group whose member died.
+        join(server, "g8", str(uuid.uuid4()), ["quiet"])
+        while time.monotonic() < deadline:
+            listed = call(server, 16, 5, {"states_filter": [], "types_filter": []})
+            states = {g.group_id: g.group_state for g in listed.groups}
+            if states.get("g8") == "Empty":
+                break
+            time.sleep(0.2)
+        assert states == {"g6": "Empty", "g8": "Empty"}
 
 
 def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed(

@@ -30,7 +30,7 @@ from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.assignor import range_assign
 from app.groups.classic import choose_leader, choose_protocol, keeps_protocol, shares_protocol
-from app.groups.consumer import check_member_epoch
+from app.groups.consumer import check_member_epoch, expire_idle
 from app.protocol import (
     DescribedGroup,
     DescribedMember,
@@ -627,8 +627,15 @@ def offsets_only(conn: Connection, group_id: str) -> bool:
 
 def list_groups(broker: BrokerContext, req: ListGroupsRequest) -> ListGroupsResponse:
     """The groups the caller may describe, as Kafka lists them: those with a membership
-    row, and those that only hold offsets (``offsets_only``), Empty."""
+    row, and those that only hold offsets (``offsets_only``), Empty. A consumer group's
+    members past their session are removed first (``consumer.expire_idle``)."""
+    now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
+        session = broker.settings.group_consumer_session_timeout_ms
+        for group_id in conn.execute(
+            sql.CONSUMER_GROUPS_IDLE, {"now": now, "session_ms": session}
+        ).scalars():
+            expire_idle(conn, broker, group_id, now)
         rows = {
             g.group_id: (g.protocol_type or CONSUMER, g.state, g.group_type)
             for g in conn.execute(sql.ALL_GROUPS)

@@ -364,6 +364,10 @@ CONSUMER_MEMBERS_IDLE = text(
     "SELECT EXISTS (SELECT 1 FROM consumer_group_members WHERE group_id = :group_id "
     "AND last_heartbeat_ms + :session_ms < :now)"
 )
+CONSUMER_GROUPS_IDLE = text(
+    "SELECT DISTINCT group_id FROM consumer_group_members "
+    "WHERE last_heartbeat_ms + :session_ms < :now ORDER BY group_id"
+)
 CONSUMER_MEMBER_TOPICS = text(
     "SELECT member_id, subscribed_topic_names AS topics FROM consumer_group_members "
     "WHERE group_id = :group_id ORDER BY member_id"
