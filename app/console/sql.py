@@ -122,7 +122,7 @@ OLDEST_OPEN_AT = text(
     ),
     ended AS (
         SELECT transactional_id, txn_start_ms, max(updated_ms) AS end_ms FROM e
-        WHERE state LIKE 'COMPLETE%' GROUP BY 1, 2
+        WHERE state IN ('COMPLETE_COMMIT', 'COMPLETE_ABORT') GROUP BY 1, 2
     ),
     asked AS (
         SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS int[]),
