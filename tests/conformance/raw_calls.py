@@ -10,12 +10,12 @@ import socket
 import struct
 from typing import Any
 
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema
 
 from app.server.codec import build
 from tests.conformance.harness import Target
 from tests.conformance.normalise import error_name
+from tests.helpers.batches import record_batch
 from tests.helpers.wire_client import read_frame, request_frame
 
 # Kafka's API keys, by the names the scenarios use.
@@ -76,12 +76,10 @@ def flexible_frame(api_key: int, version: int, body: bytes, correlation_id: int 
 
 
 def batch(values: list[bytes], *, key: bytes | None = None, base_timestamp: int = 0) -> bytes:
-    """A record batch (magic 2, uncompressed, no producer id) of ``values``."""
-    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**31 - 1)
-    ts = base_timestamp or 1_700_000_000_000
-    for i, value in enumerate(values):
-        builder.append(i, ts + i, key, value, [])
-    return bytes(builder.build())
+    """A record batch (magic 2, uncompressed, no producer id) of ``values``, each keyed
+    ``key``."""
+    keys = None if key is None else [key] * len(values)
+    return record_batch(values, keys=keys, timestamp=base_timestamp or 1_700_000_000_000)
 
 
 def produce(
