@@ -623,3 +623,24 @@ def test_produce_requests_leave_what_the_lock_way_leaves(
             for world, topic in worlds.items()
         }
     assert tables["one"] == tables["lock"]
+
+
+def test_what_the_strategy_sends_under_the_locks_from_the_start(broker: Broker) -> None:
+    """The one choice (``strategy.one_query``) sends under the locks, without trying the
+    remembered row, what that row cannot decide: a plain batch, and two batches of one
+    producer for one partition (appended in rounds); the producer's next lone batch goes
+    in one query string again."""
+    pid = new_producer(broker)
+    assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
+    ways = Ways("produce")
+    assert answer(produce(broker, ProduceRequest("t", 0, [RecordIn(None, b"p", 0)]))) == (
+        0,
+        1,
+        False,
+    )
+    twice = produce_batches(broker, ProduceBatchesRequest([batch(pid, 1, "b"), batch(pid, 2, "c")]))
+    assert [answer(r) for r in twice.batches] == [(0, 2, False), (0, 3, False)]
+    assert (ways.one, ways.lock, ways.refused, ways.declined) == (0, 2, 0, 0)
+    assert answer(produce(broker, batch(pid, 3, "d"))) == (0, 4, False)
+    assert (ways.one, ways.lock, ways.refused, ways.declined) == (1, 2, 0, 0)
+    assert read_values(broker, "t", 0) == ["a", "p", "b", "c", "d"]
