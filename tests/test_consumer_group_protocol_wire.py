@@ -291,3 +291,86 @@ def _copy_until(
     finally:
         reader.close()
     return output
+
+
+# A consumer that commits each record before it prints its key, and prints each commit
+# refused as REFUSED: the zombie of the test below.
+PAUSED_CONSUMER = """
+import sys
+import confluent_kafka as ck
+server = sys.argv[1]
+c = ck.Consumer({"bootstrap.servers": server, "group.id": "zombies",
+                 "group.protocol": "consumer", "enable.auto.commit": False,
+                 "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+c.subscribe(["zombie-in"])
+while True:
+    m = c.poll(0.2)
+    if m is None or m.error():
+        continue
+    try:
+        c.commit(message=m, asynchronous=False)
+    except ck.KafkaException as exc:
+        print("REFUSED", exc.args[0].name(), flush=True)
+        continue
+    print(m.key().decode(), flush=True)
+"""
+
+
+def test_a_paused_member_comes_back_fenced_and_nothing_is_consumed_twice(
+    server: str, db_url: str
+) -> None:
+    """KIP-447 in the consumer protocol: a member stopped (SIGSTOP) past its session is
+    removed and its partitions move; let go again (SIGCONT), the zombie's commits are
+    refused by its member epoch, so what it reads twice it never commits, and the
+    records committed are each committed once (rule 62)."""
+    create_topic(Broker.connect(db_url), "zombie-in", 2)
+    producer = ck.Producer({"bootstrap.servers": server})
+    keys = [f"z{i}" for i in range(RECORDS)]
+    for i, key in enumerate(keys[:10]):
+        producer.produce("zombie-in", key=key, value=b"v", partition=i % 2)
+    assert producer.flush(30) == 0
+    zombie = subprocess.Popen(
+        [sys.executable, "-c", PAUSED_CONSUMER, server], stdout=subprocess.PIPE, text=True
+    )
+    committed: list[str] = []
+    other = None
+    try:
+        assert zombie.stdout is not None
+        while len(committed) < 10:
+            committed.append(zombie.stdout.readline().strip())
+        zombie.send_signal(signal.SIGSTOP)
+        for i, key in enumerate(keys[10:]):
+            producer.produce("zombie-in", key=key, value=b"v", partition=i % 2)
+        assert producer.flush(30) == 0
+        other = _consumer_of(server, "zombies", "zombie-in")
+        deadline = time.monotonic() + HANG_GUARD_S
+        while len(committed) < RECORDS and time.monotonic() < deadline:
+            m = other.poll(0.2)
+            if m is None or m.error():
+                continue
+            other.commit(message=m, asynchronous=False)
+            committed.append(m.key().decode())
+        zombie.send_signal(signal.SIGCONT)
+        # The zombie wakes with records fetched before it stopped, or none: whatever it
+        # tries to commit now is refused, until it has rejoined with nothing left to read.
+        end = time.monotonic() + 5
+        woke: list[str] = []
+        while time.monotonic() < end:
+            line = _line_within(zombie, end - time.monotonic())
+            if line:
+                woke.append(line)
+        committed += [w for w in woke if not w.startswith("REFUSED")]
+        assert sorted(committed) == sorted(keys), woke
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+        zombie.kill()
+        if other is not None:
+            other.close()
+
+
+def _line_within(proc: subprocess.Popen[str], seconds: float) -> str | None:
+    import select
+
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], max(seconds, 0))
+    return proc.stdout.readline().strip() if ready else None
