@@ -94,23 +94,6 @@ def db_url(server_url: str, template_db: str, monkeypatch: pytest.MonkeyPatch) -
 
 
 @pytest.fixture
-def refusals(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Why each one-query write of the test (``storage.one_query``) was refused on its
-    reads, in order: the row moved, another's transaction opened, and so on."""
-    from app.storage.one_query import QueryCopies
-
-    seen: list[str] = []
-    refuse = QueryCopies.refuse
-
-    def counted(self: QueryCopies, why: str) -> None:
-        seen.append(why)
-        refuse(self, why)
-
-    monkeypatch.setattr(QueryCopies, "refuse", counted)
-    return seen
-
-
-@pytest.fixture
 def elsewhere(db_url: str) -> Iterator[BrokerContext]:
     """A broker with an engine of its own: another process, as far as what a process
     remembers of its rows goes (docs/design.md rules 32, 33, 53)."""

@@ -14,9 +14,11 @@ way, which leaves the partition's LSO at the other transaction.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from app.broker import Broker
+from app.broker import Broker, strategy
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest
@@ -40,19 +42,28 @@ def broker(db_url: str) -> Broker:
 
 class Taken:
     """The registrations and commits sent each way (``broker.strategy``'s counter) from
-    ``since()`` on; and why query strings were refused on their reads."""
+    ``since()`` on; and why one-query writes were refused, as the strategy logs it."""
 
-    def __init__(self, refusals: list[str]) -> None:
-        self.refusals = refusals
+    def __init__(self, caplog: pytest.LogCaptureFixture) -> None:
+        self._caplog = caplog
         self.since()
 
     def since(self) -> None:
         self.register, self.commit = Ways("register"), Ways("commit")
 
+    @property
+    def refusals(self) -> list[str]:
+        return [
+            str(r.args[1])
+            for r in self._caplog.records
+            if r.name == strategy.__name__ and isinstance(r.args, tuple) and len(r.args) == 2
+        ]
+
 
 @pytest.fixture
-def taken(refusals: list[str]) -> Taken:
-    return Taken(refusals)
+def taken(caplog: pytest.LogCaptureFixture) -> Taken:
+    caplog.set_level(logging.DEBUG, logger=strategy.__name__)
+    return Taken(caplog)
 
 
 def register_and_send(d: TxnDriver, broker: Broker, *batches: tuple[str, int, str]) -> None:
