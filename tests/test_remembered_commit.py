@@ -33,6 +33,7 @@ from sqlalchemy import text
 
 from app.broker import Broker, strategy
 from app.client import ConsumerGroupMetadata, KafkaException, Producer, TopicPartition
+from app.coordinator.machines import MAX_EPOCH
 from app.errors import KafkaError
 from app.log.topics import create_topic
 from app.storage import one_query as one_query_module
@@ -822,3 +823,28 @@ def test_a_decision_that_reads_the_database_takes_the_lock_way(broker: Broker, w
             )
         ).scalar_one()
     assert idle == 0
+
+
+def test_a_commit_that_spends_the_epochs_takes_the_lock_way_from_the_start(
+    broker: Broker, ways: Ways
+) -> None:
+    """A commit whose epoch bump (KIP-890) would pass the last epoch allocates a new
+    producer id, which the remembered rows cannot: it is sent under the locks without
+    being decided on them, and the next transaction, on the new id, commits too."""
+    driver = TxnDriver(broker, "tx")
+    driver.init()
+    with broker.engine.begin() as conn:
+        conn.execute(text("UPDATE transactions SET producer_epoch = :e"), {"e": MAX_EPOCH - 2})
+    driver.producer_epoch = MAX_EPOCH - 2
+    assert driver.init() == 0 and driver.producer_epoch == MAX_EPOCH - 1
+    for values in (("a", "b"), ("c", "d")):
+        pid = driver.producer_id
+        r = driver.commit_with(
+            driver.requests(("t", 0, values[0]), ("t", 1, values[1])), [("t", 0), ("t", 1)]
+        )
+        assert r.end is not None and r.end.error_code == 0
+    assert driver.producer_id != pid and driver.producer_epoch == 0
+    assert (ways.sent, ways.declined, ways.refused) == ((0, 2), 0, 0)
+    r = driver.commit_with(driver.requests(("t", 0, "e")), [("t", 0)])
+    assert r.end is not None and r.end.error_code == 0
+    assert all_values(broker) == {0: ["a", "c", "e"], 1: ["b", "d"], 2: []}

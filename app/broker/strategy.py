@@ -17,7 +17,7 @@ from typing import Literal, TypeVar
 from sqlalchemy import Connection
 
 from app.coordinator.guard import check_produce
-from app.coordinator.metadata import end_retry_outcome
+from app.coordinator.metadata import bumped_identity, end_retry_outcome
 from app.coordinator.txn_log import remembered_txn
 from app.errors import KafkaException
 from app.log.append import on_remembered_rows
@@ -75,7 +75,8 @@ def one_query(context: BrokerContext, conn: Connection, req: ProduceBatchesReque
     its producer, a
     produce's partitions, each last written by its producer in an epoch the row holds
     (else the issued epochs are read), and a transactional produce's id row taking every
-    batch. A commit retried after it ended reads the batches it recorded: locked."""
+    batch. A commit retried after it ended reads the batches it recorded, and one whose
+    epoch bump spends the producer id's epochs allocates a new one: locked."""
     if context.settings.authorization or not req.batches:
         return False
     if conn.in_transaction() or in_transaction(conn):
@@ -101,6 +102,8 @@ def one_query(context: BrokerContext, conn: Connection, req: ProduceBatchesReque
         end = req.end
         if end_retry_outcome(meta, end.producer_id, end.producer_epoch, end.committed):
             return False
+        if end.bump_epoch and bumped_identity(meta.producer_id, meta.producer_epoch).needs_new_id:
+            return False  # the epochs are spent: a new producer id is allocated
         touched |= set(meta.partitions)  # the markers' partitions too
     for tp in touched:
         hint = remembered(conn, tp)
