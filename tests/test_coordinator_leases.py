@@ -13,21 +13,11 @@ from sqlalchemy import text
 from app.broker import Broker
 from app.broker.loop import CoordinatorLoop, fair_share
 from app.clock import ManualClock
-from app.settings import BrokerSettings
 
 PARTITIONS = 16
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    return Broker.connect(
-        db_url, clock=clock, settings=BrokerSettings(transaction_log_partitions=PARTITIONS)
-    )
+pytestmark = pytest.mark.broker(manual_clock=True, transaction_log_partitions=PARTITIONS)
 
 
 def _holders(broker: Broker) -> dict[int, str | None]:
