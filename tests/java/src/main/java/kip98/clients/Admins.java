@@ -82,6 +82,9 @@ public final class Admins {
             .configs(Map.of("retention.ms", "3600000", "cleanup.policy", "delete"));
         String created = outcome(() -> admin.createTopics(List.of(asked)).all().get());
         String again = outcome(() -> admin.createTopics(List.of(asked)).all().get());
+        if ("ok".equals(created)) {
+            awaitPartitions(admin, topic, 2);
+        }
         ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
         Object configsBefore = configs(admin, resource);
         String altered = outcome(() -> admin.incrementalAlterConfigs(Map.of(resource, List.of(
@@ -92,9 +95,15 @@ public final class Admins {
         String unknownConfig = outcome(() -> admin.incrementalAlterConfigs(Map.of(resource, List.of(
             new AlterConfigOp(new ConfigEntry("no.such.config", "1"), AlterConfigOp.OpType.SET))))
             .all().get());
+        if ("ok".equals(altered)) {
+            awaitConfig(admin, resource, "retention.ms", "7200000");
+        }
         Object configsAfter = configs(admin, resource);
         Object partitionsBefore = partitions(admin, topic);
         String grown = outcome(() -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all().get());
+        if ("ok".equals(grown)) {
+            awaitPartitions(admin, topic, 3);
+        }
         String shrunk = outcome(() -> admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(2))).all().get());
         String missing = outcome(() -> admin.describeTopics(List.of(topic + "-missing")).allTopicNames().get());
         DescribeClusterResult cluster = admin.describeCluster();
@@ -117,6 +126,33 @@ public final class Admins {
             "features", obj(
                 "finalized", new TreeSet<>(features.finalizedFeatures().keySet()),
                 "supported", new TreeSet<>(features.supportedFeatures().keySet())));
+    }
+
+    /** Until the topic is described with ``count`` partitions: a broker may answer a
+     * change before its metadata shows it (Apache Kafka publishes the controller's
+     * metadata to its brokers asynchronously). */
+    static void awaitPartitions(Admin admin, String topic, int count) throws InterruptedException {
+        Common.waitUntil(topic + " with " + count + " partitions", () -> {
+            try {
+                return admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic)
+                    .partitions().size() == count;
+            } catch (Exception e) {
+                return false;
+            }
+        });
+    }
+
+    /** Until the resource's config ``name`` is described as ``value`` (as above). */
+    static void awaitConfig(Admin admin, ConfigResource resource, String name, String value)
+            throws InterruptedException {
+        Common.waitUntil(resource.name() + " with " + name + "=" + value, () -> {
+            try {
+                ConfigEntry e = admin.describeConfigs(List.of(resource)).all().get().get(resource).get(name);
+                return e != null && value.equals(e.value());
+            } catch (Exception e) {
+                return false;
+            }
+        });
     }
 
     static Object configs(Admin admin, ConfigResource resource) throws Exception {
