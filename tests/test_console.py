@@ -276,9 +276,21 @@ def test_browse_timeline_and_abort(browser: object, console: World) -> None:
     expect(page.locator("#oldest-open span")).to_have_attribute(
         "title", re.compile(r"^begun \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}Z$")
     )
-    expect(page.locator("#charts svg.chart")).to_have_count(4)  # 3 rates, t-0's LSO lag
-    expect(page.locator("#charts svg#commit-rate polyline")).to_have_count(1)
+    # pygal's charts, inline and without script: 3 rates and t-0's LSO lag, each titled.
+    expect(page.locator("#charts figure.chart svg.pygal-chart")).to_have_count(4)
+    expect(page.locator("#charts script, #lso-lag script")).to_have_count(0)
+    commits = page.locator("#commit-rate svg")
+    expect(commits.locator("> title")).to_have_text("Commit rate")
+    expect(commits.locator("> desc")).to_contain_text("commits/s")
+    expect(commits.locator(".series path.line")).to_have_attribute("d", re.compile(r" L\d"))
     expect(page.locator("#charts figcaption", has_text="LSO lag of t-0")).to_have_count(1)
+    expect(page.locator("#lso-lag svg > title")).to_have_text("LSO lag now")
+    lagging = page.context.request.get(console.url + "/api").json()["lso_lag"]
+    assert lagging  # one bar per partition, its lag printed on it
+    expect(page.locator("#lso-lag svg .series rect.rect")).to_have_count(len(lagging))
+    expect(page.locator("#lso-lag svg > desc")).to_contain_text(
+        f"{lagging[0]['topic']}-{lagging[0]['partition']}: {lagging[0]['lag']}"
+    )
     for path, name in (("/", "overview"), ("/producers", "producers"), ("/groups", "groups")):
         page.goto(console.url + path)
         expect(page.locator("h1")).to_be_visible()

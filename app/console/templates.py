@@ -53,9 +53,9 @@ _OVERVIEW = """{% extends "base.html" %}{% block title %}Overview{% endblock %}{
 {% for s in d.database.standbys %}<tr><td>{{ s.application_name }}</td><td>{{ s.client_addr }}</td><td>{{ s.state }}</td><td>{{ s.replay_lag_ms }}</td></tr>{% endfor %}</table>
 <h2>The last {{ (d.series.window_ms or 0) // 60000 }} minutes</h2>
 <p class="muted">Read from the tables when the page is asked for: commits from the coordinator's events, records from their timestamps (probed by offset, so the rate is interpolated between probes), the LSO lag of the partitions that took the most records.</p>
-<div id="charts">{% for c in charts %}<figure style="display:inline-block;margin:0 1em 0 0">
-<figcaption>{{ c.title }}: <b>{{ c.last }}</b></figcaption>{{ c.svg | safe }}</figure>{% endfor %}</div>
-<h2>LSO lag of the busiest partitions</h2>{{ lag_chart | safe }}
+<div id="charts">{% for c in charts %}<figure class="chart" id="{{ c.id }}" style="display:inline-block;margin:0 1em 0 0">
+<figcaption>{{ c.title }}: <b>{{ c.last }}</b></figcaption>{{ c.svg }}</figure>{% endfor %}</div>
+<h2>LSO lag of the busiest partitions</h2><figure class="chart" id="lso-lag" style="margin:0">{{ lag_chart }}</figure>
 {% endblock %}"""
 
 _TOPICS = """{% extends "base.html" %}{% block title %}Topics{% endblock %}{% block main %}
@@ -208,51 +208,6 @@ def human_bytes(n: int) -> str:
         if size < 1024 or unit == "TiB":
             break
     return f"{size:.1f} {unit}"
-
-
-def bar_chart(values: list[tuple[str, int]], width: int = 400) -> str:
-    """An inline SVG bar chart (server-side: no script, no asset to fetch)."""
-    if not values:
-        return '<p class="muted">no partitions</p>'
-    top = max(v for _, v in values) or 1
-    rows = []
-    for i, (label, v) in enumerate(values):
-        w = int((width - 160) * v / top)
-        y = i * 22
-        rows.append(
-            f'<text x="0" y="{y + 15}" font-size="12">{escape(label)}</text>'
-            f'<rect x="150" y="{y + 3}" width="{w}" height="16" fill="#4a7bb0"></rect>'
-            f'<text x="{155 + w}" y="{y + 15}" font-size="12">{v}</text>'
-        )
-    return (
-        f'<svg id="lso-lag" width="{width}" height="{len(values) * 22}" role="img">'
-        + "".join(rows)
-        + "</svg>"
-    )
-
-
-def sparkline(
-    chart_id: str, points: list[tuple[int, float]], width: int = 240, height: int = 48
-) -> str:
-    """An inline SVG line over ``points`` (server-side: no script, no asset to fetch)."""
-    if len(points) < 2:  # nothing in the window, or one point: no line to draw
-        word = "one point" if points else "none in the window"
-        return (
-            f'<svg id="{chart_id}" class="chart" width="{width}" height="{height}" role="img">'
-            f'<rect width="{width}" height="{height}" fill="#f4f7fa"></rect>'
-            f'<text x="4" y="{height // 2}" font-size="12" fill="#777">{word}</text></svg>'
-        )
-    t0, t1 = points[0][0], points[-1][0]
-    top = max(v for _, v in points) or 1.0
-    xy = " ".join(
-        f"{(t - t0) * (width - 4) / max(t1 - t0, 1) + 2:.1f},{height - 2 - v * (height - 4) / top:.1f}"
-        for t, v in points
-    )
-    return (
-        f'<svg id="{chart_id}" class="chart" width="{width}" height="{height}" role="img">'
-        f'<rect width="{width}" height="{height}" fill="#f4f7fa"></rect>'
-        f'<polyline fill="none" stroke="#4a7bb0" stroke-width="1.5" points="{xy}"></polyline></svg>'
-    )
 
 
 @lru_cache(maxsize=4096)

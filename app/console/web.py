@@ -32,10 +32,11 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from app.admin import AdminClient, TopicPartition
+from app.console import charts as drawn
 from app.console import data
 from app.console.auth import check_password, principal
 from app.console.lockout import LoginThrottle
-from app.console.templates import bar_chart, environment, sparkline, timeline_svg
+from app.console.templates import environment, timeline_svg
 from app.errors import KafkaError, KafkaException
 from app.security.rules import TOPIC
 from app.storage.context import BrokerContext
@@ -47,13 +48,6 @@ _AUTH_FAILED = {
     KafkaError.CLUSTER_AUTHORIZATION_FAILED,
     KafkaError.GROUP_AUTHORIZATION_FAILED,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-}
-
-
-_CHARTS = {
-    "produce_rate": "records/s",
-    "commit_rate": "commits/s",
-    "commit_latency_ms": "commit latency (ms)",
 }
 
 
@@ -183,19 +177,10 @@ def create_app(
         request: Request, broker: BrokerContext, d: dict[str, Any]
     ) -> dict[str, Any]:
         lags = [(f"{p['topic']}-{p['partition']}", p["lag"]) for p in d["lso_lag"]]
-        series = d["series"]
-        charts = []
-        if d["cluster"]:
-            shown: list[tuple[str, str, list[tuple[int, float]]]] = [
-                (key.replace("_", "-"), title, series.get(key, []))
-                for key, title in _CHARTS.items()
-            ]
-            for i, (name, points) in enumerate(series.get("lso_lag", {}).items()):
-                shown.append((f"lso-lag-{i}", f"LSO lag of {name} (records)", points))
-            for chart_id, title, points in shown:
-                last = f"{points[-1][1]:.3g}" if points else "-"
-                charts.append({"title": title, "last": last, "svg": sparkline(chart_id, points)})
-        return {"lag_chart": bar_chart(lags), "charts": charts}
+        return {
+            "lag_chart": drawn.bars("LSO lag now", "records", lags),
+            "charts": drawn.overview(d["series"]) if d["cluster"] else [],
+        }
 
     def transactions_extra(
         request: Request, broker: BrokerContext, d: dict[str, Any]
