@@ -246,15 +246,20 @@ def on_remembered_rows(conn: Connection, batches: Sequence[ProduceRequest]) -> b
     wrote in between. A producer id not seen on its row needs the issued epochs read."""
     if not batches or len({(b.topic, b.partition) for b in batches}) != len(batches):
         return False
-    for req in batches:
-        if req.producer_id == NO_PRODUCER_ID:
-            return False
-        hint = remembered(conn, (req.topic, req.partition))
-        if hint is None or hint.row.s_producer_id != req.producer_id:
-            return False
-        if needs_identity_check(req, hint.row):
-            return False
-    return True
+    return all(
+        _remembered_as_mine(req, remembered(conn, (req.topic, req.partition))) for req in batches
+    )
+
+
+def _remembered_as_mine(req: ProduceRequest, hint: Remembered | None) -> bool:
+    """Whether ``hint`` is the row as ``req``'s producer last left it, in an epoch it
+    holds: the only row its batch may be decided on without the lock."""
+    return (
+        req.producer_id != NO_PRODUCER_ID
+        and hint is not None
+        and hint.row.s_producer_id == req.producer_id
+        and not needs_identity_check(req, hint.row)
+    )
 
 
 def append_one_query(
@@ -272,9 +277,11 @@ def append_one_query(
     planned: list[tuple[int, ProduceRequest, Columns, Remembered, AppendPlan]] = []
     advances: list[RememberedAdvance] = []
     for i, (req, columns) in admitted.items():
+        # Read again: another thread's append may have left the row since the choice.
         hint = remembered(work.conn, (req.topic, req.partition))
-        if hint is None:
+        if not _remembered_as_mine(req, hint):
             return None
+        assert hint is not None
         try:
             plan = plan_append(work.context, req, columns, hint.row)
         except KafkaException:
