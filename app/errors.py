@@ -51,6 +51,7 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "INVALID_TIMESTAMP": (32, False, "Invalid timestamp"),
     "UNSUPPORTED_SASL_MECHANISM": (33, False, "Unsupported SASL mechanism"),
     "ILLEGAL_SASL_STATE": (34, False, "Illegal SASL state"),
+    "UNSUPPORTED_VERSION": (35, False, "Unsupported version"),
     "SASL_AUTHENTICATION_FAILED": (58, False, "SASL authentication failed"),
     "RESOURCE_NOT_FOUND": (91, False, "A request referred to a resource that does not exist"),
     "TOPIC_ALREADY_EXISTS": (36, False, "Topic already exists"),
@@ -212,6 +213,7 @@ class KafkaError:
     CLUSTER_AUTHORIZATION_FAILED: int
     INVALID_TIMESTAMP: int
     UNSUPPORTED_SASL_MECHANISM: int
+    UNSUPPORTED_VERSION: int
     ILLEGAL_SASL_STATE: int
     SASL_AUTHENTICATION_FAILED: int
     RESOURCE_NOT_FOUND: int

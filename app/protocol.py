@@ -582,6 +582,9 @@ class OffsetCommitRequest(Request["OffsetCommitResponse"]):
     member_id: str = ""
     # KIP-345: a static member's instance id, which must still name ``member_id``.
     group_instance_id: str | None = None
+    # Sent at an OffsetCommit version before 9, which has a generation, not KIP-848's
+    # member epoch: a consumer-protocol member's commit at one is UNSUPPORTED_VERSION.
+    before_member_epochs: bool = False
 
 
 @dataclass(frozen=True)
@@ -620,6 +623,10 @@ class OffsetFetchRequest(Request["OffsetFetchResponse"]):
     group_id: str
     partitions: list[TopicPartitionKey] | None = None
     require_stable: bool = False
+    # KIP-848 (OffsetFetch v9): the consumer group member asking, checked at its epoch;
+    # None and -1 for anyone else (an admin, a classic consumer).
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from app.server.codec import build
 from tests.helpers.cli_runner import KIP98_BIN
 from tests.helpers.wire_client import exchange, serving
 
-HEARTBEAT, DESCRIBE, API_VERSIONS, OFFSET_COMMIT = 68, 69, 18, 8
+HEARTBEAT, DESCRIBE, API_VERSIONS, OFFSET_COMMIT, OFFSET_FETCH = 68, 69, 18, 8, 9
 
 
 @pytest.fixture
@@ -155,6 +155,43 @@ def test_kafkas_errors_for_epochs_members_and_groups(server: str, broker: Broker
     left = beat(server, "g2", a, -1)
     assert left.error_code == 0 and left.member_epoch == -1
     assert beat(server, "g2", a, 2).error_code == KafkaError.UNKNOWN_MEMBER_ID
+
+
+def test_offset_fetch_checks_a_members_epoch_and_commits_below_v9_are_refused(
+    server: str, broker: Broker
+) -> None:
+    """Rule 63: OffsetFetch v9 naming a consumer group's member answers its offsets only
+    at the member's epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID otherwise, the group
+    alone refused in a v8+ answer of several); a member's OffsetCommit below v9 is
+    UNSUPPORTED_VERSION, as Kafka answers both."""
+    create_topic(broker, "f", 1)
+    a = str(uuid.uuid4())
+    epoch = join(server, "g9", a, ["f"]).member_epoch
+    commit = {"group_id": "g9", "member_id": a, "generation_id_or_member_epoch": epoch,
+              "topics": [{"name": "f", "partitions": [
+                  {"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]}]}  # fmt: skip
+    code = call(server, OFFSET_COMMIT, 8, commit).topics[0].partitions[0].error_code
+    assert code == KafkaError.UNSUPPORTED_VERSION
+    assert call(server, OFFSET_COMMIT, 9, commit).topics[0].partitions[0].error_code == 0
+    asked = [{"name": "f", "partition_indexes": [0]}]
+
+    def fetch(member: str | None, member_epoch: int) -> list[tuple[int, list[int]]]:
+        groups = [{"group_id": "g9", "member_id": member, "member_epoch": member_epoch,
+                   "topics": asked}, {"group_id": "nobody", "topics": asked}]  # fmt: skip
+        answer = call(server, OFFSET_FETCH, 9, {"groups": groups})
+        return [
+            (g.error_code, [p.committed_offset for t in g.topics for p in t.partitions])
+            for g in answer.groups
+        ]
+
+    assert fetch(a, epoch) == [(0, [5]), (0, [-1])]
+    assert fetch(None, -1) == [(0, [5]), (0, [-1])]
+    assert fetch(a, epoch + 1) == [(KafkaError.STALE_MEMBER_EPOCH, []), (0, [-1])]
+    assert fetch("stranger", epoch) == [(KafkaError.UNKNOWN_MEMBER_ID, []), (0, [-1])]
+    v8 = call(server, OFFSET_FETCH, 8, {"groups": [{"group_id": "g9", "topics": None}]})
+    assert [(t.name, [p.committed_offset for p in t.partitions]) for t in v8.groups[0].topics] == [
+        ("f", [5])
+    ]
 
 
 def test_a_static_member_leaves_for_a_while_and_its_instance_comes_back(

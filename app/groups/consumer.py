@@ -576,14 +576,22 @@ def _check_epoch(m: Member, req: ConsumerGroupHeartbeatRequest) -> None:
 
 
 def check_member_epoch(
-    conn: Connection, group_id: str, member_id: str, member_epoch: int, *, transactional: bool
+    conn: Connection,
+    group_id: str,
+    member_id: str,
+    member_epoch: int,
+    *,
+    transactional: bool,
+    before_member_epochs: bool = False,
 ) -> bool:
-    """For a consumer group, an offset commit's (or fetch's) member and epoch, as Kafka's
+    """For a consumer group, an offset commit's member and epoch, as Kafka's
     ConsumerGroup checks them: epoch -1 passes while the group has no members; otherwise
-    the member must exist (UNKNOWN_MEMBER_ID) at that very epoch (STALE_MEMBER_EPOCH;
-    ILLEGAL_GENERATION for a TxnOffsetCommit): KIP-447's fencing of a zombie.
-    Returns False when ``group_id`` is not a consumer group (the classic checks apply).
-    A member is one until a heartbeat removes it (expiry is the heartbeats' decision)."""
+    the member must exist (UNKNOWN_MEMBER_ID), commit at an OffsetCommit version that
+    carries a member epoch (``before_member_epochs``, below v9: UNSUPPORTED_VERSION), and
+    at that very epoch (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION for a TxnOffsetCommit):
+    KIP-447's fencing of a zombie. Returns False when ``group_id`` is not a consumer group
+    (the classic checks apply). A member is one until a heartbeat or the coordinator's
+    timer (``expire_sessions``) removes it."""
     group = conn.execute(sql.CONSUMER_GROUPS, {"group_ids": [group_id]}).first()
     if group is None:
         return False
@@ -595,6 +603,12 @@ def check_member_epoch(
         raise fail(
             KafkaError.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
         )
+    if before_member_epochs and not transactional:
+        raise fail(
+            KafkaError.UNSUPPORTED_VERSION,
+            "OffsetCommit version 9 or above must be used by members using the consumer "
+            "group protocol.",
+        )
     if member_epoch != member.member_epoch:
         # A TxnOffsetCommit's stale epoch is ILLEGAL_GENERATION, as Kafka answers it.
         raise fail(
@@ -603,6 +617,32 @@ def check_member_epoch(
             f"epoch {member.member_epoch}.",
         )
     return True
+
+
+def check_fetch_member(
+    conn: Connection, group_id: str, member_id: str | None, member_epoch: int
+) -> None:
+    """An OffsetFetch's member (v9, KIP-848), as Kafka's ConsumerGroup checks it: none
+    given (null, epoch -1: an admin, a classic consumer) passes; otherwise, in a consumer
+    group, the member must exist (UNKNOWN_MEMBER_ID) at that very epoch
+    (STALE_MEMBER_EPOCH). Any other group, or none, is not checked."""
+    if member_id is None and member_epoch < 0:
+        return
+    group = conn.execute(sql.CONSUMER_GROUPS, {"group_ids": [group_id]}).first()
+    if group is None:
+        return
+    rows = conn.execute(sql.CONSUMER_MEMBERS, {"group_id": group_id}).all()
+    member = next((r for r in rows if r.member_id == member_id), None)
+    if member is None:
+        raise fail(
+            KafkaError.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
+        )
+    if member_epoch != member.member_epoch:
+        raise fail(
+            KafkaError.STALE_MEMBER_EPOCH,
+            f"The received member epoch {member_epoch} does not match the expected member "
+            f"epoch {member.member_epoch}.",
+        )
 
 
 # ---------------------------------------------------------------- describe

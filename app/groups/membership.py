@@ -727,6 +727,7 @@ def check_generation(
     group_instance_id: str | None = None,
     *,
     transactional: bool = False,
+    before_member_epochs: bool = False,
 ) -> None:
     """Offset commits from a group member must come from its current, stable generation.
 
@@ -737,7 +738,10 @@ def check_generation(
     offsets by group id alone) and a native group's commit are accepted. A static member's instance id, if given, must
     name ``member_id`` in a group that has members (``static_member_refusal``).
     """
-    if check_member_epoch(conn, group_id, member_id, generation_id, transactional=transactional):
+    if check_member_epoch(
+        conn, group_id, member_id, generation_id, transactional=transactional,
+        before_member_epochs=before_member_epochs,
+    ):  # fmt: skip
         return  # a consumer group's commit: KIP-848's member epoch checked
     if generation_id < 0 and group_instance_id is None and (transactional or not member_id):
         group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
+from app.groups.consumer import check_fetch_member
 from app.groups.membership import check_generation
 from app.log.naming import could_exist
 from app.protocol import (
@@ -166,8 +167,9 @@ def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetComm
             authorize_all(conn, broker, needs.offset_commit(req.group_id))
             refused = refused_partitions(conn, broker, req.offsets)
             check_generation(
-                conn, req.group_id, req.member_id, req.generation_id, now, req.group_instance_id
-            )
+                conn, req.group_id, req.member_id, req.generation_id, now, req.group_instance_id,
+                before_member_epochs=req.before_member_epochs,
+            )  # fmt: skip
             accepted = {tp: om for tp, om in req.offsets.items() if tp not in refused}
             if accepted:
                 params = {**_columns(accepted), "group_id": req.group_id, "now": now}
@@ -216,12 +218,14 @@ def offset_fetch(broker: BrokerContext, req: OffsetFetchRequest) -> OffsetFetchR
     """The group's committed offsets. Under ``require_stable`` (KIP-447) a partition with
     a transactional commit pending is answered UNSTABLE_OFFSET_COMMIT on its own, with no
     offset, and the others with theirs, as Kafka's coordinator answers; a fetch of all the
-    group's offsets lists only the partitions that have one."""
+    group's offsets lists only the partitions that have one. A consumer group's member,
+    if named (OffsetFetch v9), must be one at its epoch (``check_fetch_member``)."""
     try:
         check_group_id(req.group_id)
         wanted = None if req.partitions is None else set(req.partitions)
         with broker.engine.connect() as conn:
             authorize_all(conn, broker, needs.offset_fetch(req.group_id))
+            check_fetch_member(conn, req.group_id, req.member_id, req.member_epoch)
             pending: set[TopicPartitionKey] = set()
             if req.require_stable:
                 pending = {

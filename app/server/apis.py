@@ -37,7 +37,6 @@ from app.protocol import (
     MetadataRequest,
     OffsetAndMetadata,
     OffsetCommitRequest,
-    OffsetFetchRequest,
     OffsetForLeaderEpochRequest,
     ProduceBatchesRequest,
     ProduceRequest,
@@ -62,6 +61,7 @@ from app.server.groups import (
     leave_group,
     list_groups,
     offset_delete,
+    offset_fetch,
     sync_group,
 )
 from app.server.node import Node
@@ -411,39 +411,12 @@ def offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     )
     instance = getattr(request, "group_instance_id", None)
     a = broker.handle(
-        OffsetCommitRequest(request.group_id, offsets, generation, request.member_id, instance)
-    )
+        OffsetCommitRequest(
+            request.group_id, offsets, generation, request.member_id, instance,
+            before_member_epochs=request.__version__ < 9,
+        )
+    )  # fmt: skip
     return {"topics": _partition_codes(offsets, a.results, a.error_code)}
-
-
-def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
-    asked = None
-    if request.topics is not None:
-        asked = [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    a = broker.handle(
-        OffsetFetchRequest(request.group_id, asked, getattr(request, "require_stable", False))
-    )
-    wanted = asked if asked is not None else sorted(a.offsets)
-    # Partitions' own errors (UNSTABLE_OFFSET_COMMIT) are theirs alone, as Kafka answers.
-    group_code = KafkaError.NO_ERROR if a.partition_errors else a.error_code
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for topic, partition in wanted:
-        found = a.offsets.get((topic, partition))
-        code = a.partition_errors.get((topic, partition), group_code)
-        by_topic.setdefault(topic, []).append(
-            {"partition_index": partition, "error_code": code,
-             "committed_offset": -1 if found is None else found.offset,
-             "committed_leader_epoch": -1 if found is None else found.leader_epoch,
-             "metadata": _NO_METADATA if found is None or found.metadata is None
-             else found.metadata}
-        )  # fmt: skip
-    topics = [{"name": t, "partitions": p} for t, p in by_topic.items()]
-    return {"topics": topics, "error_code": group_code}
-
-
-# Kafka's metadata of an offset committed with none, and of a partition with no offset
-# (OffsetFetchResponse.NO_METADATA): the empty string, never null.
-_NO_METADATA = ""
 
 
 def _offsets(topics: Any) -> dict[tuple[str, int], OffsetAndMetadata]:
@@ -480,7 +453,7 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     2:  (1, 7, list_offsets),
     3:  (1, 12, metadata),
     8:  (2, 9, offset_commit),  # v9: a KIP-848 member commits with its member epoch
-    9:  (1, 7, offset_fetch),
+    9:  (1, 9, offset_fetch),  # v8: several groups; v9: a KIP-848 member and its epoch
     10: (0, 4, find_coordinator),
     11: (0, 9, join_group),
     12: (0, 4, heartbeat),

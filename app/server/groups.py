@@ -1,6 +1,7 @@
 """The classic group protocol on the wire: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 ListGroups and DescribeGroups over the broker's group requests; and a group's
-administration, DeleteGroups and OffsetDelete.
+administration, DeleteGroups and OffsetDelete; and OffsetFetch, of one group or (v8)
+several.
 
 Kafka holds a JoinGroup response until every member has rejoined, and a follower's
 SyncGroup response until the leader has sent the assignment. Here both are long polls
@@ -38,6 +39,7 @@ from app.protocol import (
     MemberAssignment,
     MetadataRequest,
     OffsetDeleteRequest,
+    OffsetFetchRequest,
     SyncGroupRequest,
     SyncGroupResponse,
     TopicPartitionKey,
@@ -246,6 +248,65 @@ def offset_delete(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
         "error_code": KafkaError.NO_ERROR,
         "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
     }
+
+
+def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """Before v8 one group, its error also the response's; from v8 several, each answered
+    on its own as Kafka's coordinator answers it (a group refused as a whole: its error,
+    no topics), v9's member and epoch checked against a consumer group's."""
+    stable = getattr(request, "require_stable", False)
+    if request.__version__ < 8:
+        group = _offset_fetch_group(broker, request.group_id, request.topics, stable)
+        return {"topics": group["topics"], "error_code": group["error_code"]}
+    groups = []
+    for g in request.groups:
+        answer = _offset_fetch_group(
+            broker, g.group_id, g.topics, stable, getattr(g, "member_id", None),
+            getattr(g, "member_epoch", -1),
+        )  # fmt: skip
+        if answer.pop("refused"):
+            answer["topics"] = []
+        groups.append(answer)
+    return {"groups": groups}
+
+
+def _offset_fetch_group(
+    broker: Broker,
+    group_id: str,
+    topics: Any,
+    require_stable: bool,
+    member_id: str | None = None,
+    member_epoch: int = -1,
+) -> dict[str, Any]:
+    asked = None
+    if topics is not None:
+        asked = [(t.name, p) for t in topics for p in t.partition_indexes]
+    a = broker.handle(OffsetFetchRequest(group_id, asked, require_stable, member_id, member_epoch))
+    wanted = asked if asked is not None else sorted(a.offsets)
+    # Partitions' own errors (UNSTABLE_OFFSET_COMMIT) are theirs alone, as Kafka answers.
+    group_code = KafkaError.NO_ERROR if a.partition_errors else a.error_code
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in wanted:
+        found = a.offsets.get((topic, partition))
+        code = a.partition_errors.get((topic, partition), group_code)
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": partition, "error_code": code,
+             "committed_offset": -1 if found is None else found.offset,
+             "committed_leader_epoch": -1 if found is None else found.leader_epoch,
+             "metadata": _NO_METADATA if found is None or found.metadata is None
+             else found.metadata}
+        )  # fmt: skip
+    return {
+        "group_id": group_id,
+        "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
+        "error_code": group_code,
+        "refused": group_code != KafkaError.NO_ERROR,
+    }
+
+
+# Kafka's metadata of an offset committed with none, and of a partition with no offset
+# (OffsetFetchResponse.NO_METADATA): the empty string, never null.
+_NO_METADATA = ""
 
 
 def consumer_group_heartbeat(broker: Broker, node: Node, request: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from tests.conformance.raw_calls import (
     DESCRIBE_GROUPS,
     LIST_GROUPS,
     OFFSET_COMMIT,
+    OFFSET_FETCH,
     call,
     error,
 )
@@ -210,3 +211,68 @@ def scenario_offsets_are_fenced_by_the_member_epoch(target: Target) -> Observati
 
 def test_offsets_are_fenced_by_the_member_epoch(targets: tuple[Target, Target]) -> None:
     same(scenario_offsets_are_fenced_by_the_member_epoch, *targets)
+
+
+def _fetched(answer: Any) -> list[Any]:
+    """Each group of an OffsetFetch (v8+) answer: its error and its partitions' offsets."""
+    return [
+        [error(g.error_code),
+         [[p.partition_index, p.committed_offset, error(p.error_code)]
+          for t in g.topics for p in t.partitions]]
+        for g in answer.groups
+    ]  # fmt: skip
+
+
+def scenario_offset_fetch_checks_the_member_epoch(target: Target) -> Observation:
+    """OffsetFetch v8 asks for several groups at once, each answered on its own (a group
+    that does not exist: no offsets); v9 names a consumer group's member, which must be
+    one at its current epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID), unless it names
+    none (null, -1)."""
+    topic = target.create_topic("cg-fetch", 2)
+    group, other = target.name_for("cg-fetch"), target.name_for("cg-fetch-none")
+    a = str(uuid.uuid4())
+    epoch = _join(target, group, a, [topic]).member_epoch
+    commit = {"group_id": group, "member_id": a, "generation_id_or_member_epoch": epoch,
+              "topics": [{"name": topic, "partitions": [
+                  {"partition_index": 0, "committed_offset": 3, "committed_metadata": ""}]}]}  # fmt: skip
+    seen: list[Any] = [
+        error(call(target, OFFSET_COMMIT, 9, commit).topics[0].partitions[0].error_code)
+    ]
+    asked = [{"name": topic, "partition_indexes": [0, 1]}]
+    both = {"groups": [{"group_id": group, "topics": asked},
+                       {"group_id": other, "topics": asked}]}  # fmt: skip
+    seen.append(_fetched(call(target, OFFSET_FETCH, 8, both)))
+    for member, member_epoch in ((a, epoch), (a, epoch + 1), (a, epoch - 1),
+                                 (a + "x", epoch), (None, -1), ("", -1)):  # fmt: skip
+        one = {"groups": [{"group_id": group, "member_id": member, "member_epoch": member_epoch,
+                           "topics": asked}]}  # fmt: skip
+        seen.append(_fetched(call(target, OFFSET_FETCH, 9, one)))
+    return seen
+
+
+def test_offset_fetch_checks_the_member_epoch(targets: tuple[Target, Target]) -> None:
+    same(scenario_offset_fetch_checks_the_member_epoch, *targets)
+
+
+def scenario_a_member_commits_at_version_9_only(target: Target) -> Observation:
+    """A consumer-protocol member's OffsetCommit below v9 (a generation, not a member
+    epoch) is UNSUPPORTED_VERSION; one from no member while the group has members is
+    UNKNOWN_MEMBER_ID; v9 at the member's epoch is accepted."""
+    topic = target.create_topic("cg-v8", 1)
+    group = target.name_for("cg-v8")
+    a = str(uuid.uuid4())
+    epoch = _join(target, group, a, [topic]).member_epoch
+    seen: list[Any] = []
+    for version, member, member_epoch in ((8, a, epoch), (8, a, epoch + 1), (8, "", -1),
+                                          (8, a + "x", epoch), (9, a, epoch)):  # fmt: skip
+        commit = {"group_id": group, "member_id": member,
+                  "generation_id_or_member_epoch": member_epoch,
+                  "topics": [{"name": topic, "partitions": [
+                      {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]}  # fmt: skip
+        answer = call(target, OFFSET_COMMIT, version, commit)
+        seen.append([version, error(answer.topics[0].partitions[0].error_code)])
+    return seen
+
+
+def test_a_member_commits_at_version_9_only(targets: tuple[Target, Target]) -> None:
+    same(scenario_a_member_commits_at_version_9_only, *targets)
