@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import psycopg
 
-from app.console import data, series
+from app.console import charts, data, series
 from app.console import sql as console_sql
 from app.console.templates import environment
 from app.groups import sql as groups_sql
@@ -68,8 +68,9 @@ def pages(run: Run) -> Measured:
         offset = n // 2
 
         def overview() -> None:
+            d = data.overview(broker)
             templates.get_template("overview.html").render(
-                d=data.overview(broker), charts=[], lag_chart="", user="admin"
+                d=d, **charts.overview_page(d), user="admin"
             )
 
         def records() -> None:

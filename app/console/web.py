@@ -176,11 +176,7 @@ def create_app(
     def overview_extra(
         request: Request, broker: BrokerContext, d: dict[str, Any]
     ) -> dict[str, Any]:
-        lags = [(f"{p['topic']}-{p['partition']}", p["lag"]) for p in d["lso_lag"]]
-        return {
-            "lag_chart": drawn.bars("LSO lag now", "records", lags),
-            "charts": drawn.overview(d["series"]) if d["cluster"] else [],
-        }
+        return drawn.overview_page(d)
 
     def transactions_extra(
         request: Request, broker: BrokerContext, d: dict[str, Any]
