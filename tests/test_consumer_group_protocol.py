@@ -314,4 +314,50 @@ def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed(
         if answer.assignment is not None:
             given = count(answer)
         time.sleep(0.1)
-    assert given == 2 and stuck.error_code == KafkaError.UNKNOWN_MEMBER_ID
+    assert given == 2
+    # Removed by its own heartbeat or by the coordinator's timer, whichever came first.
+    stuck = beat(server, "g7", a, first.member_epoch, topic_partitions=owned(first))
+    assert stuck.error_code == KafkaError.UNKNOWN_MEMBER_ID
+
+
+def test_the_coordinators_timer_removes_members_past_their_session(
+    make_broker: Any, clock: Any
+) -> None:
+    """Rule 61: the coordinator loop's pass removes a consumer group's members past
+    their session (Kafka's session timer), with no heartbeat, Describe or ListGroups to
+    notice: the group epoch moves on and the member left is given the dead one's
+    partitions at its next heartbeat; a member that heartbeat in time stays."""
+    from app.broker.loop import CoordinatorLoop
+    from app.protocol import ConsumerGroupHeartbeatRequest as Beat
+
+    b = make_broker({"tt": 2}, clock=clock, transaction_log_partitions=1)
+    session = b.settings.group_consumer_session_timeout_ms
+    dead, alive = str(uuid.uuid4()), str(uuid.uuid4())
+    for member in (dead, alive):
+        joined = b.handle(Beat("gt", member, 0, rebalance_timeout_ms=30000,
+                               subscribed_topic_names=("tt",), owned={}))  # fmt: skip
+        assert joined.error_code == 0
+    epoch = joined.member_epoch
+
+    def members() -> set[str]:
+        with b.engine.connect() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT member_id FROM consumer_group_members WHERE group_id = 'gt'"
+            )
+            return {r.member_id for r in rows}
+
+    clock.advance(session // 2)
+    assert b.handle(Beat("gt", alive, epoch)).error_code == 0
+    loop = CoordinatorLoop(b)
+    assert loop.run_once().expired_members == 0 and members() == {dead, alive}
+    clock.advance(session // 2 + 1)
+    assert loop.run_once().expired_members == 1
+    assert members() == {alive}
+    held: tuple[int, ...] = ()
+    for _ in range(4):  # revoke-then-assign settles within a few heartbeats
+        answer = b.handle(Beat("gt", alive, epoch, owned={"tt": held}))
+        assert answer.error_code == 0
+        epoch = answer.member_epoch
+        if answer.assignment is not None:
+            held = answer.assignment.get("tt", ())
+    assert held == (0, 1)

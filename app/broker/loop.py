@@ -8,7 +8,8 @@ holds that partition's lease, and every takeover bumps the partition's coordinat
 - time out BEGIN transactions past transaction.timeout.ms: fence (bump epoch), then abort,
   so no LSO stays pinned by a stalled producer (docs/design.md rule 10);
 - expire transactional ids idle for transactional.id.expiration.ms (EMPTY/COMPLETE only);
-- expire idle producer state (whoever holds partition 0);
+- expire idle producer state, and remove consumer group members past their session or
+  rebalance timeout (whoever holds partition 0);
 - every ``log_cleaner_interval_ms``, clean (retention, compaction) the topic partitions
   that hash to its leases (app.cleaner).
 
@@ -44,6 +45,7 @@ from app.coordinator.handlers import coordinator_epoch, fence_and_abort, roll_fo
 from app.coordinator.metadata import is_expirable, is_timed_out
 from app.coordinator.txn_log import load_for_update, persist
 from app.errors import KafkaError, KafkaException, fail
+from app.groups.consumer import expire_sessions
 from app.log.expiry import expire_producer_states
 from app.storage.context import BrokerContext
 from app.storage.engine import retry_conflicts
@@ -102,6 +104,7 @@ class PassStats:
     timed_out: int = 0
     expired_ids: int = 0
     expired_producers: int = 0
+    expired_members: int = 0
     fenced: int = 0
     cleaned_records: int = 0
     failed: int = 0
@@ -112,6 +115,7 @@ class PassStats:
         self.timed_out += other.timed_out
         self.expired_ids += other.expired_ids
         self.expired_producers += other.expired_producers
+        self.expired_members += other.expired_members
         self.fenced += other.fenced
         self.cleaned_records += other.cleaned_records
         self.failed += other.failed
@@ -195,6 +199,14 @@ class CoordinatorLoop:
                 if ends_the_pass(exc):
                     raise
                 self._failed("expire_producers", "producer state expiry failed", exc, now, stats)
+            try:  # KIP-848's session and rebalance timeouts, the coordinator's timers
+                stats.expired_members = expire_sessions(self.broker, now)
+            except Exception as exc:
+                if ends_the_pass(exc):
+                    raise
+                self._failed(
+                    "expire_members", "consumer group member expiry failed", exc, now, stats
+                )
         interval = self.broker.settings.log_cleaner_interval_ms
         if self.cleaning_allowed and interval > 0 and now - self._last_clean_ms >= interval:
             self._last_clean_ms = now  # a failed cleaning waits one interval too

@@ -687,6 +687,35 @@ def expire_idle(conn: Connection, broker: BrokerContext, group_id: str, now: int
     _Heartbeat(conn, broker, group, now, assignors).expire()
 
 
+def expire_sessions(broker: BrokerContext, now: int) -> int:
+    """The coordinator's timers, as Kafka's are: members past their session or their
+    rebalance timeout removed from every consumer group, each a new group epoch and a
+    new target for those left, with no heartbeat, Describe or ListGroups needed to notice
+    (a group whose members all died moves on alone). Each group is its own DB
+    transaction; returns how many members were removed."""
+    session = broker.settings.group_consumer_session_timeout_ms
+    with broker.engine.connect() as conn:
+        groups = (
+            conn.execute(sql.CONSUMER_GROUPS_TIMED_OUT, {"now": now, "session_ms": session})
+            .scalars()
+            .all()
+        )
+    return sum(_expire_group(broker, group_id, now) for group_id in groups)
+
+
+@retry_conflicts
+def _expire_group(broker: BrokerContext, group_id: str, now: int) -> int:
+    with broker.engine.begin() as conn:
+        group = conn.execute(sql.LOCK_CONSUMER_GROUP, {"group_id": group_id}).first()
+        if group is None or group.group_type != CONSUMER:
+            return 0
+        assignors = configured_assignors(broker.settings.group_consumer_assignors)
+        beat = _Heartbeat(conn, broker, group, now, assignors)
+        before = len(beat.members)
+        beat.expire()
+        return before - len(beat.members)
+
+
 def describe_one(conn: Connection, group_id: str, assignors_text: str) -> ConsumerGroupDescribed:
     group = None
     if "\x00" not in group_id:  # no group can have it: kip98 cannot store NUL

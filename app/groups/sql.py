@@ -368,6 +368,13 @@ CONSUMER_GROUPS_IDLE = text(
     "SELECT DISTINCT group_id FROM consumer_group_members "
     "WHERE last_heartbeat_ms + :session_ms < :now ORDER BY group_id"
 )
+# The consumer groups with a member past its session or its revocation deadline: the
+# coordinator's timers remove them (consumer.expire_sessions).
+CONSUMER_GROUPS_TIMED_OUT = text(
+    "SELECT DISTINCT group_id FROM consumer_group_members "
+    "WHERE last_heartbeat_ms + :session_ms < :now OR revocation_deadline_ms < :now "
+    "ORDER BY group_id"
+)
 CONSUMER_MEMBER_TOPICS = text(
     "SELECT member_id, subscribed_topic_names AS topics FROM consumer_group_members "
     "WHERE group_id = :group_id ORDER BY member_id"
