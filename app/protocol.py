@@ -720,6 +720,25 @@ class HeartbeatResponse:
     error_message: str | None = None
 
 
+# KIP-848's server-side assignors kip98 serves, by the names a member's
+# ``server_assignor`` (the Java client's group.remote.assignor) gives.
+CONSUMER_GROUP_ASSIGNORS: Final = ("uniform", "range")
+
+
+def configured_assignors(text: str) -> tuple[str, ...]:
+    """``KIP98_GROUP_CONSUMER_ASSIGNORS``, the first the default: INVALID_CONFIG for a
+    name not served, or none, so ``kip98 serve`` refuses it at start in one line."""
+    names = tuple(a.strip() for a in text.split(",") if a.strip())
+    unknown = [a for a in names if a not in CONSUMER_GROUP_ASSIGNORS]
+    if unknown or not names:
+        raise fail(
+            KafkaError.INVALID_CONFIG,
+            f"KIP98_GROUP_CONSUMER_ASSIGNORS: {unknown or text!r} not among "
+            f"{list(CONSUMER_GROUP_ASSIGNORS)}",
+        )
+    return names
+
+
 @dataclass(frozen=True)
 class ConsumerGroupHeartbeatRequest(Request["ConsumerGroupHeartbeatResponse"]):
     """KIP-848's heartbeat. Fields None (or -1) are "unchanged since the last heartbeat";

@@ -264,6 +264,17 @@ def test_a_bad_feature_pin_stops_serve_with_one_line(db_url: str, pin: str) -> N
     assert "KIP98_FEATURES" in lines[0]
 
 
+@pytest.mark.parametrize("assignors", ["sticky", "uniform,cooperative", ","])
+def test_an_unknown_assignor_stops_serve_with_one_line(db_url: str, assignors: str) -> None:
+    result = subprocess.run(
+        [str(KIP98_BIN), "serve", "--listen", "127.0.0.1:0"], capture_output=True, text=True,
+        timeout=120, input="", env={**os.environ, "KIP98_GROUP_CONSUMER_ASSIGNORS": assignors},
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert "KIP98_GROUP_CONSUMER_ASSIGNORS" in lines[0]
+
+
 def test_a_group_whose_members_all_died_is_described_empty(db_url: str, broker: Broker) -> None:
     """No member heartbeats, so none expires the others: ConsumerGroupDescribe and
     ListGroups remove the members past their session themselves (rule 61) and show the

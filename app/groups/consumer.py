@@ -27,7 +27,6 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.consumer_assignment import (
-    ASSIGNORS,
     GROUP_EMPTY,
     UNREVOKED_PARTITIONS,
     Assignment,
@@ -44,6 +43,7 @@ from app.protocol import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    configured_assignors,
 )
 from app.security import needs
 from app.security.authorizer import authorize_all, refusal_for
@@ -208,17 +208,6 @@ def subscribed_topics(m: Member, topics: Mapping[str, int]) -> set[str]:
         pattern = compiled_regex(m.subscribed_topic_regex)
         found |= {t for t in topics if pattern.fullmatch(t)}
     return found
-
-
-def configured_assignors(text: str) -> tuple[str, ...]:
-    names = tuple(a.strip() for a in text.split(",") if a.strip())
-    unknown = [a for a in names if a not in ASSIGNORS]
-    if unknown or not names:
-        raise fail(
-            KafkaError.INVALID_CONFIG,
-            f"KIP98_GROUP_CONSUMER_ASSIGNORS: {unknown or text!r} not among {list(ASSIGNORS)}",
-        )
-    return names
 
 
 def preferred_assignor(members: list[Member], assignors: tuple[str, ...]) -> str:

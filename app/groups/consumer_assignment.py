@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from app.groups.assignor import range_assign
+from app.protocol import CONSUMER_GROUP_ASSIGNORS
 
 Assignment = Mapping[str, frozenset[int]]
 
@@ -29,8 +30,8 @@ GROUP_EMPTY, GROUP_ASSIGNING, GROUP_RECONCILING, GROUP_STABLE = (
     "Reconciling",
     "Stable",
 )
-UNIFORM, RANGE = "uniform", "range"
-ASSIGNORS = (UNIFORM, RANGE)
+ASSIGNORS = CONSUMER_GROUP_ASSIGNORS
+UNIFORM, RANGE = ASSIGNORS
 
 
 def pairs(assignment: Assignment) -> set[tuple[str, int]]:
