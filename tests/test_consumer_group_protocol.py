@@ -92,6 +92,11 @@ def test_the_operator_pins_group_version_0_and_the_heartbeat_is_unsupported(
         server, API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
     )
     assert {f.name for f in v3.finalized_features} == {"transaction.version"}
+    # Kafka 4.4 with group.version downgraded to 0 still lists ConsumerGroupHeartbeat and
+    # ConsumerGroupDescribe at 0-1 (kafka-features downgrade, then ApiVersions): so does
+    # kip98, and answers them UNSUPPORTED_VERSION.
+    keys = {k.api_key: (k.min_version, k.max_version) for k in v3.api_keys}
+    assert keys[HEARTBEAT] == (0, 1) and keys[DESCRIBE] == (0, 1)
     answer = join(server, "g", str(uuid.uuid4()), ["t"])
     assert answer.error_code == 35  # UNSUPPORTED_VERSION, as Kafka with the feature off
     described = call(server, DESCRIBE, 0, {"group_ids": ["g"]})
