@@ -337,7 +337,7 @@ to four times Kafka's CPU on a record, more than half of it in PostgreSQL (the r
 COPY and the statements and commit around it). Sampled by py-spy
 (`--kafka-profile`, the thread holding the GIL), serve's Python runs only 11-15% of the
 pass: the produce path (`Server.answer` → `Broker.handle` → `produce_batches` →
-`append_batches` → `append` → `_append_on_remembered`) holds it 9-10% of the time, and
+`append_batches` → the one-query append, `append.append_one_query`) holds it 9-10% of the time, and
 no function of its own takes more than about 1%: the records' encoding for COPY
 (`copy_records._piece`, `_nullable`, `encode_rows`, `copy_payloads_of`), psycopg's
 `copy_to`, the remembered partition row's parameters (`partition_lock._remembered_params`),
