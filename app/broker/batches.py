@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from app.broker import strategy
 from app.broker.work import Work
-from app.coordinator.guard import check_produce, load_for_produce
+from app.coordinator.guard import admitted_on_remembered, check_produce, load_for_produce
 from app.coordinator.handlers import Registration, check_registration, record_registration
-from app.coordinator.txn_log import remembered_txn, share_version_query, version_matches
+from app.coordinator.txn_log import share_version_query, version_matches
 from app.errors import KafkaError, KafkaException
 from app.log.append import append, append_one_query, check_request, keyless_refusal, refusal
 from app.log.compacted import is_compacted
@@ -105,13 +105,8 @@ def _append_one_query(
     tid = requests[0].transactional_id if requests[0].is_transactional else None
     guard = None
     if tid is not None:
-        memory = remembered_txn(work.conn, tid)
+        memory = admitted_on_remembered(work.conn, tid, requests)
         if memory is None:
-            return None
-        try:
-            for req in requests:
-                check_produce(memory.leased.meta, req)
-        except KafkaException:
             return None
         read = share_version_query(work.conn, tid)
         moved = "the transactional id's row moved"

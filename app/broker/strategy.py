@@ -16,10 +16,9 @@ from typing import Literal, TypeVar
 
 from sqlalchemy import Connection
 
-from app.coordinator.guard import check_produce
+from app.coordinator.guard import admitted_on_remembered
 from app.coordinator.metadata import bumped_identity, end_retry_outcome
 from app.coordinator.txn_log import remembered_txn
-from app.errors import KafkaException
 from app.log.append import on_remembered_rows
 from app.log.partition_lock import remembered
 from app.protocol import NO_PRODUCER_ID, ProduceBatchesRequest, ProduceRequest, TopicPartitionKey
@@ -119,15 +118,8 @@ def _produce_eligible(conn: Connection, batches: Sequence[ProduceRequest]) -> bo
     if len(tids) != 1:
         return False  # plain idempotent and transactional batches, or several ids
     [tid] = tids
-    if tid is not None:
-        memory = remembered_txn(conn, tid)
-        if memory is None:
-            return False
-        try:
-            for b in batches:
-                check_produce(memory.leased.meta, b)
-        except KafkaException:
-            return False  # a refusal is decided only on the row read under its lock
+    if tid is not None and admitted_on_remembered(conn, tid, batches) is None:
+        return False
     return on_remembered_rows(conn, batches)
 
 

@@ -9,12 +9,14 @@ partition, or one from a fenced instance is refused here and never reaches the l
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import Connection
 
 from app.coordinator import machines as m
 from app.coordinator import sql
 from app.coordinator.metadata import TxnMetadata, check_producer
-from app.coordinator.txn_log import RememberedTxn, versioned
+from app.coordinator.txn_log import RememberedTxn, remembered_txn, versioned
 from app.errors import KafkaError, KafkaException, fail
 from app.protocol import ProduceRequest
 
@@ -44,6 +46,23 @@ def check_produce(meta: TxnMetadata | None, req: ProduceRequest) -> None:
             KafkaError.INVALID_TXN_STATE,
             f"{req.topic} [{req.partition}] was not added to the transaction (AddPartitionsToTxn)",
         )
+
+
+def admitted_on_remembered(
+    conn: Connection, transactional_id: str, batches: Sequence[ProduceRequest]
+) -> RememberedTxn | None:
+    """The id's row as this process last wrote or read it, if it remembers one and every
+    batch would be admitted on it (``check_produce``); else None: a refusal is decided only
+    on the row read under its lock (docs/design.md §3.12)."""
+    memory = remembered_txn(conn, transactional_id)
+    if memory is None:
+        return None
+    try:
+        for req in batches:
+            check_produce(memory.leased.meta, req)
+    except KafkaException:
+        return None
+    return memory
 
 
 def check_txn_offsets(
