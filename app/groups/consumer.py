@@ -18,8 +18,8 @@ import json
 import re
 import uuid
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -43,6 +43,7 @@ from app.protocol import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    TopicPartitionKey,
     configured_assignors,
 )
 from app.security import needs
@@ -72,10 +73,23 @@ class Member:
     last_heartbeat_ms: int
     revocation_deadline_ms: int | None
     joined_ms: int
+    # Per partition it owns, the member epoch it was assigned at (KIP-1251).
+    assignment_epochs: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
 def _assignment(stored: Any) -> dict[str, frozenset[int]]:
     return {t: frozenset(ps) for t, ps in sorted((stored or {}).items())}
+
+
+def _assignment_epochs(stored: Any) -> dict[TopicPartitionKey, int]:
+    return {(t, int(p)): int(e) for t, ps in (stored or {}).items() for p, e in ps.items()}
+
+
+def owned_since(m: Member) -> dict[TopicPartitionKey, int]:
+    """Each partition the member owns (assigned or pending revocation) with the member
+    epoch it was assigned at: the epoch it already had, else the member's current one."""
+    owned = pairs(m.epochs.assigned) | pairs(m.epochs.pending_revocation)
+    return {tp: m.assignment_epochs.get(tp, m.epochs.member_epoch) for tp in sorted(owned)}
 
 
 def _stored(assignment: Assignment) -> str:
@@ -92,11 +106,15 @@ def _member(row: Any) -> Member:
             _assignment(row.assigned), _assignment(row.pending_revocation),
         ),
         _assignment(row.target), row.last_heartbeat_ms, row.revocation_deadline_ms,
-        row.joined_ms,
+        row.joined_ms, _assignment_epochs(row.assignment_epochs),
     )  # fmt: skip
 
 
 def _save(conn: Connection, group_id: str, m: Member) -> None:
+    m.assignment_epochs = owned_since(m)
+    epochs: dict[str, dict[str, int]] = {}
+    for (topic, partition), epoch in m.assignment_epochs.items():
+        epochs.setdefault(topic, {})[str(partition)] = epoch
     conn.execute(
         sql.UPSERT_CONSUMER_MEMBER,
         {
@@ -112,6 +130,7 @@ def _save(conn: Connection, group_id: str, m: Member) -> None:
             "pending_revocation": _stored(m.epochs.pending_revocation),
             "target": _stored(m.target), "last_heartbeat_ms": m.last_heartbeat_ms,
             "revocation_deadline_ms": m.revocation_deadline_ms, "joined_ms": m.joined_ms,
+            "assignment_epochs": json.dumps(epochs),
         },
     )  # fmt: skip
 
@@ -572,13 +591,14 @@ def check_member_epoch(
     *,
     transactional: bool,
     before_member_epochs: bool = False,
+    partitions: Collection[TopicPartitionKey] = (),
 ) -> bool:
     """For a consumer group, an offset commit's member and epoch, as Kafka's
     ConsumerGroup checks them: epoch -1 passes while the group has no members; otherwise
     the member must exist (UNKNOWN_MEMBER_ID), commit at an OffsetCommit version that
     carries a member epoch (``before_member_epochs``, below v9: UNSUPPORTED_VERSION), and
     at that very epoch (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION for a TxnOffsetCommit):
-    KIP-447's fencing of a zombie. Returns False when ``group_id`` is not a consumer group
+    KIP-447's fencing of a zombie; an earlier epoch only for ``partitions`` it still owns. Returns False when ``group_id`` is not a consumer group
     (the classic checks apply). A member is one until a heartbeat or the coordinator's
     timer (``expire_sessions``) removes it."""
     group = conn.execute(sql.CONSUMER_GROUPS, {"group_ids": [group_id]}).first()
@@ -598,13 +618,33 @@ def check_member_epoch(
             "OffsetCommit version 9 or above must be used by members using the consumer "
             "group protocol.",
         )
-    if member_epoch != member.member_epoch:
-        # A TxnOffsetCommit's stale epoch is ILLEGAL_GENERATION, as Kafka answers it.
+    # A TxnOffsetCommit's stale epoch is ILLEGAL_GENERATION, as Kafka answers it.
+    stale = KafkaError.ILLEGAL_GENERATION if transactional else KafkaError.STALE_MEMBER_EPOCH
+    if member_epoch > member.member_epoch:
         raise fail(
-            KafkaError.ILLEGAL_GENERATION if transactional else KafkaError.STALE_MEMBER_EPOCH,
-            f"The received member epoch {member_epoch} does not match the expected member "
-            f"epoch {member.member_epoch}.",
+            stale,
+            f"Received member epoch {member_epoch} is newer than current member epoch "
+            f"{member.member_epoch}.",
         )
+    if member_epoch < member.member_epoch:
+        # An earlier epoch commits the partitions the member owns (assigned, or pending
+        # revocation) since that epoch or before, as Kafka 4.4 lets it (KIP-1251): a
+        # commit sent while a heartbeat moved the member on is not refused for the move.
+        since = _assignment_epochs(member.assignment_epochs)
+        for topic, partition in sorted(partitions):
+            assigned_at = since.get((topic, partition))
+            if assigned_at is None:
+                raise fail(
+                    stale,
+                    f"Partition {topic}-{partition} is not assigned or pending revocation "
+                    "for member.",
+                )
+            if member_epoch < assigned_at:
+                raise fail(
+                    stale,
+                    f"Received member epoch {member_epoch} is older than assignment epoch "
+                    f"{assigned_at} for partition {topic}-{partition}.",
+                )
     return True
 
 

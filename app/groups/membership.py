@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +49,7 @@ from app.protocol import (
     MemberAssignment,
     SyncGroupRequest,
     SyncGroupResponse,
+    TopicPartitionKey,
 )
 from app.security import needs
 from app.security.authorizer import authorize_all, denied_checks, refusal_for
@@ -728,8 +729,11 @@ def check_generation(
     *,
     transactional: bool = False,
     before_member_epochs: bool = False,
+    partitions: Collection[TopicPartitionKey] = (),
 ) -> None:
-    """Offset commits from a group member must come from its current, stable generation.
+    """Offset commits from a group member must come from its current, stable generation
+    (in a consumer group, its member epoch: ``check_member_epoch``, with the ``partitions``
+    committed).
 
     Generation -1 (a consumer using assign() only, an admin) is accepted while the group
     has no members, as Kafka accepts it; in a classic group with members an OffsetCommit
@@ -740,7 +744,7 @@ def check_generation(
     """
     if check_member_epoch(
         conn, group_id, member_id, generation_id, transactional=transactional,
-        before_member_epochs=before_member_epochs,
+        before_member_epochs=before_member_epochs, partitions=partitions,
     ):  # fmt: skip
         return  # a consumer group's commit: KIP-848's member epoch checked
     if generation_id < 0 and group_instance_id is None and (transactional or not member_id):

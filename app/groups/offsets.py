@@ -168,7 +168,7 @@ def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetComm
             refused = refused_partitions(conn, broker, req.offsets)
             check_generation(
                 conn, req.group_id, req.member_id, req.generation_id, now, req.group_instance_id,
-                before_member_epochs=req.before_member_epochs,
+                before_member_epochs=req.before_member_epochs, partitions=req.offsets.keys(),
             )  # fmt: skip
             accepted = {tp: om for tp, om in req.offsets.items() if tp not in refused}
             if accepted:
@@ -203,7 +203,7 @@ def record_txn_offsets(
     nothing reads, are queued on ``writes`` if given."""
     check_generation(
         conn, req.group_id, req.member_id, req.generation_id, now_ms, req.group_instance_id,
-        transactional=True,
+        transactional=True, partitions=accepted.keys(),
     )  # fmt: skip
     params = {
         **_columns(accepted), "group_id": req.group_id, "now": now_ms,

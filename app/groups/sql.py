@@ -358,7 +358,7 @@ _CONSUMER_MEMBER_COLUMNS = (
     "member_id, instance_id, rack_id, client_id, client_host, subscribed_topic_names, "
     "subscribed_topic_regex, server_assignor, rebalance_timeout_ms, member_epoch, "
     "previous_member_epoch, state, assigned, pending_revocation, target, last_heartbeat_ms, "
-    "revocation_deadline_ms, joined_ms"
+    "revocation_deadline_ms, joined_ms, assignment_epochs"
 )
 CONSUMER_MEMBERS_IDLE = text(
     "SELECT EXISTS (SELECT 1 FROM consumer_group_members WHERE group_id = :group_id "
@@ -390,7 +390,8 @@ UPSERT_CONSUMER_MEMBER = text(
             CAST(:subscribed_topic_names AS jsonb), :subscribed_topic_regex, :server_assignor,
             :rebalance_timeout_ms, :member_epoch, :previous_member_epoch, :state,
             CAST(:assigned AS jsonb), CAST(:pending_revocation AS jsonb), CAST(:target AS jsonb),
-            :last_heartbeat_ms, :revocation_deadline_ms, :joined_ms)
+            :last_heartbeat_ms, :revocation_deadline_ms, :joined_ms,
+            CAST(:assignment_epochs AS jsonb))
     ON CONFLICT (group_id, member_id) DO UPDATE SET
         instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id,
         client_id = EXCLUDED.client_id, client_host = EXCLUDED.client_host,
@@ -402,7 +403,8 @@ UPSERT_CONSUMER_MEMBER = text(
         previous_member_epoch = EXCLUDED.previous_member_epoch, state = EXCLUDED.state,
         assigned = EXCLUDED.assigned, pending_revocation = EXCLUDED.pending_revocation,
         target = EXCLUDED.target, last_heartbeat_ms = EXCLUDED.last_heartbeat_ms,
-        revocation_deadline_ms = EXCLUDED.revocation_deadline_ms
+        revocation_deadline_ms = EXCLUDED.revocation_deadline_ms,
+        assignment_epochs = EXCLUDED.assignment_epochs
     """
 )
 DELETE_CONSUMER_MEMBER = text(

@@ -461,6 +461,9 @@ consumer_group_members = Table(
     Column("assigned", JSONB, nullable=False),
     Column("pending_revocation", JSONB, nullable=False),
     Column("target", JSONB, nullable=False),
+    # Per partition it owns, the member epoch it was assigned at: a commit of an earlier
+    # epoch passes for a partition it owned then (KIP-1251).
+    Column("assignment_epochs", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("last_heartbeat_ms", BigInteger, nullable=False),
     # While it holds partitions it was asked to revoke: when its rebalance timeout ends.
     Column("revocation_deadline_ms", BigInteger),

@@ -8,7 +8,7 @@ import time
 import uuid
 from typing import Any
 
-from tests.conformance.harness import Observation, Target, same
+from tests.conformance.harness import Observation, Target, run_both, same
 from tests.conformance.raw_calls import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
@@ -276,3 +276,52 @@ def scenario_a_member_commits_at_version_9_only(target: Target) -> Observation:
 
 def test_a_member_commits_at_version_9_only(targets: tuple[Target, Target]) -> None:
     same(scenario_a_member_commits_at_version_9_only, *targets)
+
+
+def scenario_an_earlier_epoch_commits_what_the_member_owned_then(target: Target) -> Observation:
+    """KIP-1251: a member moved on to a new epoch (its subscription grew) may still commit
+    at its previous epoch the partitions it owned then, not those assigned at the new one;
+    an epoch newer than its own is stale."""
+    first_topic, second_topic = (
+        target.create_topic("cg-since-a", 1),
+        target.create_topic("cg-since-b", 1),
+    )
+    group = target.name_for("cg-since")
+    a = str(uuid.uuid4())
+    joined = _join(target, group, a, [first_topic])
+    before, held = joined.member_epoch, _owned(joined)
+    epoch = before
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline:  # until it owns both topics' partitions
+        answer = _beat(
+            target, group, a, epoch, subscribed_topic_names=[first_topic, second_topic],
+            topic_partitions=held,
+        )  # fmt: skip
+        assert error(answer.error_code) == "NONE", answer
+        epoch = answer.member_epoch
+        if answer.assignment is not None:
+            held = _owned(answer)
+        if sum(len(tp["partitions"]) for tp in held) == 2 and epoch > before:
+            break
+        time.sleep(0.2)
+    seen: list[Any] = [epoch > before]
+    for topic, member_epoch in ((first_topic, before), (second_topic, before),
+                                (second_topic, epoch), (first_topic, epoch + 1)):  # fmt: skip
+        commit = {"group_id": group, "member_id": a, "generation_id_or_member_epoch": member_epoch,
+                  "topics": [{"name": topic, "partitions": [
+                      {"partition_index": 0, "committed_offset": 0, "committed_metadata": ""}]}]}  # fmt: skip
+        answer = call(target, OFFSET_COMMIT, 9, commit)
+        seen.append(error(answer.topics[0].partitions[0].error_code))
+    return seen
+
+
+def test_an_earlier_epoch_commits_what_the_member_owned_then(
+    targets: tuple[Target, Target],
+) -> None:
+    on_kip98, on_kafka = run_both(
+        scenario_an_earlier_epoch_commits_what_the_member_owned_then, *targets
+    )
+    # What the scenario is for, as Kafka 4.4 answers it: the earlier epoch passes for the
+    # partition owned then only.
+    assert on_kafka == [True, "NONE", "STALE_MEMBER_EPOCH", "NONE", "STALE_MEMBER_EPOCH"]
+    assert on_kip98 == on_kafka
