@@ -234,16 +234,23 @@ def create_app(
         request.session.clear()
         return RedirectResponse("/login", status_code=303)
 
-    async def abort(request: Request) -> Response:
+    async def topic_action(request: Request) -> tuple[Any, BrokerContext, str, int]:
+        """An action's form on a partition, refused unless it carries the CSRF token, the
+        console may act and the user may see the topic: the form, the broker as the user,
+        the topic and the partition."""
         form = await checked_form(request)
         if read_only:
             raise _Refused(403, "the console is read-only")
         broker = broker_of(request)
         topic = str(form.get("topic", ""))
-        partition, start = _form_int(form, "partition"), _form_int(form, "start_offset")
         with broker.engine.connect() as conn:
             if not data.visible(conn, broker, TOPIC, [topic]):
                 raise _Refused(403, f"not authorized to Describe topic {topic!r}")
+        return form, broker, topic, _form_int(form, "partition")
+
+    async def abort(request: Request) -> Response:
+        form, broker, topic, partition = await topic_action(request)
+        start = _form_int(form, "start_offset")
 
         def run() -> bool:
             with AdminClient({"database.url": db_url, "principal": broker.principal}) as admin:
@@ -256,15 +263,9 @@ def create_app(
 
     async def delete_records(request: Request) -> Response:
         """Kafka's DeleteRecords for one partition: its log start moves to the offset."""
-        form = await checked_form(request)
-        if read_only:
-            raise _Refused(403, "the console is read-only")
-        broker = broker_of(request)
-        topic = str(form.get("topic", ""))
-        partition, before = _form_int(form, "partition"), _form_int(form, "before_offset")
+        form, broker, topic, partition = await topic_action(request)
+        before = _form_int(form, "before_offset")
         with broker.engine.connect() as conn:
-            if not data.visible(conn, broker, TOPIC, [topic]):
-                raise _Refused(403, f"not authorized to Describe topic {topic!r}")
             if not data.may_delete_records(conn, broker, topic):
                 raise _Refused(403, f"not authorized to Delete records of topic {topic!r}")
 
