@@ -681,6 +681,9 @@ class JoinGroupRequest(Request["JoinGroupResponse"]):
 @dataclass(frozen=True)
 class GroupMember:
     """A member as the classic protocol's leader sees it: its metadata for the chosen
+    # The partitions the member says it owns (its consumer protocol subscription, v1+):
+    # what a classic member of a consumer group still holds when it rejoins (KIP-848).
+    owned_partitions: tuple[TopicPartitionKey, ...] = ()
     protocol."""
 
     member_id: str
@@ -730,6 +733,23 @@ def configured_assignors(text: str) -> tuple[str, ...]:
     name not served, or none, so ``kip98 serve`` refuses it at start in one line."""
     names = tuple(a.strip() for a in text.split(",") if a.strip())
     unknown = [a for a in names if a not in CONSUMER_GROUP_ASSIGNORS]
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
+
+
+def migration_policy(text: str) -> tuple[bool, bool]:
+    """``KIP98_GROUP_CONSUMER_MIGRATION_POLICY`` (Kafka's group.consumer.migration.policy,
+    case-insensitive): whether a classic group may be upgraded to a consumer group, and a
+    consumer group downgraded back; INVALID_CONFIG for another value, so ``kip98 serve``
+    refuses it at start in one line."""
+    policy = text.strip().lower()
+    if policy not in MIGRATION_POLICIES:
+        raise fail(
+            KafkaError.INVALID_CONFIG,
+            f"KIP98_GROUP_CONSUMER_MIGRATION_POLICY: {text!r} not among {list(MIGRATION_POLICIES)}",
+        )
+    return policy in ("bidirectional", "upgrade"), policy in ("bidirectional", "downgrade")
+
+
     if unknown or not names:
         raise fail(
             KafkaError.INVALID_CONFIG,
@@ -849,6 +869,9 @@ class SyncGroupResponse:
 @dataclass(frozen=True)
 class LeaveGroupRequest(Request["LeaveGroupResponse"]):
     """A static member (KIP-345) may leave by ``group_instance_id`` with an empty
+    # A classic member of a consumer group (KIP-848): the coordinator's ``assignment``,
+    # which the wire front end encodes as a ConsumerProtocolAssignment of this version.
+    assignment_version: int | None = None
     ``member_id``; if both are given they must name the same member."""
 
     group_id: str

@@ -87,6 +87,9 @@ class BrokerSettings:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
     group_consumer_assignors: str = "uniform,range"
+    # KIP-848's online conversion between the classic and the consumer protocol (Kafka:
+    # group.consumer.migration.policy): bidirectional, upgrade, downgrade or disabled.
+    group_consumer_migration_policy: str = "bidirectional"
     # Feature levels advertised below the highest served, as Kafka's ``kafka-features``
     # downgrade sets them: ``name=level`` pairs, comma-separated (``group.version=0``).
     features: str = ""

@@ -14,6 +14,7 @@ from (docs/design.md rules 60-62).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
@@ -26,6 +27,7 @@ from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
+from app.groups.classic import choose_protocol
 from app.groups.consumer_assignment import (
     GROUP_EMPTY,
     UNREVOKED_PARTITIONS,
@@ -45,6 +47,7 @@ from app.protocol import (
     ConsumerGroupHeartbeatResponse,
     TopicPartitionKey,
     configured_assignors,
+    migration_policy,
 )
 from app.security import needs
 from app.security.authorizer import authorize_all, refusal_for
@@ -75,6 +78,10 @@ class Member:
     joined_ms: int
     # Per partition it owns, the member epoch it was assigned at (KIP-1251).
     assignment_epochs: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    # A member of the classic protocol (KIP-848's online upgrade): the session timeout and
+    # protocols its JoinGroup carried ({"session_timeout_ms", "protocols": [{"name",
+    # "metadata" (base64)}]}); None: a member of the consumer protocol.
+    classic: dict[str, Any] | None = None
 
 
 def _assignment(stored: Any) -> dict[str, frozenset[int]]:
@@ -106,7 +113,7 @@ def _member(row: Any) -> Member:
             _assignment(row.assigned), _assignment(row.pending_revocation),
         ),
         _assignment(row.target), row.last_heartbeat_ms, row.revocation_deadline_ms,
-        row.joined_ms, _assignment_epochs(row.assignment_epochs),
+        row.joined_ms, _assignment_epochs(row.assignment_epochs), row.classic_member,
     )  # fmt: skip
 
 
@@ -131,6 +138,7 @@ def _save(conn: Connection, group_id: str, m: Member) -> None:
             "target": _stored(m.target), "last_heartbeat_ms": m.last_heartbeat_ms,
             "revocation_deadline_ms": m.revocation_deadline_ms, "joined_ms": m.joined_ms,
             "assignment_epochs": json.dumps(epochs),
+            "classic_member": None if m.classic is None else json.dumps(m.classic),
         },
     )  # fmt: skip
 
@@ -250,11 +258,12 @@ def consumer_group_heartbeat(
         now = broker.clock.now_ms()
         with broker.engine.begin() as conn:
             authorize_all(conn, broker, needs.group_membership(req.group_id))
-            group = _group_for(conn, req)
+            group = _group_for(conn, broker, req, now)
             heartbeat = _Heartbeat(conn, broker, group, now, assignors)
             if group.group_epoch == 0 and req.member_epoch == JOIN_EPOCH:
                 heartbeat.created()
-            heartbeat.expire()
+            # The member heartbeating is of the consumer protocol: no downgrade under it.
+            heartbeat.expire(downgrade=False)
             if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return heartbeat.leave(req)
             return heartbeat.beat(req, interval)
@@ -264,11 +273,14 @@ def consumer_group_heartbeat(
         )
 
 
-def _group_for(conn: Connection, req: ConsumerGroupHeartbeatRequest) -> Any:
+def _group_for(
+    conn: Connection, broker: BrokerContext, req: ConsumerGroupHeartbeatRequest, now: int
+) -> Any:
     """The group's row locked: created by a joining member; an empty classic group is
     taken over by one (Kafka deletes it and creates a consumer group); a classic group
-    with members, or no group at all for a member that is not joining, is
-    GROUP_ID_NOT_FOUND, as Kafka answers."""
+    with members is upgraded online by one (``upgrade``); no group at all for a member
+    that is not joining, or a classic group with members for one, is GROUP_ID_NOT_FOUND,
+    as Kafka answers."""
     group = conn.execute(sql.LOCK_CONSUMER_GROUP, {"group_id": req.group_id}).first()
     joining = req.member_epoch == JOIN_EPOCH
     if group is None:
@@ -280,13 +292,88 @@ def _group_for(conn: Connection, req: ConsumerGroupHeartbeatRequest) -> Any:
         classic_members = conn.execute(
             sql.CLASSIC_MEMBERS_LEFT, {"group_id": req.group_id}
         ).scalar()
-        if not joining or classic_members:
+        if not joining:
             raise fail(
                 KafkaError.GROUP_ID_NOT_FOUND, f"Group {req.group_id} is not a consumer group"
             )
-        conn.execute(sql.SET_GROUP_TYPE, {"group_id": req.group_id, "group_type": CONSUMER})
+        if classic_members:
+            upgrade(conn, broker, req.group_id, now)
+        else:
+            conn.execute(sql.SET_GROUP_TYPE, {"group_id": req.group_id, "group_type": CONSUMER})
         group = conn.execute(sql.LOCK_CONSUMER_GROUP, {"group_id": req.group_id}).one()
     return group
+
+
+def upgrade(conn: Connection, broker: BrokerContext, group_id: str, now: int) -> None:
+    """KIP-848's online upgrade, as Kafka 4.4 converts a classic group a consumer-protocol
+    member joins: allowed by the migration policy, for a group of the embedded consumer
+    protocol (else GROUP_ID_NOT_FOUND, Kafka's words); the group epoch and every member's
+    epoch become the classic generation, each member keeping its last assignment as its
+    target, Stable, a classic member of the consumer group. One event holds them all, so
+    the projection can be rebuilt (docs/design.md rule 64)."""
+    allowed, _ = migration_policy(broker.settings.group_consumer_migration_policy)
+    why = None
+    classic = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).one()
+    if not allowed:
+        why = "online upgrade is disabled"
+    elif classic.protocol_type != CONSUMER:
+        why = "the group does not use the consumer embedded protocol"
+    if why is not None:
+        raise fail(
+            KafkaError.GROUP_ID_NOT_FOUND,
+            f"Cannot upgrade classic group {group_id} to consumer group because {why}.",
+        )
+    # kip98's generation moves on when a rebalance starts, Kafka's when it completes.
+    settled = classic.state in ("Stable", "CompletingRebalance", "Empty")
+    epoch = classic.generation_id if settled else max(classic.generation_id - 1, 0)
+    members = []
+    for r in conn.execute(sql.MEMBERS, {"group_id": group_id}):
+        assigned = _assignment(_by_topic(r.assignment))
+        members.append(
+            Member(
+                r.member_id, r.group_instance_id, None, r.client_id, r.client_host,
+                sorted(set(r.topics or ())), None, None,
+                r.rebalance_timeout_ms or r.session_timeout_ms,
+                MemberAssignmentState(epoch, epoch, "stable", assigned, {}), dict(assigned),
+                r.last_heartbeat_ms, None, r.joined_ms, {},
+                classic_member(r.session_timeout_ms, r.protocol_names, r.protocol_metadata),
+            )
+        )  # fmt: skip
+    conn.execute(sql.DELETE_CLASSIC_MEMBERS, {"group_id": group_id})
+    conn.execute(sql.DELETE_PENDING_MEMBERS, {"group_id": group_id})
+    conn.execute(sql.CLASSIC_TO_CONSUMER, {"group_id": group_id, "group_epoch": epoch})
+    for m in members:
+        _save(conn, group_id, m)
+    _event(
+        conn, group_id, "converted_from_classic", epoch, now, None,
+        {"generation_id": classic.generation_id,
+         "members": {m.member_id: {**_member_detail(m), "classic": m.classic,
+                                   "subscribed_topic_names": m.subscribed_topic_names}
+                     for m in members}},
+    )  # fmt: skip
+
+
+def _by_topic(stored: Any) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for topic, partition in stored or ():
+        out.setdefault(topic, []).append(int(partition))
+    return out
+
+
+def classic_member(session_timeout_ms: int, names: Any, metadata: Any) -> dict[str, Any]:
+    """What a consumer group keeps of a classic member's JoinGroup."""
+    return {
+        "session_timeout_ms": session_timeout_ms,
+        "protocols": [
+            {"name": n, "metadata": base64.b64encode(bytes(b)).decode()}
+            for n, b in zip(names or (), metadata or (), strict=True)
+        ],
+    }
+
+
+def classic_protocols(m: Member) -> list[tuple[str, bytes]]:
+    assert m.classic is not None
+    return [(p["name"], base64.b64decode(p["metadata"])) for p in m.classic["protocols"]]
 
 
 class _Heartbeat:
@@ -304,6 +391,8 @@ class _Heartbeat:
         rows = conn.execute(sql.CONSUMER_MEMBERS, {"group_id": self.group_id}).all()
         self.members = {r.member_id: _member(r) for r in rows}
         self.topics = {r.topic: r.num_partitions for r in conn.execute(sql.ALL_TOPIC_PARTITIONS)}
+        # Set once the group went back to classic (``downgrade``): nothing more to write.
+        self.downgraded = False
 
     def created(self) -> None:
         """A group made (or taken over) by this join starts at group epoch 1, as
@@ -313,24 +402,93 @@ class _Heartbeat:
 
     # -- removal
 
-    def expire(self) -> None:
-        """Members past their session, or holding revoked partitions past their rebalance
-        timeout, are removed (fenced), each a new group epoch."""
+    def expire(self, downgrade: bool = True) -> None:
+        """Members past their session (a classic member's own), or holding revoked
+        partitions past their rebalance timeout, are removed (fenced), each a new group
+        epoch; the last consumer-protocol member fenced may turn the group back into a
+        classic one (``downgrade``; not while a heartbeat is about to act on it)."""
         session = self.broker.settings.group_consumer_session_timeout_ms
         for m in list(self.members.values()):
-            if m.last_heartbeat_ms + session < self.now:
-                self.remove(m, "member_expired")
+            if self.downgraded:
+                break
+            own = session if m.classic is None else m.classic["session_timeout_ms"]
+            if m.last_heartbeat_ms + own < self.now:
+                self.remove(m, "member_expired", downgrade)
             elif m.revocation_deadline_ms is not None and m.revocation_deadline_ms < self.now:
-                self.remove(m, "member_revocation_timed_out")
+                self.remove(m, "member_revocation_timed_out", downgrade)
         self.finish()
 
-    def remove(self, m: Member, kind: str) -> None:
+    def remove(self, m: Member, kind: str, downgrade: bool = True) -> None:
         del self.members[m.member_id]
         self.conn.execute(
             sql.DELETE_CONSUMER_MEMBER, {"group_id": self.group_id, "member_id": m.member_id}
         )
+        if downgrade and self._downgradable():
+            _event(self.conn, self.group_id, kind, self.group_epoch, self.now, m)
+            self.downgrade()
+            return
         self.group_epoch += 1
         _event(self.conn, self.group_id, kind, self.group_epoch, self.now, m)
+
+    def _downgradable(self) -> bool:
+        """Kafka's check when a member is fenced: the members left all of the classic
+        protocol (and some are left), and the policy allows a downgrade."""
+        if not self.members or any(m.classic is None for m in self.members.values()):
+            return False
+        _, allowed = migration_policy(self.broker.settings.group_consumer_migration_policy)
+        return allowed
+
+    def downgrade(self) -> None:
+        """KIP-848's online downgrade, as Kafka 4.4 converts a consumer group whose last
+        consumer-protocol member was fenced: a classic group of the embedded consumer
+        protocol at generation = the group epoch, its members those left, the protocol
+        chosen as a classic group chooses it, the first member to have joined its leader;
+        then a rebalance starts (Kafka's prepareRebalance), so every member's heartbeat is
+        answered REBALANCE_IN_PROGRESS and it rejoins. One event holds the conversion."""
+        members = sorted(self.members.values(), key=lambda m: (m.joined_ms, m.member_id))
+        protocols = [[n for n, _ in classic_protocols(m)] for m in members]
+        protocol = choose_protocol(protocols)
+        leader = members[0].member_id
+        generation = self.group_epoch
+        self.conn.execute(sql.DELETE_CONSUMER_MEMBERS, {"group_id": self.group_id})
+        self.conn.execute(
+            sql.CONSUMER_TO_CLASSIC,
+            {"group_id": self.group_id, "generation_id": generation, "protocol": protocol,
+             "leader_id": leader},
+        )  # fmt: skip
+        for m in members:
+            chosen = classic_protocols(m)
+            assert m.classic is not None
+            self.conn.execute(
+                sql.UPSERT_MEMBER,
+                {
+                    "group_id": self.group_id, "member_id": m.member_id,
+                    "client_id": m.client_id, "client_host": m.client_host,
+                    "group_instance_id": m.instance_id, "generation_id": generation,
+                    "topics": json.dumps(m.subscribed_topic_names),
+                    "protocol_names": [n for n, _ in chosen],
+                    "protocol_metadata": [b for _, b in chosen],
+                    "session_timeout_ms": m.classic["session_timeout_ms"],
+                    "rebalance_timeout_ms": m.rebalance_timeout_ms, "now": self.now,
+                },
+            )  # fmt: skip
+            self.conn.execute(
+                sql.SET_ASSIGNMENT,
+                {"group_id": self.group_id, "member_id": m.member_id,
+                 "assignment": json.dumps(sorted(pairs(m.target)))},
+            )  # fmt: skip
+        self.conn.execute(
+            sql.SET_GROUP,
+            {"group_id": self.group_id, "generation_id": generation + 1,
+             "state": "PreparingRebalance", "now": self.now, "join_deadline_ms": None},
+        )  # fmt: skip
+        _event(
+            self.conn, self.group_id, "converted_to_classic", generation, self.now, None,
+            {"protocol": protocol, "leader_id": leader,
+             "members": [m.member_id for m in members]},
+        )  # fmt: skip
+        self.members = {}
+        self.downgraded = True
 
     def leave(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
         if req.instance_id is None:
@@ -542,6 +700,8 @@ class _Heartbeat:
 
     def finish(self) -> None:
         """The group's row as its members now leave it."""
+        if self.downgraded:
+            return
         state = group_state(
             (m.epochs for m in self.members.values()), self.group_epoch, self.assignment_epoch
         )
@@ -612,7 +772,15 @@ def check_member_epoch(
         raise fail(
             KafkaError.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}."
         )
-    if before_member_epochs and not transactional:
+    classic = member.classic_member is not None
+    if classic and member_epoch != member.member_epoch:
+        # A classic member of the group commits at its generation, its member epoch.
+        raise fail(
+            KafkaError.ILLEGAL_GENERATION,
+            f"The received generation id {member_epoch} does not match the expected member "
+            f"epoch {member.member_epoch}.",
+        )
+    if before_member_epochs and not transactional and not classic:
         raise fail(
             KafkaError.UNSUPPORTED_VERSION,
             "OffsetCommit version 9 or above must be used by members using the consumer "

@@ -27,7 +27,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.errors import KafkaError, KafkaException, fail
-from app.groups import sql
+from app.groups import consumer_classic, sql
 from app.groups.assignor import range_assign
 from app.groups.classic import choose_leader, choose_protocol, keeps_protocol, shares_protocol
 from app.groups.consumer import check_member_epoch, expire_idle
@@ -320,6 +320,9 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
         now = broker.clock.now_ms()
         with broker.engine.begin() as conn:
             authorize_all(conn, broker, needs.group_membership(req.group_id))
+            joined = consumer_classic.join(conn, broker, req, now)
+            if joined is not None:
+                return joined  # a classic member of a consumer group (KIP-848)
             _claim_for_classic(conn, req.group_id)
             group = _expire(conn, _lock_group(conn, req.group_id), now)
             generation, state = group.generation_id, group.state
@@ -407,9 +410,9 @@ def join_group(broker: BrokerContext, req: JoinGroupRequest) -> JoinGroupRespons
 
 
 def _claim_for_classic(conn: Connection, group_id: str) -> None:
-    """A classic member joining a consumer group (KIP-848): an empty one becomes a
-    classic group (Kafka deletes it and creates one); one with members refuses,
-    INCONSISTENT_GROUP_PROTOCOL (docs/kafka-differences.md: Kafka lets the member in)."""
+    """A classic member joining an empty consumer group (KIP-848): it becomes a classic
+    group (Kafka deletes it and creates one). One with members has taken the member in
+    already (``consumer_classic.join``)."""
     row = conn.execute(sql.LOCK_CONSUMER_GROUP, {"group_id": group_id}).first()
     if row is None or row.group_type == CLASSIC:
         return
@@ -495,6 +498,12 @@ def heartbeat(broker: BrokerContext, req: HeartbeatRequest) -> HeartbeatResponse
     with broker.engine.begin() as conn:
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
             return HeartbeatResponse(refused.error.code(), refused.error.str())
+        try:
+            answer = consumer_classic.heartbeat(conn, broker, req, now)
+        except KafkaException as exc:
+            return HeartbeatResponse(exc.error.code(), exc.error.str())
+        if answer is not None:
+            return answer  # a classic member of a consumer group (KIP-848)
         group = _lock_group(conn, req.group_id)
         members = _members(conn, req.group_id)
         if fenced := static_member_refusal(members, req.member_id, req.group_instance_id):
@@ -531,6 +540,12 @@ def sync_group(broker: BrokerContext, req: SyncGroupRequest) -> SyncGroupRespons
     with broker.engine.begin() as conn:
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
             return SyncGroupResponse(refused.error.code(), error_message=refused.error.str())
+        try:
+            synced = consumer_classic.sync(conn, broker, req, now)
+        except KafkaException as exc:
+            return SyncGroupResponse(exc.error.code(), error_message=exc.error.str())
+        if synced is not None:
+            return synced  # a classic member of a consumer group (KIP-848)
         group = _expire(conn, _lock_group(conn, req.group_id), now)
         members = {mem.member_id: mem for mem in _members(conn, req.group_id)}
         member = members.get(req.member_id)
@@ -591,6 +606,12 @@ def leave_group(broker: BrokerContext, req: LeaveGroupRequest) -> LeaveGroupResp
     with broker.engine.begin() as conn:
         if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
             return LeaveGroupResponse(refused.error.code(), refused.error.str())
+        try:
+            left = consumer_classic.leave(conn, broker, req, now)
+        except KafkaException as exc:
+            return LeaveGroupResponse(exc.error.code(), exc.error.str())
+        if left is not None:
+            return left  # a classic member of a consumer group (KIP-848)
         group = _lock_group(conn, req.group_id)
         member_id = req.member_id
         if req.group_instance_id is not None:

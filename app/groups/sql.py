@@ -351,6 +351,23 @@ SET_CONSUMER_GROUP = text(
     "assignment_epoch = :assignment_epoch, state = :state, "
     "subscription_metadata = CAST(:subscription_metadata AS jsonb) WHERE group_id = :group_id"
 )
+# KIP-848's online conversion: a classic group becomes a consumer group at its
+# generation (its members kept, as classic members of the consumer group), and back.
+CLASSIC_TO_CONSUMER = text(
+    "UPDATE consumer_groups SET group_type = 'consumer', generation_id = :group_epoch, "
+    "assignment_epoch = :group_epoch, state = 'Stable', protocol_type = NULL, "
+    "leader_id = NULL, join_deadline_ms = NULL, subscription_metadata = NULL "
+    "WHERE group_id = :group_id"
+)
+DELETE_CLASSIC_MEMBERS = text("DELETE FROM group_members WHERE group_id = :group_id")
+DELETE_PENDING_MEMBERS = text("DELETE FROM group_pending_members WHERE group_id = :group_id")
+CONSUMER_TO_CLASSIC = text(
+    "UPDATE consumer_groups SET group_type = 'classic', generation_id = :generation_id, "
+    "assignment_epoch = 0, state = 'Stable', protocol = :protocol, protocol_type = 'consumer', "
+    "leader_id = :leader_id, join_deadline_ms = NULL, subscription_metadata = NULL "
+    "WHERE group_id = :group_id"
+)
+DELETE_CONSUMER_MEMBERS = text("DELETE FROM consumer_group_members WHERE group_id = :group_id")
 CLASSIC_MEMBERS_LEFT = text(
     "SELECT EXISTS (SELECT 1 FROM group_members WHERE group_id = :group_id)"
 )
@@ -358,21 +375,23 @@ _CONSUMER_MEMBER_COLUMNS = (
     "member_id, instance_id, rack_id, client_id, client_host, subscribed_topic_names, "
     "subscribed_topic_regex, server_assignor, rebalance_timeout_ms, member_epoch, "
     "previous_member_epoch, state, assigned, pending_revocation, target, last_heartbeat_ms, "
-    "revocation_deadline_ms, joined_ms, assignment_epochs"
+    "revocation_deadline_ms, joined_ms, assignment_epochs, classic_member"
 )
+# A member's session: a classic member's own (its JoinGroup's), else the group's.
+_SESSION_MS = "COALESCE(CAST(classic_member ->> 'session_timeout_ms' AS bigint), :session_ms)"
 CONSUMER_MEMBERS_IDLE = text(
     "SELECT EXISTS (SELECT 1 FROM consumer_group_members WHERE group_id = :group_id "
-    "AND last_heartbeat_ms + :session_ms < :now)"
+    f"AND last_heartbeat_ms + {_SESSION_MS} < :now)"
 )
 CONSUMER_GROUPS_IDLE = text(
     "SELECT DISTINCT group_id FROM consumer_group_members "
-    "WHERE last_heartbeat_ms + :session_ms < :now ORDER BY group_id"
+    f"WHERE last_heartbeat_ms + {_SESSION_MS} < :now ORDER BY group_id"
 )
 # The consumer groups with a member past its session or its revocation deadline: the
 # coordinator's timers remove them (consumer.expire_sessions).
 CONSUMER_GROUPS_TIMED_OUT = text(
     "SELECT DISTINCT group_id FROM consumer_group_members "
-    "WHERE last_heartbeat_ms + :session_ms < :now OR revocation_deadline_ms < :now "
+    f"WHERE last_heartbeat_ms + {_SESSION_MS} < :now OR revocation_deadline_ms < :now "
     "ORDER BY group_id"
 )
 CONSUMER_MEMBER_TOPICS = text(
@@ -391,7 +410,7 @@ UPSERT_CONSUMER_MEMBER = text(
             :rebalance_timeout_ms, :member_epoch, :previous_member_epoch, :state,
             CAST(:assigned AS jsonb), CAST(:pending_revocation AS jsonb), CAST(:target AS jsonb),
             :last_heartbeat_ms, :revocation_deadline_ms, :joined_ms,
-            CAST(:assignment_epochs AS jsonb))
+            CAST(:assignment_epochs AS jsonb), CAST(:classic_member AS jsonb))
     ON CONFLICT (group_id, member_id) DO UPDATE SET
         instance_id = EXCLUDED.instance_id, rack_id = EXCLUDED.rack_id,
         client_id = EXCLUDED.client_id, client_host = EXCLUDED.client_host,

@@ -10,7 +10,7 @@ import click
 
 from app.broker import Broker
 from app.errors import KafkaException
-from app.protocol import ANY_NODE_ID, configured_assignors
+from app.protocol import ANY_NODE_ID, configured_assignors, migration_policy
 from app.server import DEFAULT_LISTEN, Listener, ServeError, endpoints_of, features, serve
 from app.server.listener import check_tls
 from app.server.node import check_rack
@@ -114,6 +114,7 @@ def serve_command(
         check_session_timeout(settings)
         features.features_of(settings.features)  # KIP98_FEATURES refused here, in one line
         configured_assignors(settings.group_consumer_assignors)  # and an unknown assignor
+        migration_policy(settings.group_consumer_migration_policy)  # and an unknown policy
         # Before any process starts: the embedded database (or, with KIP98_AUTO_MIGRATE=1,
         # any) is migrated here; one of one's own left unmigrated is refused in one line.
         Broker.check_schema()

@@ -13,6 +13,7 @@ the SQL views and ``kip98 groups`` show wire groups as they show native ones.
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from dataclasses import replace
@@ -20,6 +21,9 @@ from typing import Any
 
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
+from kio.schema.consumer_protocol_subscription.v1.data import (
+    ConsumerProtocolSubscription as ConsumerProtocolSubscriptionV1,
+)
 
 from app.broker import Broker
 from app.errors import KafkaError
@@ -70,6 +74,7 @@ def join_group(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pen
         protocol_type=request.protocol_type, protocols=protocols,
         rebalance_timeout_ms=rebalance_ms, require_known_member_id=request.__version__ >= 4,
         skip_assignment_supported=request.__version__ >= 9,
+        owned_partitions=_owned_partitions(request.protocol_type, protocols),
     )  # fmt: skip
     deadline = time.monotonic() + rebalance_ms / 1000 + session_ms / 1000
     return _join_pass(broker, join, deadline, FIRST_PAUSE_S)
@@ -126,10 +131,28 @@ def _sync_pass(
             return Pending(
                 pause, lambda: _sync_pass(broker, sync, deadline, min(pause * 2, LAST_PAUSE_S))
             )
+    assignment = answer.member_assignment
+    if answer.assignment_version is not None:
+        assignment = _consumer_assignment(answer.assignment_version, answer.assignment)
     return {
         "error_code": answer.error_code, "protocol_type": answer.protocol_type,
-        "protocol_name": answer.protocol_name, "assignment": answer.member_assignment,
+        "protocol_name": answer.protocol_name, "assignment": assignment,
     }  # fmt: skip
+
+
+def _consumer_assignment(version: int, partitions: list[TopicPartitionKey]) -> bytes:
+    """A classic member of a consumer group (KIP-848): the coordinator's assignment as the
+    consumer protocol's ConsumerProtocolAssignment, at the version of the member's
+    subscription (v0 to v3 share this layout), with no user data."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    out = bytearray(struct.pack(">hi", version, len(by_topic)))
+    for topic, ps in sorted(by_topic.items()):
+        name = topic.encode()
+        out += struct.pack(">h", len(name)) + name + struct.pack(">i", len(ps))
+        out += b"".join(struct.pack(">i", p) for p in sorted(ps))
+    return bytes(out + struct.pack(">i", -1))
 
 
 def heartbeat(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -211,6 +234,25 @@ def _subscribed_topics(protocol_type: str, protocols: tuple[GroupProtocol, ...])
         )
     except ValueError:
         return []
+
+
+def _owned_partitions(
+    protocol_type: str, protocols: tuple[GroupProtocol, ...]
+) -> tuple[TopicPartitionKey, ...]:
+    """The partitions a consumer's subscription (v1 and later) says it owns: a classic
+    member of a consumer group is reconciled with them (KIP-848)."""
+    if protocol_type != CONSUMER or not protocols:
+        return ()
+    metadata = protocols[0].metadata
+    try:
+        if len(metadata) < 2 or struct.unpack_from(">h", metadata)[0] < 1:
+            return ()
+        decoded = codec.read_versioned(ConsumerProtocolSubscriptionV1, metadata)
+    except ValueError:
+        return ()
+    return tuple(
+        sorted((tp.topic, int(p)) for tp in decoded.owned_partitions for p in tp.partitions)
+    )
 
 
 def _assigned(protocol_type: str, assignment: bytes) -> tuple[TopicPartitionKey, ...]:

@@ -1,0 +1,230 @@
+"""KIP-848's online conversion through ``kip98 serve``, spoken raw: a classic group with a
+member becomes a consumer group when a consumer-protocol member joins, its classic member
+answered by JoinGroup, SyncGroup and Heartbeat from the consumer group's assignment; and
+it goes back to classic when the last consumer-protocol member leaves
+(``KIP98_GROUP_CONSUMER_MIGRATION_POLICY``; docs/design.md rule 64)."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema
+from sqlalchemy import text
+
+from app.broker import Broker
+from app.errors import KafkaError
+from app.log.topics import create_topic
+from app.server.codec import build, read_versioned
+from tests.helpers.cli_runner import KIP98_BIN
+from tests.helpers.wire_client import exchange, serving
+
+JOIN, SYNC, HEARTBEAT_CLASSIC, LEAVE, DESCRIBE_GROUPS = 11, 14, 12, 13, 15
+HEARTBEAT, DESCRIBE = 68, 69
+
+
+def call(server: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    return exchange(server, api_key, version, build(load_request_schema(api_key, version), values))
+
+
+def subscription(topics: list[str]) -> bytes:
+    """A ConsumerProtocolSubscription v0: what an eager classic consumer sends."""
+    out = struct.pack(">hi", 0, len(topics))
+    for t in topics:
+        out += struct.pack(">h", len(t)) + t.encode()
+    return out + struct.pack(">i", -1)
+
+
+def assignment_bytes(partitions: dict[str, list[int]]) -> bytes:
+    out = struct.pack(">hi", 0, len(partitions))
+    for t, ps in partitions.items():
+        out += struct.pack(">h", len(t)) + t.encode() + struct.pack(">i", len(ps))
+        out += b"".join(struct.pack(">i", p) for p in ps)
+    return out + struct.pack(">i", -1)
+
+
+def decoded(assignment: bytes) -> set[tuple[str, int]]:
+    from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
+
+    a = read_versioned(ConsumerProtocolAssignment, assignment)
+    return {(tp.topic, int(p)) for tp in a.assigned_partitions for p in tp.partitions}
+
+
+def classic_join(server: str, group: str, member: str, topics: list[str]) -> Any:
+    return call(server, JOIN, 5, {
+        "group_id": group, "session_timeout": 30000, "rebalance_timeout": 30000,
+        "member_id": member, "group_instance_id": None, "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription(topics)}],
+    })  # fmt: skip
+
+
+def classic_sync(
+    server: str, group: str, member: str, generation: int, plan: dict[str, bytes] | None = None
+) -> Any:
+    return call(server, SYNC, 5, {
+        "group_id": group, "generation_id": generation, "member_id": member,
+        "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
+        "assignments": [{"member_id": m, "assignment": a} for m, a in (plan or {}).items()],
+    })  # fmt: skip
+
+
+def classic_heartbeat(server: str, group: str, member: str, generation: int) -> int:
+    answer = call(server, HEARTBEAT_CLASSIC, 4, {
+        "group_id": group, "generation_id": generation, "member_id": member,
+        "group_instance_id": None,
+    })  # fmt: skip
+    return int(answer.error_code)
+
+
+def beat(server: str, group: str, member: str, epoch: int, **fields: Any) -> Any:
+    values = {"group_id": group, "member_id": member, "member_epoch": epoch,
+              "rebalance_timeout": fields.pop("rebalance_timeout", -1),
+              "topic_partitions": None, **fields}  # fmt: skip
+    return call(server, HEARTBEAT, 1, values)
+
+
+def consumer_join(server: str, group: str, member: str, topics: list[str]) -> Any:
+    return beat(
+        server, group, member, 0, rebalance_timeout=30000, subscribed_topic_names=topics,
+        topic_partitions=[],
+    )  # fmt: skip
+
+
+def names(answer: Any, ids: dict[Any, str]) -> set[tuple[str, int]]:
+    return {
+        (ids[tp.topic_id], int(p)) for tp in answer.assignment.topic_partitions
+        for p in tp.partitions
+    }  # fmt: skip
+
+
+def topic_ids(broker: Broker) -> dict[Any, str]:
+    with broker.engine.connect() as conn:
+        rows = conn.execute(text("SELECT topic, topic_id FROM topics")).all()
+    return {uuid.UUID(str(r.topic_id)): r.topic for r in rows}
+
+
+def stable_classic_group(server: str, group: str, topic: str, partitions: int) -> tuple[str, int]:
+    """One classic member owning every partition: its member id and generation."""
+    first = classic_join(server, group, "", [topic])
+    assert first.error_code == KafkaError.MEMBER_ID_REQUIRED
+    joined = classic_join(server, group, first.member_id, [topic])
+    assert joined.error_code == 0 and joined.leader == joined.member_id
+    plan = {joined.member_id: assignment_bytes({topic: list(range(partitions))})}
+    synced = classic_sync(server, group, joined.member_id, joined.generation_id, plan)
+    assert synced.error_code == 0
+    return joined.member_id, joined.generation_id
+
+
+def events(broker: Broker, group: str) -> list[str]:
+    with broker.engine.connect() as conn:
+        return list(
+            conn.execute(
+                text(
+                    "SELECT kind FROM consumer_group_events WHERE group_id = :g ORDER BY event_id"
+                ),
+                {"g": group},
+            ).scalars()
+        )
+
+
+def test_a_classic_group_is_upgraded_shared_and_downgraded(server: str, broker: Broker) -> None:
+    create_topic(broker, "mig", 4)
+    ids = topic_ids(broker)
+    c, generation = stable_classic_group(server, "g", "mig", 4)
+    # A consumer-protocol member joins: the group becomes a consumer group at the classic
+    # generation, bumped by the join; the new member waits for the classic member's
+    # partitions (none free yet).
+    a = str(uuid.uuid4())
+    joined = consumer_join(server, "g", a, ["mig"])
+    assert joined.error_code == 0, joined.error_message
+    assert joined.member_epoch == generation + 1
+    assert names(joined, ids) == set()
+    described = call(server, DESCRIBE, 0, {"group_ids": ["g"]}).groups[0]
+    assert (described.error_code, described.group_epoch) == (0, generation + 1)
+    epochs = {m.member_id: m.member_epoch for m in described.members}
+    assert epochs == {c: generation, a: generation + 1}
+    # The classic member is told to rejoin; it does, and syncs for its share.
+    assert classic_heartbeat(server, "g", c, generation) == KafkaError.REBALANCE_IN_PROGRESS
+    rejoined = classic_join(server, "g", c, ["mig"])
+    assert rejoined.error_code == 0
+    assert (rejoined.generation_id, rejoined.leader, rejoined.protocol_name) == (
+        generation + 1, "", "range",
+    )  # fmt: skip
+    assert list(rejoined.members) == []
+    synced = classic_sync(server, "g", c, rejoined.generation_id)
+    assert synced.error_code == 0
+    classic_owns = decoded(synced.assignment)
+    assert classic_heartbeat(server, "g", c, rejoined.generation_id) == 0
+    stale = classic_sync(server, "g", c, generation)
+    assert stale.error_code == KafkaError.ILLEGAL_GENERATION
+    # The consumer-protocol member now gets the partitions let go: no partition twice.
+    got = beat(server, "g", a, joined.member_epoch)
+    assert got.error_code == 0
+    consumer_owns = names(got, ids)
+    assert len(classic_owns) == len(consumer_owns) == 2
+    assert classic_owns | consumer_owns == {("mig", p) for p in range(4)}
+    # The last consumer-protocol member leaves: back to classic, rebalancing.
+    assert beat(server, "g", a, -1).error_code == 0
+    group = call(server, DESCRIBE_GROUPS, 5, {"groups": ["g"], "include_authorized_operations": False}).groups[0]  # fmt: skip
+    assert (group.group_state, group.protocol_type) == ("PreparingRebalance", "consumer")
+    assert [m.member_id for m in group.members] == [c]
+    gone = call(server, DESCRIBE, 0, {"group_ids": ["g"]}).groups[0]
+    assert gone.error_code == KafkaError.GROUP_ID_NOT_FOUND
+    assert classic_heartbeat(server, "g", c, rejoined.generation_id) == (
+        KafkaError.REBALANCE_IN_PROGRESS
+    )
+    again = classic_join(server, "g", c, ["mig"])
+    assert again.error_code == 0 and again.leader == c
+    assert again.generation_id == rejoined.generation_id + 1
+    kinds = events(broker, "g")
+    assert "converted_from_classic" in kinds and kinds[-1] == "converted_to_classic"
+
+
+@pytest.fixture
+def upgrade_disabled(db_url: str) -> Iterator[str]:
+    env = {"KIP98_GROUP_CONSUMER_MIGRATION_POLICY": "downgrade"}
+    with serving(db_url, env=env) as address:
+        yield address
+
+
+def test_the_policy_refuses_an_upgrade_as_kafka_does(upgrade_disabled: str, broker: Broker) -> None:
+    create_topic(broker, "mig", 2)
+    stable_classic_group(upgrade_disabled, "g", "mig", 2)
+    refused = consumer_join(upgrade_disabled, "g", str(uuid.uuid4()), ["mig"])
+    assert refused.error_code == KafkaError.GROUP_ID_NOT_FOUND
+    assert refused.error_message == (
+        "Cannot upgrade classic group g to consumer group because online upgrade is disabled."
+    )
+
+
+def test_a_group_of_another_protocol_type_is_not_upgraded(server: str, broker: Broker) -> None:
+    first = call(server, JOIN, 5, {
+        "group_id": "connect", "session_timeout": 30000, "rebalance_timeout": 30000,
+        "member_id": "", "group_instance_id": None, "protocol_type": "connect",
+        "protocols": [{"name": "sessioned", "metadata": b"x"}],
+    })  # fmt: skip
+    joined = call(server, JOIN, 5, {
+        "group_id": "connect", "session_timeout": 30000, "rebalance_timeout": 30000,
+        "member_id": first.member_id, "group_instance_id": None, "protocol_type": "connect",
+        "protocols": [{"name": "sessioned", "metadata": b"x"}],
+    })  # fmt: skip
+    assert joined.error_code == 0
+    refused = consumer_join(server, "connect", str(uuid.uuid4()), ["t"])
+    assert refused.error_code == KafkaError.GROUP_ID_NOT_FOUND
+    assert "does not use the consumer embedded protocol" in refused.error_message
+
+
+def test_an_unknown_policy_stops_serve_with_one_line(db_url: str) -> None:
+    setting = "KIP98_GROUP_CONSUMER_MIGRATION_POLICY"
+    result = subprocess.run(
+        [str(KIP98_BIN), "serve", "--listen", "127.0.0.1:0"], capture_output=True, text=True,
+        timeout=120, input="", env={**os.environ, setting: "sideways"},
+    )  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0 and len(lines) == 1, result.stderr
+    assert setting in lines[0]
