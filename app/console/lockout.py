@@ -9,9 +9,9 @@ out of Kafka's SASL log-ins, which this does not touch) for ``LOCKOUT_S`` at a t
 
 Each failure is logged as ``kip98 serve`` logs a failed SASL log-in (the user tried,
 never the password, and the client's address): the first of a window per host, the rest
-of it counted and logged as a number when the window is over. ``app.server`` keeps its
-own ``FailureLog``; the console, beside it in the layers, cannot import it, and adds the
-lockout. The clock is given, so tests move it by hand. Pure bookkeeping: no I/O.
+of it counted and logged as a number when the window is over, in the windows
+(``app.failure_windows``) that ``kip98 serve``'s ``FailureLog`` keeps too; the console
+adds the lockout. The clock is given, so tests move it by hand. Pure bookkeeping: no I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from app.clock import Clock, SystemClock
+from app.failure_windows import FailureWindows, printable
 
 MAX_FAILURES = 5
 WINDOW_S = 600.0
@@ -32,18 +33,6 @@ _MOST_KEYS = 100_000  # a flood of made-up user names is forgotten, not kept
 class _Key:
     failures: deque[float] = field(default_factory=deque)
     locked_until: float = 0.0
-
-
-@dataclass
-class _LogWindow:
-    started: float
-    left_out: int = 0
-
-
-def _printable(name: str, most: int = 200) -> str:
-    """A name a client chose, fit for one log line (a newline would forge a line)."""
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name[:most])
-    return shown + ("…" if len(name) > most else "")
 
 
 class LoginThrottle:
@@ -61,7 +50,7 @@ class LoginThrottle:
         self.lockout_s = lockout_s
         self.log_window_s = log_window_s
         self._keys: dict[tuple[str, str], _Key] = {}
-        self._logged: dict[str, _LogWindow] = {}
+        self._logged = FailureWindows("console log-in failures", log_window_s)
 
     def locked_for(self, host: str, user: str) -> float:
         """Seconds before ``host`` and ``user`` may try again (0: now)."""
@@ -76,17 +65,13 @@ class LoginThrottle:
     def failed(self, host: str, address: str, user: str, locked: bool = False) -> list[str]:
         """Count a failed log-in (or one refused while ``locked``); the lines to log."""
         now = self.clock.monotonic()
-        lines = self._expired(now)
+        lines = self._logged.expired(now)
         if not locked:
             for key in (("host", host), ("user", user)):
                 lines += self._count(key, now)
-        who = f"user '{_printable(user)}'" if user else "no user name"
+        who = f"user '{printable(user)}'" if user else "no user name"
         what = "refused (locked out)" if locked else "failed"
-        window = self._logged.get(host)
-        if window is not None:
-            window.left_out += 1
-        else:
-            self._logged[host] = _LogWindow(now)
+        if self._logged.first(host, now):
             lines.insert(0, f"console log-in {what}: {who} from {address}")
         return lines
 
@@ -97,11 +82,11 @@ class LoginThrottle:
 
     def due(self) -> list[str]:
         """The log windows over now, with a line for each that left failures out."""
-        return self._expired(self.clock.monotonic())
+        return self._logged.expired(self.clock.monotonic())
 
     def flush(self) -> list[str]:
         """The counts not logged yet (the console is stopping)."""
-        return self._expired(float("inf"))
+        return self._logged.flush(self.clock.monotonic())
 
     def _count(self, key: tuple[str, str], now: float) -> list[str]:
         if len(self._keys) >= _MOST_KEYS and key not in self._keys:
@@ -115,7 +100,7 @@ class LoginThrottle:
         k.failures.clear()
         k.locked_until = now + self.lockout_s
         kind, name = key
-        shown = f"user '{_printable(name)}'" if kind == "user" else f"host {name}"
+        shown = f"user '{printable(name)}'" if kind == "user" else f"host {name}"
         return [
             f"console log-in locked for {self.lockout_s:.0f} s: {shown} after "
             f"{self.max_failures} failures in {self.window_s:.0f} s"
@@ -132,15 +117,3 @@ class LoginThrottle:
         if len(self._keys) >= _MOST_KEYS:  # all live: the oldest go
             for key in list(self._keys)[: _MOST_KEYS // 10]:
                 del self._keys[key]
-
-    def _expired(self, now: float) -> list[str]:
-        over = [h for h, w in self._logged.items() if now - w.started >= self.log_window_s]
-        lines = []
-        for host in over:
-            w = self._logged.pop(host)
-            if w.left_out:
-                lines.append(
-                    f"{w.left_out} more console log-in failures from {host} in the last "
-                    f"{min(now - w.started, self.log_window_s):.0f} s (not logged one by one)"
-                )
-        return lines
