@@ -41,16 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    with b.engine.begin() as conn:
-        conn.exec_driver_sql("CREATE TABLE scratch_rows (n int PRIMARY KEY)")
-        conn.exec_driver_sql("CREATE TABLE scratch_copied (line text)")
-    return b
-
-
-@pytest.fixture
 def conn(broker: Broker) -> Iterator[Connection]:
+    """A connection of the test's broker, with the scratch tables the query strings write."""
+    with broker.engine.begin() as c:
+        c.exec_driver_sql("CREATE TABLE scratch_rows (n int PRIMARY KEY)")
+        c.exec_driver_sql("CREATE TABLE scratch_copied (line text)")
     with broker.engine.connect() as c:
         yield c
 
@@ -354,12 +349,13 @@ def test_a_process_killed_inside_a_write_over_several_rows_leaves_nothing(
     assert sorted(offsets) == [(0, 1), (1, 1)]
 
 
-def test_a_request_in_rounds_never_commits_a_round_alone(db_url: str, producing: Broker) -> None:
-    """Two batches for one partition in one request go in rounds, each a lone batch on the
-    row the round before left; only the request's end may commit (docs/design.md §3.2), so
-    a round never takes the one-query write: killed after the first round's COPY, the
-    request left nothing."""
-    assert run_child(db_url, "rounds") == -signal.SIGKILL
+def test_two_batches_for_one_partition_commit_together_or_not_at_all(
+    db_url: str, producing: Broker
+) -> None:
+    """Two batches for one partition in one request are decided one after the other and
+    written in one COPY and one advance; only the request's end commits (docs/design.md
+    §3.2): killed after the COPY, the request left nothing."""
+    assert run_child(db_url, "twice") == -signal.SIGKILL
     assert values(producing) == [(0, b"a")]
 
 

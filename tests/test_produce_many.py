@@ -378,7 +378,7 @@ def test_only_partitions_whose_batch_is_refused_stay_unregistered(broker: Broker
         assert compute_transactions(conn, broker.settings) == live_transactions(conn)
 
 
-def test_a_partition_twice_in_one_request_is_appended_in_rounds(broker: Broker) -> None:
+def test_a_partition_twice_in_one_request_is_decided_batch_after_batch(broker: Broker) -> None:
     """Batches for one partition in one request are decided one after the other, each on
     the offsets and producer state the one before left: a gap after a refused batch is
     refused, a retry of an earlier batch in the same request is a duplicate."""

@@ -39,12 +39,7 @@ from app.storage.context import BrokerContext
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values
 from tests.helpers.write_strategy import Ways
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 1)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 1})
 
 
 def batch(producer_id: int, seq: int, *values: str) -> ProduceRequest:
@@ -524,7 +519,7 @@ def test_requests_over_several_remembered_rows_against_a_model(
 
 
 # Steps of the comparison below: my producer's request with a batch for each partition
-# listed (a partition listed twice: two batches for it, appended in rounds), my last
+# listed (a partition listed twice: two batches for it, one after the other), my last
 # request sent again (its batches duplicates), another process's producer's batch, a
 # plain batch.
 REQUESTS = st.lists(
@@ -627,9 +622,9 @@ def test_produce_requests_leave_what_the_lock_way_leaves(
 
 def test_what_the_strategy_sends_under_the_locks_from_the_start(broker: Broker) -> None:
     """The one choice (``strategy.one_query``) sends under the locks, without trying the
-    remembered row, what that row cannot decide: a plain batch, and two batches of one
-    producer for one partition (appended in rounds); the producer's next lone batch goes
-    in one query string again."""
+    remembered row, what that row cannot decide: a plain batch. Two batches of one
+    producer for one partition are decided one after the other on the remembered row and
+    go in one query string, as the producer's next lone batch does."""
     pid = new_producer(broker)
     assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
     ways = Ways("produce")
@@ -638,9 +633,15 @@ def test_what_the_strategy_sends_under_the_locks_from_the_start(broker: Broker) 
         1,
         False,
     )
+    assert (ways.one, ways.lock, ways.refused, ways.declined) == (0, 1, 0, 0)
+    # The plain batch left the row: the producer's next batches are decided under the lock,
+    # and the row is remembered as they leave it.
     twice = produce_batches(broker, ProduceBatchesRequest([batch(pid, 1, "b"), batch(pid, 2, "c")]))
     assert [answer(r) for r in twice.batches] == [(0, 2, False), (0, 3, False)]
     assert (ways.one, ways.lock, ways.refused, ways.declined) == (0, 2, 0, 0)
-    assert answer(produce(broker, batch(pid, 3, "d"))) == (0, 4, False)
+    again = produce_batches(broker, ProduceBatchesRequest([batch(pid, 3, "d"), batch(pid, 4, "e")]))
+    assert [answer(r) for r in again.batches] == [(0, 4, False), (0, 5, False)]
     assert (ways.one, ways.lock, ways.refused, ways.declined) == (1, 2, 0, 0)
-    assert read_values(broker, "t", 0) == ["a", "p", "b", "c", "d"]
+    assert answer(produce(broker, batch(pid, 5, "f"))) == (0, 6, False)
+    assert (ways.one, ways.lock, ways.refused, ways.declined) == (2, 2, 0, 0)
+    assert read_values(broker, "t", 0) == ["a", "p", "b", "c", "d", "e", "f"]

@@ -83,7 +83,7 @@ def _check_registration(
     """The coordinator's answer to the registration, as a partition leader asks it in
     KIP-890. Unless refused, ``work`` then holds the transaction as registered, which its
     batches are checked against; the registration is recorded once they are decided."""
-    existing = None if work.locked is None else set(work.locked)
+    existing = None if work.locked is None else set(work.locked.rows)
     answer, registration = check_registration(
         work.conn, work.context, add, work.loaded.get(add.transactional_id), existing
     )

@@ -52,7 +52,7 @@ def decide(
     tid = end.transactional_id if end is not None else add.transactional_id if add else None
     assert tid is not None
     work.loaded[tid] = leased.meta
-    work.locked = None if locked is None else locked.rows
+    work.locked = locked
     registered, responses = append_batches(work, req.batches, add)
     if end is None:
         return Decided(ProduceBatchesResponse(responses, registered))

@@ -93,8 +93,6 @@ def one_query(context: BrokerContext, conn: Connection, req: ProduceBatchesReque
     if meta is None:
         return False
     touched: set[TopicPartitionKey] = {(b.topic, b.partition) for b in req.batches}
-    if len(touched) != len(req.batches):
-        return False  # several batches for one partition: appended in rounds, locked
     if req.add is not None:
         touched |= set(req.add.partitions)
     if req.end is not None:

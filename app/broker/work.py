@@ -15,8 +15,7 @@ from sqlalchemy import Connection
 
 from app.coordinator.metadata import TxnMetadata
 from app.coordinator.txn_log import Persist, RememberedTxn, TransitionBatch, persist
-from app.log.partition_lock import PartitionRow
-from app.protocol import TopicPartitionKey
+from app.log.markers import MarkerLocks
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
 
@@ -25,8 +24,8 @@ from app.storage.driver import WriteBehind
 class Work:
     """``conn``: the request's one DB transaction. ``loaded``: the transactional ids' metadata
     read in it so far (FOR SHARE by a produce, FOR UPDATE by a registration or an EndTxn).
-    ``locked``: the partition rows it holds locked, kept as its appends leave them (None
-    while it locks as it goes). ``transitions`` and ``writes``: where its transitions and
+    ``locked``: the partition rows it holds locked, with the producer whose state they hold,
+    kept as its appends leave them (None while it locks as it goes). ``transitions`` and ``writes``: where its transitions and
     its last writes are queued to be sent together before COMMIT (None: each runs at once).
     ``one_query``: the request goes (or went) in one query string on the rows the process
     remembers, as ``broker.strategy`` chose (docs/design.md §3.9); set False when it falls
@@ -40,7 +39,7 @@ class Work:
     context: BrokerContext
     conn: Connection
     loaded: dict[str, TxnMetadata | None] = field(default_factory=dict)
-    locked: dict[TopicPartitionKey, PartitionRow] | None = None
+    locked: MarkerLocks | None = None
     transitions: TransitionBatch | None = None
     writes: WriteBehind | None = None
     one_query: bool = False

@@ -20,14 +20,17 @@ from app.faults import crash_point
 from app.log import sql
 from app.log.copy_records import Columns, copy_payloads_of, encode_rows
 from app.log.lso import lso_after_append
+from app.log.markers import MarkerLocks
 from app.log.partition_lock import (
     PartitionRow,
     Remembered,
     RememberedAdvance,
+    RowVersion,
     advance_partitions,
     append_remembered_committed,
     forget,
     lock_partitions,
+    producer_states,
     remember,
     remembered,
 )
@@ -114,10 +117,10 @@ def copy_rows(conn: Connection, payloads: list[bytes]) -> None:
 class Appending(Protocol):
     """The request the log appends for, as much of it as the log needs (the broker's
     ``Work`` is one): its DB transaction and broker context, the partition rows it already
-    holds locked (None: the append locks them, and they are kept as the appends leave
-    them), where its last writes are queued (None: they run at once), and where its COPY
-    payloads are held to be sent later with the rest of the request (``copies``; None:
-    sent at once, docs/design.md §3.11)."""
+    holds locked (None: the append locks them), kept as its appends leave them, where its
+    last writes are queued (None: they run at once), and where its COPY payloads are held
+    to be sent later with the rest of the request (``copies``; None: sent at once,
+    docs/design.md §3.11)."""
 
     @property
     def context(self) -> BrokerContext: ...
@@ -126,7 +129,7 @@ class Appending(Protocol):
     def conn(self) -> Connection: ...
 
     @property
-    def locked(self) -> dict[TopicPartitionKey, PartitionRow] | None: ...
+    def locked(self) -> MarkerLocks | None: ...
 
     @property
     def writes(self) -> WriteBehind | None: ...
@@ -135,118 +138,175 @@ class Appending(Protocol):
     def copies(self) -> list[bytes] | None: ...
 
 
-@dataclass(frozen=True)
-class _AtOnce:
-    """A round of ``append`` that locks for itself and writes at once."""
-
-    context: BrokerContext
-    conn: Connection
-    locked: None = None
-    writes: None = None
-    copies: None = None
-
-
 Admitted = dict[int, tuple[ProduceRequest, Columns]]
+# A producer's state on a partition, by (topic, partition, producer_id); None: none.
+States = dict[tuple[str, int, int], ProducerEntry | None]
 
 
-def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
-    """Append the batches the broker admitted (by request index, in partition order) in
-    ``work``'s DB transaction, under the partitions' locks: one lock statement (none if it
-    holds them locked already), one COPY, one advance.
+@dataclass(frozen=True)
+class AppendsPlan:
+    """What a request's admitted batches do to their partitions (``plan_appends``), for
+    either way of writing it (docs/design.md §3.9) to send: each batch's answer; the
+    batches written, in order, with their plans; each partition's advance (next offset,
+    LSO) and each producer's state after the request; and each advanced row as it leaves
+    it, with the state of the producer the row was read for."""
 
-    A partition with several batches in one request takes them in rounds, a round holding
-    at most one batch per partition and written at once, so that each round is decided on
-    the offsets and producer state the previous one left."""
-    rounds = _rounds(admitted)
-    if len(rounds) == 1:
-        return _append_round(work, admitted)
+    responses: dict[int, ProduceResponse]
+    written: list[tuple[ProduceRequest, Columns, AppendPlan]]
+    advances: dict[TopicPartitionKey, tuple[int, int]]
+    entries: dict[tuple[str, int, int], ProducerEntry]
+    after: dict[TopicPartitionKey, PartitionRow]
+
+    @property
+    def takes_all(self) -> bool:
+        """Every batch is written as new: no refusal, no duplicate."""
+        return len(self.written) == len(self.responses)
+
+    def payloads(self) -> list[bytes]:
+        """The COPY payloads of the batches written."""
+        return copy_payloads_of([plan.encoded(req, cols) for req, cols, plan in self.written])
+
+    def advance_rows(self) -> list[tuple[str, int, int, int]]:
+        return [(t, p, next_offset, lso) for (t, p), (next_offset, lso) in self.advances.items()]
+
+    def entry_rows(self) -> list[tuple[str, int, ProducerEntry]]:
+        return [(t, p, entry) for (t, p, _), entry in self.entries.items()]
+
+
+def plan_appends(
+    broker: BrokerContext,
+    admitted: Admitted,
+    rows: dict[TopicPartitionKey, PartitionRow],
+    owners: dict[TopicPartitionKey, int],
+    others: States,
+    issued: dict[int, int],
+) -> AppendsPlan:
+    """Decide the admitted batches (in partition order) one after the other, each on its
+    partition row as the batches before it left it (``plan_append``): ``rows`` hold the
+    state of the producer ``owners`` names; ``others`` the states of the request's other
+    producers on those partitions; ``issued`` the epochs the coordinator handed out to the
+    producers ``identities_to_check`` named. Pure: the caller reads, then writes."""
+    current = dict(rows)
+    states = _states(rows, owners, others)
     responses: dict[int, ProduceResponse] = {}
-    for batches in rounds:
-        responses.update(_append_round(_AtOnce(work.context, work.conn), batches))
-    if work.locked is not None:
-        wanted = [(req.topic, req.partition, req.producer_id) for req, _ in admitted.values()]
-        work.locked.update(lock_partitions(work.conn, wanted))  # as those rounds left them
-    return responses
-
-
-def _rounds(admitted: Admitted) -> list[Admitted]:
-    """``admitted`` split so that no round holds a partition twice, in request order."""
-    rounds: list[Admitted] = []
-    seen: dict[TopicPartitionKey, int] = {}
+    written: list[tuple[ProduceRequest, Columns, AppendPlan]] = []
+    advances: dict[TopicPartitionKey, tuple[int, int]] = {}
+    entries: dict[tuple[str, int, int], ProducerEntry] = {}
     for i, (req, cols) in admitted.items():
         tp = (req.topic, req.partition)
-        k = seen[tp] = seen.get(tp, -1) + 1
-        if k == len(rounds):
-            rounds.append({})
-        rounds[k][i] = (req, cols)
-    return rounds or [{}]
-
-
-def _append_round(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
-    """``append`` for batches of distinct partitions."""
-    conn, broker, locked = work.conn, work.context, work.locked
-    if not admitted:
-        return {}
-    if locked is not None:
-        rows = locked
-    else:
-        rows = lock_partitions(
-            conn, [(req.topic, req.partition, req.producer_id) for req, _ in admitted.values()]
-        )
-    unseen = {
-        i
-        for i, (req, _) in admitted.items()
-        if needs_identity_check(req, rows.get((req.topic, req.partition)))
-    }
-    issued = issued_epochs(conn, (admitted[i][0].producer_id for i in unseen)) if unseen else {}
-    responses: dict[int, ProduceResponse] = {}
-    plans: list[tuple[ProduceRequest, Columns, AppendPlan]] = []
-    for i, (req, cols) in admitted.items():
+        row = _row_for(req, current.get(tp), states)
         try:
-            if i in unseen:
+            if needs_identity_check(req, row):
                 check_issued(req.producer_id, req.producer_epoch, issued)
-            plan = plan_append(broker, req, cols, rows.get((req.topic, req.partition)))
+            plan = plan_append(broker, req, cols, row)
         except KafkaException as exc:
             responses[i] = refusal(exc)
             continue
         responses[i] = plan.response
-        if plan.timestamps is not None:
-            plans.append((req, cols, plan))
-    if plans:
-        payloads = copy_payloads_of([plan.encoded(req, cols) for req, cols, plan in plans])
-        if work.copies is None:
-            copy_rows(conn, payloads)
-            crash_point("append.after_copy")
-        else:
-            work.copies.extend(payloads)
-        versions = advance_partitions(
-            conn,
-            [(req.topic, req.partition, plan.next_offset, plan.lso) for req, _, plan in plans],
-            [(req.topic, req.partition, plan.entry) for req, _, plan in plans if plan.entry],
-            work.writes,
-        )
-        for req, _, plan in plans:
-            tp = (req.topic, req.partition)
-            after = rows[tp].advanced(plan.next_offset, plan.lso, plan.entry)
-            if locked is not None:
-                locked[tp] = after
-            if versions is not None:
-                remember(conn, tp, versions[tp], after)
-            else:  # its version is not known until the queued advance runs
-                forget(conn, tp)
-    return responses
+        if plan.timestamps is None:
+            continue  # a duplicate: nothing written
+        assert row is not None
+        current[tp] = row.advanced(plan.next_offset, plan.lso, plan.entry)
+        advances[tp] = (plan.next_offset, plan.lso)
+        if plan.entry is not None:
+            states[(*tp, req.producer_id)] = entries[(*tp, req.producer_id)] = plan.entry
+        written.append((req, cols, plan))
+    after = {tp: current[tp].with_state(states[(*tp, owners[tp])]) for tp in advances}
+    return AppendsPlan(responses, written, advances, entries, after)
+
+
+def _row_for(req: ProduceRequest, row: PartitionRow | None, states: States) -> PartitionRow | None:
+    """``row`` with ``req``'s producer's state."""
+    if row is None or req.producer_id == NO_PRODUCER_ID:
+        return row
+    return row.with_state(states[(req.topic, req.partition, req.producer_id)])
+
+
+def identities_to_check(
+    admitted: Admitted,
+    rows: dict[TopicPartitionKey, PartitionRow],
+    owners: dict[TopicPartitionKey, int],
+    others: States,
+) -> set[int]:
+    """The producer ids whose issued epochs ``plan_appends`` needs: those of batches whose
+    producer the partition has no state for, or in a higher epoch
+    (``needs_identity_check``; checking one whose earlier batch in the request got in
+    costs nothing more)."""
+    states = _states(rows, owners, others)
+    return {
+        req.producer_id
+        for req, _ in admitted.values()
+        if needs_identity_check(req, _row_for(req, rows.get((req.topic, req.partition)), states))
+    }
+
+
+def _states(
+    rows: dict[TopicPartitionKey, PartitionRow],
+    owners: dict[TopicPartitionKey, int],
+    others: States,
+) -> States:
+    """Every producer state the request's batches are decided on: each row's own and
+    ``others``."""
+    states: States = {(*tp, owners[tp]): row.producer_entry() for tp, row in rows.items()}
+    states.update(others)
+    return states
+
+
+def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
+    """Append the batches the broker admitted (by request index, in partition order) in
+    ``work``'s DB transaction, under the partitions' locks (the lock's way, docs/design.md
+    §3.9): one lock statement (none if ``work`` holds them locked already), the decision
+    (``plan_appends``), one COPY, one advance. Several batches for one partition are
+    decided one after the other on the row the one before left."""
+    if not admitted:
+        return {}
+    conn, locked = work.conn, work.locked
+    if locked is None:
+        owners: dict[TopicPartitionKey, int] = {}
+        for req, _ in admitted.values():
+            owners.setdefault((req.topic, req.partition), req.producer_id)
+        rows = lock_partitions(conn, [(t, p, pid) for (t, p), pid in owners.items()])
+    else:
+        rows, owners = locked.rows, dict.fromkeys(locked.rows, locked.producer_id)
+    # The request's other producers on those partitions, read now that the locks are held.
+    wanted = {
+        (req.topic, req.partition, req.producer_id)
+        for req, _ in admitted.values()
+        if req.producer_id != NO_PRODUCER_ID
+        and (req.topic, req.partition) in rows
+        and req.producer_id != owners[(req.topic, req.partition)]
+    }
+    others = producer_states(conn, sorted(wanted)) if wanted else {}
+    unseen = identities_to_check(admitted, rows, owners, others)
+    issued = issued_epochs(conn, unseen) if unseen else {}
+    plan = plan_appends(work.context, admitted, rows, owners, others, issued)
+    if not plan.written:
+        return plan.responses
+    payloads = plan.payloads()
+    if work.copies is None:
+        copy_rows(conn, payloads)
+        crash_point("append.after_copy")
+    else:
+        work.copies.extend(payloads)
+    versions = advance_partitions(conn, plan.advance_rows(), plan.entry_rows(), work.writes)
+    for tp, after in plan.after.items():
+        if locked is not None:
+            locked.rows[tp] = after
+        if versions is not None:
+            remember(conn, tp, versions[tp], after)
+        else:  # its version is not known until the queued advance runs
+            forget(conn, tp)
+    return plan.responses
 
 
 def on_remembered_rows(conn: Connection, batches: Sequence[ProduceRequest]) -> bool:
     """Whether every batch goes on a partition row this process remembers as its own
-    producer last left it, each partition once: what the one-query append needs before it
-    decides anything (``broker.strategy``). Only batches with a producer id: a row last
-    written by the same producer is likely still as it left it; plain batches, which may
-    come from any of the process's writers, would pay a refused write whenever another
-    wrote in between. A producer id not seen on its row needs the issued epochs read."""
-    if not batches or len({(b.topic, b.partition) for b in batches}) != len(batches):
-        return False
-    return all(
+    producer last left it: what the one-query append needs before it decides anything
+    (``broker.strategy``). Only batches with a producer id: a row last written by the same
+    producer is likely still as it left it; plain batches, which may come from any of the
+    process's writers, would pay a refused write whenever another wrote in between. A
+    producer id not seen on its row needs the issued epochs read."""
+    return bool(batches) and all(
         _remembered_as_mine(req, remembered(conn, (req.topic, req.partition))) for req in batches
     )
 
@@ -265,43 +325,41 @@ def _remembered_as_mine(req: ProduceRequest, hint: Remembered | None) -> bool:
 def append_one_query(
     work: Appending, admitted: Admitted, guard: Check | None = None
 ) -> dict[int, ProduceResponse] | Refused | None:
-    """The batches (of distinct partitions, all on rows ``on_remembered_rows`` found)
-    decided on their remembered rows and written in one query string that commits
-    (docs/design.md §3.9): ``guard``'s read first, if any, then each partition's advance,
-    which checks its row is still that version, then the COPY. ``Refused`` where a row
-    moved (nothing written, no DB transaction open); None, with nothing sent, where a
-    batch is one the remembered row would not take as it is (a duplicate or a refusal is
-    only ever decided on the row read under the lock). Either way the caller then
-    decides the request under the locks."""
+    """The batches (all on rows ``on_remembered_rows`` found) decided on their remembered
+    rows (``plan_appends``) and written in one query string that commits (docs/design.md
+    §3.9): ``guard``'s read first, if any, then each partition's advance, which checks its
+    row is still that version, then the COPY. ``Refused`` where a row moved (nothing
+    written, no DB transaction open); None, with nothing sent, where a batch is one the
+    remembered row would not take as it is (a duplicate or a refusal is only ever decided
+    on the row read under the lock). Either way the caller then decides the request under
+    the locks."""
     assert not in_transaction(work.conn), "one query string is its own DB transaction"
-    planned: list[tuple[int, ProduceRequest, Columns, Remembered, AppendPlan]] = []
-    advances: list[RememberedAdvance] = []
-    for i, (req, columns) in admitted.items():
+    rows: dict[TopicPartitionKey, PartitionRow] = {}
+    owners: dict[TopicPartitionKey, int] = {}
+    versions: dict[TopicPartitionKey, RowVersion] = {}
+    for req, _ in admitted.values():
+        tp = (req.topic, req.partition)
         # Read again: another thread's append may have left the row since the choice.
-        hint = remembered(work.conn, (req.topic, req.partition))
-        if not _remembered_as_mine(req, hint):
+        hint = remembered(work.conn, tp)
+        if not _remembered_as_mine(req, hint) or owners.get(tp, req.producer_id) != req.producer_id:
             return None
         assert hint is not None
-        try:
-            plan = plan_append(work.context, req, columns, hint.row)
-        except KafkaException:
-            return None
-        if plan.timestamps is None:
-            return None  # a duplicate
-        assert plan.entry is not None, "a batch with a producer id leaves the producer's state"
-        planned.append((i, req, columns, hint, plan))
-        advance = (req.topic, req.partition, plan.next_offset, plan.lso)
-        advances.append((advance, plan.entry, hint.version))
-    payloads = copy_payloads_of([plan.encoded(req, cols) for _, req, cols, _, plan in planned])
-    versions = append_remembered_committed(work.conn, advances, payloads, guard)
-    if isinstance(versions, Refused):
-        for _, req, _, _, _ in planned:
-            forget(work.conn, (req.topic, req.partition))
-        return versions
-    for (_, req, _, hint, plan), xmin in zip(planned, versions, strict=True):
-        after = hint.row.advanced(plan.next_offset, plan.lso, plan.entry)
-        remember(work.conn, (req.topic, req.partition), xmin, after)
-    return {i: plan.response for i, _, _, _, plan in planned}
+        rows[tp], owners[tp], versions[tp] = hint.row, req.producer_id, hint.version
+    plan = plan_appends(work.context, admitted, rows, owners, {}, {})
+    if not plan.takes_all:
+        return None
+    advances: list[RememberedAdvance] = [
+        ((t, p, next_offset, lso), plan.entries[(t, p, owners[(t, p)])], versions[(t, p)])
+        for (t, p), (next_offset, lso) in plan.advances.items()
+    ]
+    written = append_remembered_committed(work.conn, advances, plan.payloads(), guard)
+    if isinstance(written, Refused):
+        for tp in plan.advances:
+            forget(work.conn, tp)
+        return written
+    for tp, xmin in zip(plan.advances, written, strict=True):
+        remember(work.conn, tp, xmin, plan.after[tp])
+    return plan.responses
 
 
 def recorded_batch(conn: Connection, req: ProduceRequest) -> ProduceResponse:

@@ -72,6 +72,13 @@ class PartitionRow(NamedTuple):
             return None
         return ProducerEntry.from_row(self[_STATE:])
 
+    def with_state(self, entry: ProducerEntry | None) -> PartitionRow:
+        """The row with ``entry`` as its producer's state (None: a producer without state
+        on the partition)."""
+        if entry is None:
+            return PartitionRow._make((*self[:_STATE], *NO_STATE))
+        return self.advanced(self.next_offset, self.last_stable_offset, entry)
+
     def advanced(
         self, next_offset: int, last_stable_offset: int, entry: ProducerEntry | None
     ) -> PartitionRow:
@@ -197,6 +204,21 @@ def partition_rows(
         for t, p, pid in wanted
         if (t, p) in locked
     }
+
+
+def producer_states(
+    conn: Connection, wanted: Sequence[tuple[str, int, int]]
+) -> dict[tuple[str, int, int], ProducerEntry | None]:
+    """The state of each (topic, partition, producer_id) of ``wanted`` (None: none), read
+    with the partitions' locks held: for a request whose batches of several producers go
+    to one partition, the producers other than the one its row was locked with."""
+    with driver_connection(conn).cursor() as cur:
+        found = cur.execute(sql.PRODUCER_STATES, lock_params(wanted)).fetchall()
+    states: dict[tuple[str, int, int], ProducerEntry | None] = dict.fromkeys(wanted)
+    for row in found:
+        entry = ProducerEntry.from_row(row[2:])
+        states[(row[0], row[1], entry.producer_id)] = entry
+    return states
 
 
 def advance_partitions(

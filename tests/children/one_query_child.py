@@ -8,9 +8,9 @@ argv: database URL, then the mode:
   topic "two"'s partitions, "a0" and "a1" (the lock's way), then "b0" and "b1", on the
   rows it remembers, in one query string, where the process kills itself
   (``append.in_one_query``, set once the first request is in).
-- ``rounds``: "a" through the Produce handler, then one request with two batches for the
-  same partition, "b" and "c", appended in rounds; the process kills itself after the
-  first round's COPY (``append.after_copy``, set once "a" is in).
+- ``twice``: "a" through the Produce handler, then one request with two plain batches for
+  the same partition, "b" and "c", appended under the lock in one COPY; the process kills
+  itself after that COPY, before the advance (``append.after_copy``, set once "a" is in).
 """
 
 from __future__ import annotations
@@ -48,18 +48,16 @@ def partitions(url: str) -> None:
     broker.handle(request(1, "b"))
 
 
-def rounds(url: str) -> None:
+def twice(url: str) -> None:
     broker = Broker.connect(url)
-    ident = broker.handle(InitProducerIdRequest(None, 60_000))
 
-    def batch(seq: int, value: bytes) -> ProduceRequest:
-        record = RecordIn(None, value, 0)
-        return ProduceRequest("t", 0, [record], ident.producer_id, ident.producer_epoch, seq)
+    def batch(value: bytes) -> ProduceRequest:
+        return ProduceRequest("t", 0, [RecordIn(None, value, 0)])
 
-    assert broker.handle(ProduceBatchesRequest([batch(0, b"a")])).batches[0].error_code == 0
+    assert broker.handle(ProduceBatchesRequest([batch(b"a")])).batches[0].error_code == 0
     os.environ[ENV] = "append.after_copy"
-    broker.handle(ProduceBatchesRequest([batch(1, b"b"), batch(2, b"c")]))
+    broker.handle(ProduceBatchesRequest([batch(b"b"), batch(b"c")]))
 
 
 if __name__ == "__main__":
-    {"producer": producer, "partitions": partitions, "rounds": rounds}[sys.argv[2]](sys.argv[1])
+    {"producer": producer, "partitions": partitions, "twice": twice}[sys.argv[2]](sys.argv[1])
