@@ -116,6 +116,8 @@ _BROKER_ERRORS: dict[str, tuple[int, bool, str]] = {
     "UNKNOWN_TOPIC_ID": (100, True, "Unknown topic id"),
     "DUPLICATE_BROKER_REGISTRATION": (101, False, "This broker ID is already in use"),
     "TRANSACTIONAL_ID_NOT_FOUND": (105, False, "The transactionalId could not be found"),
+    # KIP-1050: the transaction must be aborted, the producer may go on after.
+    "TRANSACTION_ABORTABLE": (120, False, "The server encountered an error with the transaction"),
     "LEADER_NOT_AVAILABLE": (5, True, "Leader not available"),
     "POLICY_VIOLATION": (44, False, "Policy violation"),
     "NON_EMPTY_GROUP": (68, False, "Group is not empty"),
@@ -243,6 +245,7 @@ class KafkaError:
     PRODUCER_FENCED: int
     UNKNOWN_TOPIC_ID: int
     TRANSACTIONAL_ID_NOT_FOUND: int
+    TRANSACTION_ABORTABLE: int
     LEADER_NOT_AVAILABLE: int
     POLICY_VIOLATION: int
     NON_EMPTY_GROUP: int

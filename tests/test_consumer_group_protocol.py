@@ -66,14 +66,14 @@ def test_api_versions_gives_the_features_kafka_4_4_names(server: str) -> None:
         server, API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"}
     )
     finalized = {f.name: (f.min_version_level, f.max_version_level) for f in v3.finalized_features}
-    assert finalized == {"group.version": (1, 1), "transaction.version": (1, 1)}
+    assert finalized == {"group.version": (1, 1), "transaction.version": (2, 2)}
     assert v3.finalized_features_epoch >= 0
     assert [f.name for f in v3.supported_features] == []  # v3 leaves out those from level 0
     v4 = call(
         server, API_VERSIONS, 4, {"client_software_name": "t", "client_software_version": "1"}
     )
     supported = {f.name: (f.min_version, f.max_version) for f in v4.supported_features}
-    assert supported == {"group.version": (0, 1), "transaction.version": (0, 1)}
+    assert supported == {"group.version": (0, 1), "transaction.version": (0, 2)}
     keys = {k.api_key: (k.min_version, k.max_version) for k in v4.api_keys}
     assert keys[HEARTBEAT] == (0, 1) and keys[DESCRIBE] == (0, 1)
 

@@ -19,6 +19,7 @@ from app.coordinator.completion import complete_transaction
 from app.coordinator.metadata import (
     NO_PRODUCER_ID,
     TxnMetadata,
+    after_coordinator_abort,
     bumped_identity,
     check_producer,
     end_retry_outcome,
@@ -394,6 +395,17 @@ def prepare_in(
     if meta is not None and end_retry_outcome(
         meta, req.producer_id, req.producer_epoch, req.committed
     ):
+        return meta
+    if (
+        meta is not None
+        and req.after_abort_is_retry
+        and after_coordinator_abort(meta, req.producer_id, req.producer_epoch)
+    ):
+        if req.committed:
+            raise fail(
+                KafkaError.INVALID_TXN_STATE,
+                f"the coordinator aborted the transaction ({meta.state}), cannot commit",
+            )
         return meta
     meta = check_producer(meta, req.producer_id, req.producer_epoch)
     if meta.state in m.PREPARE:

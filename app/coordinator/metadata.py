@@ -177,6 +177,19 @@ def end_retry_outcome(
     return True
 
 
+def after_coordinator_abort(meta: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Is ``(producer_id, producer_epoch)`` the identity the coordinator's own abort (a
+    timeout, ``plan_fence_abort`` without a rotated id) bumped past? Kafka's transaction
+    version 2 takes the client's EndTxn at that epoch as a retry of the abort
+    (``EndTxnRequest.after_abort_is_retry``; docs/design.md rule 65)."""
+    return (
+        meta.state in (m.PREPARE_ABORT, m.COMPLETE_ABORT)
+        and meta.last_producer_epoch == NO_PRODUCER_EPOCH
+        and producer_id == meta.producer_id == meta.last_producer_id
+        and producer_epoch == meta.producer_epoch - 1
+    )
+
+
 def plan_complete(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
     trigger = "complete_commit" if meta.state == m.PREPARE_COMMIT else "complete_abort"
     return meta.transition(trigger, partitions=(), has_offsets=False, updated_ms=now_ms)

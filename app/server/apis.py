@@ -27,6 +27,7 @@ from app.protocol import (
     AbortedTransaction,
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
+    DescribeTransactionsRequest,
     EndTxnRequest,
     EpochQuery,
     FetchRequest,
@@ -43,7 +44,7 @@ from app.protocol import (
     ProduceResponse,
     TxnOffsetCommitRequest,
 )
-from app.server import acl_apis, features, topic_apis, txn_apis, user_apis
+from app.server import acl_apis, features, topic_apis, txn_apis, txn_verify, user_apis
 from app.server.answer import NO_OPERATIONS, Handler, Pending
 from app.server.cluster_apis import (
     authorized_operations,
@@ -127,7 +128,8 @@ def metadata(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 
 def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
     """All partitions of the request in one DB transaction, each answered on its own.
-    acks=0 gets no response, as Kafka gives none."""
+    acks=0 gets no response, as Kafka gives none. From v12 (KIP-890's transaction version
+    2) a transactional batch adds its partition to the transaction (``implicit_add``)."""
     batches: list[ProduceRequest] = []
     refused: dict[tuple[str, int], ProduceResponse] = {}
     order: list[tuple[str, int]] = []
@@ -155,9 +157,11 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
         # answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (docs/design.md rule 41).
         timeout = request.timeout.total_seconds()
         by = time.monotonic() + timeout if request.acks == -1 and timeout > 0 else None
+        add = implicit_add(batches, request.transactional_id, request.__version__)
         with answer_by(by):
-            response = broker.handle(ProduceBatchesRequest(batches, acks=request.acks))
+            response = broker.handle(ProduceBatchesRequest(batches, add=add, acks=request.acks))
         for batch, answer in zip(batches, response.batches, strict=True):
+            answer = _kafka_txn_code(answer, batch, add is not None, request.__version__)
             answers[(batch.topic, batch.partition)] = answer
     if request.acks == 0:
         return None
@@ -174,6 +178,41 @@ def produce(broker: Broker, node: Node, request: Any) -> dict[str, Any] | None:
         )  # fmt: skip
     responses = [{"name": t, "partition_responses": p} for t, p in by_topic.items()]
     return {"responses": responses}
+
+
+def _kafka_txn_code(
+    answer: ProduceResponse, batch: ProduceRequest, added: bool, version: int
+) -> ProduceResponse:
+    """A transactional batch's refusal as Kafka's partition leader words it: its
+    coordinator's PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (what producers expect of a
+    batch), and from v11 (KIP-1050) a partition outside the transaction as
+    TRANSACTION_ABORTABLE, which the client may abort and go on after."""
+    code = answer.error_code
+    if added and code == KafkaError.PRODUCER_FENCED:
+        return replace(answer, error_code=KafkaError.INVALID_PRODUCER_EPOCH)
+    if batch.is_transactional and version >= 11 and code == KafkaError.INVALID_TXN_STATE:
+        return replace(answer, error_code=KafkaError.TRANSACTION_ABORTABLE)
+    return answer
+
+
+def implicit_add(
+    batches: list[ProduceRequest], transactional_id: str | None, version: int
+) -> AddPartitionsToTxnRequest | None:
+    """KIP-890's implicit AddPartitionsToTxn of a Produce v12+ (docs/design.md rule 64): the
+    partitions of its transactional batches, registered in the produce's DB transaction as
+    the native client's are, under the first such batch's producer id and epoch (each batch
+    is checked against the transaction after). None before v12, where AddPartitionsToTxn
+    comes first, or with no transactional batch."""
+    if version < TV2_PRODUCE or transactional_id is None:
+        return None
+    txn = [b for b in batches if b.is_transactional]
+    if not txn:
+        return None
+    partitions = sorted({(b.topic, b.partition) for b in txn})
+    first = txn[0]
+    return AddPartitionsToTxnRequest(
+        transactional_id, first.producer_id, first.producer_epoch, partitions
+    )
 
 
 def fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any] | Pending:
@@ -356,19 +395,39 @@ def init_producer_id(broker: Broker, node: Node, request: Any) -> dict[str, Any]
 
 
 def add_partitions_to_txn(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
-    # Versions 0-3 (the ones served) name their fields so; v4 batches several ids.
-    tid, pid = request.v3_and_below_transactional_id, request.v3_and_below_producer_id
-    epoch, topics = request.v3_and_below_producer_epoch, request.v3_and_below_topics
-    wanted = [(t.name, p) for t in topics for p in t.partitions]
-    a = broker.handle(AddPartitionsToTxnRequest(tid, pid, epoch, wanted))
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for topic, partition in wanted:
-        code = a.results.get((topic, partition), a.error_code)
-        by_topic.setdefault(topic, []).append(
-            {"partition_index": partition, "partition_error_code": code}
-        )
-    results = [{"name": t, "results_by_partition": r} for t, r in by_topic.items()]
-    return {"results_by_topic_v3_and_below": results}
+    """A client's AddPartitionsToTxn (v0-3), or from v4 a partition leader's: several
+    transactions, each added or (``verify_only``) checked, answered each on its own, for
+    a caller allowed ClusterAction on the cluster, as Kafka's broker checks
+    (``txn_verify``)."""
+    if request.__version__ < BROKER_ADD_PARTITIONS:
+        tid, pid = request.v3_and_below_transactional_id, request.v3_and_below_producer_id
+        epoch, topics = request.v3_and_below_producer_epoch, request.v3_and_below_topics
+        wanted = [(t.name, p) for t in topics for p in t.partitions]
+        a = broker.handle(AddPartitionsToTxnRequest(tid, pid, epoch, wanted))
+        codes = {tp: a.results.get(tp, a.error_code) for tp in wanted}
+        return {"results_by_topic_v3_and_below": txn_verify.topic_results(codes)}
+    if not cluster_operations(broker, True) & txn_verify.CLUSTER_ACTION_BIT:
+        return {"error_code": KafkaError.CLUSTER_AUTHORIZATION_FAILED, "results_by_transaction": []}
+    results = []
+    for t in request.transactions:
+        wanted = [(topic.name, p) for topic in t.topics for p in topic.partitions]
+        if t.verify_only:
+            found = broker.handle(DescribeTransactionsRequest([t.transactional_id]))
+            codes = txn_verify.verified(
+                found.transaction_states[0], t.producer_id, t.producer_epoch, wanted
+            )
+        else:
+            a = broker.handle(
+                AddPartitionsToTxnRequest(
+                    t.transactional_id, t.producer_id, t.producer_epoch, wanted
+                )
+            )
+            codes = {tp: a.results.get(tp, a.error_code) for tp in wanted}
+        results.append(
+            {"transactional_id": t.transactional_id,
+             "topic_results": txn_verify.topic_results(codes)}
+        )  # fmt: skip
+    return {"error_code": 0, "results_by_transaction": results}
 
 
 def add_offsets_to_txn(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
@@ -382,22 +441,31 @@ def add_offsets_to_txn(broker: Broker, node: Node, request: Any) -> dict[str, An
 
 
 def end_txn(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """From v5 (KIP-890's transaction version 2) the end bumps the epoch and the answer
+    carries the identity to use next: a new producer id once the epochs are spent. Before
+    v5 the client keeps its epoch (docs/design.md rule 64)."""
+    tv2 = request.__version__ >= TV2_END_TXN
     a = broker.handle(
         EndTxnRequest(
             request.transactional_id, request.producer_id, request.producer_epoch,
-            request.committed, bump_epoch=False,  # the versions served are before KIP-890's v5
+            request.committed, bump_epoch=tv2, after_abort_is_retry=tv2,
         )
     )  # fmt: skip
-    return {"error_code": a.error_code}
+    if a.error_code:  # as Kafka answers a refusal: no identity
+        return {"error_code": a.error_code}
+    return {"error_code": 0, "producer_id": a.producer_id, "producer_epoch": a.producer_epoch}
 
 
 def txn_offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
+    """From v5 (KIP-890's transaction version 2) the commit adds the group's offsets to the
+    transaction itself: no AddOffsetsToTxn before it."""
     offsets = _offsets(request.topics)
     a = broker.handle(
         TxnOffsetCommitRequest(
             request.transactional_id, request.group_id, request.producer_id,
             request.producer_epoch, offsets, getattr(request, "generation_id", -1),
             getattr(request, "member_id", ""),
+            add_offsets=request.__version__ >= TV2_TXN_OFFSET_COMMIT,
             group_instance_id=getattr(request, "group_instance_id", None),
         )
     )  # fmt: skip
@@ -446,9 +514,16 @@ def _uuid(text: str | None) -> uuid.UUID | None:
     return None if text is None else uuid.UUID(text)
 
 
+# The first versions of KIP-890's transaction version 2 (docs/design.md rule 64): Produce
+# adds its partitions, EndTxn bumps the epoch, TxnOffsetCommit adds the group's offsets.
+# Kafka's clients send them only with ``transaction.version`` 2 finalized (``features``).
+TV2_PRODUCE, TV2_END_TXN, TV2_TXN_OFFSET_COMMIT = 12, 5, 5
+# From this version AddPartitionsToTxn is a partition leader's, batched by transaction.
+BROKER_ADD_PARTITIONS = 4
+
 # api key -> (lowest version, highest version, handler): what ApiVersions advertises.
 APIS: dict[int, tuple[int, int, Handler]] = {
-    0:  (3, 9, produce),
+    0:  (3, 12, produce),  # v12: KIP-890's implicit AddPartitionsToTxn
     1:  (4, 12, fetch),
     2:  (1, 7, list_offsets),
     3:  (1, 12, metadata),
@@ -466,13 +541,13 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     19: (2, 7, topic_apis.create_topics),
     20: (1, 6, topic_apis.delete_topics),
     21: (0, 2, topic_apis.delete_records),
-    22: (0, 4, init_producer_id),
+    22: (0, 5, init_producer_id),
     23: (2, 4, offset_for_leader_epoch),
-    24: (0, 3, add_partitions_to_txn),
-    25: (0, 3, add_offsets_to_txn),
-    26: (0, 3, end_txn),
+    24: (0, 5, add_partitions_to_txn),  # v4: a partition leader's, several transactions
+    25: (0, 4, add_offsets_to_txn),
+    26: (0, 5, end_txn),  # v5: KIP-890's epoch bump per transaction
     27: (1, 1, txn_apis.write_txn_markers),  # v2's transaction_version: markers of KIP-890
-    28: (0, 3, txn_offset_commit),
+    28: (0, 5, txn_offset_commit),  # v5: KIP-890's implicit AddOffsetsToTxn
     29: (1, 3, acl_apis.describe_acls),
     30: (1, 3, acl_apis.create_acls),
     31: (1, 3, acl_apis.delete_acls),

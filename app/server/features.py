@@ -4,13 +4,17 @@ DescribeFeatures, and Kafka 4 clients read to choose a protocol.
 kip98 lists the two features its clients act on, under Kafka 4.4's names:
 
 - ``group.version`` 0-1, finalized 1: the consumer group protocol (KIP-848) is served;
-- ``transaction.version`` 0-1, finalized 1: level 1 changes only Kafka's own transaction
-  log records (flexible fields); level 2, KIP-890's epoch bump per transaction, is not
-  served, so Kafka 4 producers keep the transaction protocol kip98 speaks.
+- ``transaction.version`` 0-2, finalized 2: KIP-890's transaction version 2, which Kafka
+  4 producers then speak (Produce v12+ adding its partitions, EndTxn v5+ bumping the epoch
+  at every transaction's end, TxnOffsetCommit v5+ adding the group's offsets; level 1
+  changes only Kafka's own transaction log records).
 
 ``KIP98_FEATURES`` (``group.version=0``) pins a lower finalized level, as Kafka's
 ``kafka-features downgrade`` does: with ``group.version`` 0 ConsumerGroupHeartbeat and
-ConsumerGroupDescribe answer UNSUPPORTED_VERSION, as Kafka's do. Kafka leaves a feature
+ConsumerGroupDescribe answer UNSUPPORTED_VERSION, as Kafka's do; with
+``transaction.version=1`` Kafka 4 producers keep the first transaction protocol (their
+builders cap EndTxn at v4, Produce at v11), while the versions served stay as they are,
+as Kafka's broker serves them whatever the level. Kafka leaves a feature
 finalized at level 0 out of the finalized list; so does kip98. The finalized epoch is the
 time the process read its settings, so a node restarted with a new level is seen as newer
 by a client that cached the old one (Kafka's is the metadata log offset).
@@ -29,7 +33,7 @@ TRANSACTION_VERSION = "transaction.version"
 # name -> (lowest supported, highest supported): what this kip98 serves.
 SUPPORTED: dict[str, tuple[int, int]] = {
     GROUP_VERSION: (0, 1),
-    TRANSACTION_VERSION: (0, 1),
+    TRANSACTION_VERSION: (0, 2),
 }
 
 

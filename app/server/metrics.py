@@ -10,7 +10,7 @@ open now, and the way each produce, registration and commit was written
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -30,40 +30,38 @@ class ServerCollector:
         self.server = server
 
     def collect(self) -> Iterator[Metric]:
-        yield labelled(
-            CounterMetricFamily("kip98_server_requests", "Requests answered, by API.",
-                                labels=["api"]),
-            dict(sorted(self.server.requests.items())),
-        )  # fmt: skip
-        yield labelled(
-            CounterMetricFamily(
-                "kip98_server_refused",
-                "Connections closed on bad input (size, malformed, truncated, failed) or "
-                "refused authentication (authentication, unauthenticated), by reason.",
-                labels=["reason"],
-            ),
-            dict(sorted(self.server.refused.items())),
+        server = self.server
+        yield counted("kip98_server_requests", "Requests answered, by API.", "api", server.requests)
+        yield counted(
+            "kip98_server_refused",
+            "Connections closed on bad input (size, malformed, truncated, failed) or "
+            "refused authentication (authentication, unauthenticated), by reason.",
+            "reason",
+            server.refused,
         )
-        yield labelled(
-            CounterMetricFamily(
-                "kip98_server_failed",
-                "Requests a handler failed on, answered with an error code, by API.",
-                labels=["api"],
-            ),
-            dict(sorted(self.server.failed.items())),
+        yield counted(
+            "kip98_server_failed",
+            "Requests a handler failed on, answered with an error code, by API.",
+            "api",
+            server.failed,
         )
-        yield labelled(
-            CounterMetricFamily(
-                "kip98_server_authentication_failures",
-                "SASL logins refused (a wrong password, an unknown user), by mechanism.",
-                labels=["mechanism"],
-            ),
-            dict(sorted(self.server.authentication_failures.items())),
+        yield counted(
+            "kip98_server_authentication_failures",
+            "SASL logins refused (a wrong password, an unknown user), by mechanism.",
+            "mechanism",
+            server.authentication_failures,
         )
         yield GaugeMetricFamily(
             "kip98_server_connections", "Connections open.", value=self.server.connections
         )
         yield write_strategies()
+
+
+def counted(name: str, documentation: str, label: str, counts: Mapping[str, int]) -> Metric:
+    """A counter of one label, a sample per value of ``counts`` in the values' order (the
+    same order at every scrape, whatever order the server met them in)."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    return labelled(family, dict(sorted(counts.items())))
 
 
 def write_strategies() -> CounterMetricFamily:
