@@ -19,7 +19,7 @@ import click
 from app.broker import Broker
 from app.cli.errors import CliError, one_line
 from app.cli.names import name_argument, topic_option
-from app.cli.output import emit
+from app.cli.output import emit, output_choice
 from app.client import (
     OFFSET_BEGINNING,
     OFFSET_END,
@@ -255,13 +255,10 @@ def _consumer(
 @click.option("--print-key", is_flag=True, help="Plain output: print the key before the value.")
 @click.option("--print-offset", is_flag=True, help="Plain output: print partition and offset.")
 @click.option("--separator", default="\t", show_default=repr("\t"), help="Between printed fields.")
-@click.option(
-    "--output",
-    "-o",
-    type=click.Choice(CONSUME_FORMATS),
-    default="plain",
-    show_default=True,
-    help="plain: values, one per line; json: one object per line; table: at the end.",
+@output_choice(
+    CONSUME_FORMATS,
+    "plain",
+    "plain: values, one per line; json: one object per line; table: at the end.",
 )
 def consume(
     topic_arg: str | None,

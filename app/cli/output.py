@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 from rich.console import Console
@@ -20,17 +20,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 FORMATS = ("table", "json")
 
 
-def output_option(fn: F) -> F:
-    """Add ``--output table|json`` (default table) as the ``output`` parameter."""
-    return click.option(
+def output_choice(formats: Sequence[str], default: str, help: str) -> Callable[[F], F]:
+    """Add ``--output``/``-o``, one of ``formats``, as the ``output`` parameter."""
+    option = click.option(
         "--output",
         "-o",
         "output",
-        type=click.Choice(FORMATS),
-        default="table",
+        type=click.Choice(formats),
+        default=default,
         show_default=True,
-        help="Render as a table or as JSON.",
-    )(fn)
+        help=help,
+    )
+    return cast(Callable[[F], F], option)
+
+
+def output_option(fn: F) -> F:
+    """Add ``--output table|json`` (default table) as the ``output`` parameter."""
+    return output_choice(FORMATS, "table", "Render as a table or as JSON.")(fn)
 
 
 def stdout_console() -> Console:
