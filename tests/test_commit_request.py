@@ -18,7 +18,6 @@ from app.client import KafkaException, Producer
 from app.coordinator import machines as m
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
-from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.helpers.backends import lost_connection
 from tests.helpers.projections import assert_partition_log_rebuilds
@@ -27,12 +26,7 @@ from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, 
 PARTITIONS = [("t", 0), ("t", 1), ("u", 0)]
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 2)
-    create_topic(b, "u", 1)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2, "u": 1})
 
 
 def events(broker: Broker, tid: str) -> list[str]:

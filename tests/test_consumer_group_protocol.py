@@ -26,11 +26,6 @@ from tests.helpers.wire_client import exchange, serving
 HEARTBEAT, DESCRIBE, API_VERSIONS, OFFSET_COMMIT, OFFSET_FETCH = 68, 69, 18, 8, 9
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    return Broker.connect(db_url)
-
-
 def call(server: str, api_key: int, version: int, values: dict[str, Any]) -> Any:
     return exchange(server, api_key, version, build(load_request_schema(api_key, version), values))
 

@@ -26,7 +26,6 @@ from app.log.copy_records import (
     encode_rows,
 )
 from app.log.producer_state import INT32_MAX
-from app.log.topics import create_topic
 from app.protocol import ProduceBatchesRequest, ProduceRequest, RecordIn, record_size_bytes
 from tests.helpers.identities import identity_at_epoch
 
@@ -46,14 +45,11 @@ RECORDS = [
 
 @pytest.fixture
 def clock() -> ManualClock:
+    """Later than the records' own timestamps, so a stamp by the broker tells apart."""
     return ManualClock(start_ms=5_000_000)
 
 
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    b = Broker.connect(db_url, clock=clock)
-    create_topic(b, "t_copy.x-1", 3)
-    return b
+pytestmark = pytest.mark.broker(topics={"t_copy.x-1": 3}, manual_clock=True)
 
 
 def stored(broker: Broker) -> list[tuple[Any, ...]]:

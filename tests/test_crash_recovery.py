@@ -17,19 +17,13 @@ from app.broker.loop import CoordinatorLoop
 from app.clock import SYSTEM_CLOCK, ManualClock
 from app.coordinator import machines as m
 from app.errors import KafkaError
-from app.log.topics import create_topic
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTITIONS = (("a", 0), ("b", 1), ("c", 2))
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    for topic in ("a", "b", "c"):
-        create_topic(b, topic, 3)
-    return b
+pytestmark = pytest.mark.broker(topics={"a": 3, "b": 3, "c": 3})
 
 
 def run_child(

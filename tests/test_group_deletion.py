@@ -19,10 +19,8 @@ from sqlalchemy import text
 from app.admin import AdminClient
 from app.broker import Broker
 from app.client import KafkaError, KafkaException, TopicPartition
-from app.clock import ManualClock
 from app.groups.offsets import offset_commit
 from app.groups.rebuild import compute_group_offsets, live_group_offsets
-from app.log.topics import create_topic
 from app.protocol import (
     DeleteGroupsRequest,
     JoinGroupRequest,
@@ -37,13 +35,7 @@ from app.settings import BrokerSettings
 from tests.helpers.txn_driver import TxnDriver
 from tests.helpers.wire_client import serving
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url, clock=ManualClock())
-    create_topic(b, "t", 2)
-    create_topic(b, "u", 1)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2, "u": 1}, manual_clock=True)
 
 
 def _commit(broker: Broker, group: str, *tps: tuple[str, int]) -> None:

@@ -7,7 +7,6 @@ coordinator's requests, native and classic); then librdkafka consumers against a
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import confluent_kafka as ck
 import pytest
@@ -29,23 +28,14 @@ from app.protocol import (
     JoinGroupRequest,
     SyncGroupRequest,
 )
-from app.settings import BrokerSettings
 from tests.helpers.wire_client import serving
 
 DELAY = 3_000
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    settings = replace(BrokerSettings.from_env(), group_initial_rebalance_delay_ms=DELAY)
-    b = Broker.connect(db_url, clock=clock, settings=settings)
-    create_topic(b, "t", 4)
-    return b
+pytestmark = pytest.mark.broker(
+    topics={"t": 4}, manual_clock=True, group_initial_rebalance_delay_ms=DELAY
+)
 
 
 def _join(broker: Broker, member: str = "", rebalance_ms: int = 10_000, classic: bool = False):

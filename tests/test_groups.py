@@ -17,7 +17,6 @@ from app.groups.assignor import range_assign
 from app.groups.membership import heartbeat, join_group, leave_group, sync_group
 from app.groups.offsets import offset_commit, offset_fetch
 from app.groups.rebuild import compute_group_offsets, live_group_offsets
-from app.log.topics import create_topic
 from app.protocol import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -31,18 +30,7 @@ from app.protocol import (
 from tests.helpers.backends import idle_unbounded
 from tests.helpers.txn_driver import TxnDriver
 
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    b = Broker.connect(db_url, clock=clock)
-    create_topic(b, "in", 4)
-    create_topic(b, "out", 2)
-    return b
+pytestmark = pytest.mark.broker(topics={"in": 4, "out": 2}, manual_clock=True)
 
 
 def committed(

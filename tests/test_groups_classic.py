@@ -13,7 +13,6 @@ from app.broker import Broker
 from app.clock import ManualClock
 from app.errors import KafkaError
 from app.groups.classic import choose_leader, choose_protocol, shares_protocol
-from app.log.topics import create_topic
 from app.protocol import (
     DescribeGroupsRequest,
     GroupProtocol,
@@ -33,16 +32,7 @@ RANGE = GroupProtocol("range", b"range-meta")
 ROUNDROBIN = GroupProtocol("roundrobin", b"rr-meta")
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    b = Broker.connect(db_url, clock=clock)
-    create_topic(b, "in", 4)
-    return b
+pytestmark = pytest.mark.broker(topics={"in": 4}, manual_clock=True)
 
 
 def join(

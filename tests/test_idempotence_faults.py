@@ -22,7 +22,6 @@ from app.broker import Broker
 from app.broker.produce import produce as produce_handler
 from app.client import KafkaError, Message
 from app.client.producer import Producer
-from app.log.topics import create_topic
 from app.protocol import ProduceRequest, ProduceResponse, RecordIn
 from tests.helpers.backends import (
     conninfo,
@@ -34,12 +33,7 @@ from tests.helpers.backends import (
 from tests.helpers.identities import hand_out
 from tests.helpers.txn_driver import batchwise
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 2)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2})
 
 
 @pytest.fixture

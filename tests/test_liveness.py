@@ -24,6 +24,8 @@ from tests.test_idempotence_faults import terminate
 PID = 7
 
 
+# Its own broker fixture, not the shared one's marker: these tests need a pool that already
+# holds one connection a request has used, whose backend they then end under it.
 @pytest.fixture
 def broker(make_broker: Callable[..., Broker]) -> Broker:
     """A broker whose pool holds one connection, used by a first produce."""

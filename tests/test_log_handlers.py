@@ -37,20 +37,16 @@ from app.protocol import (
 from app.settings import BrokerSettings
 from tests.helpers.identities import hand_out, identity_at_epoch, init_transactional
 
+pytestmark = pytest.mark.broker(
+    topics={"t": 2}, manual_clock=True, settings=BrokerSettings(producer_id_expiration_ms=60_000)
+)
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
 
-
-@pytest.fixture
-def broker(db_url: str, clock: ManualClock) -> Broker:
-    b = Broker.connect(
-        db_url, clock=clock, settings=BrokerSettings(producer_id_expiration_ms=60_000)
-    )
-    create_topic(b, "t", 2)
-    hand_out(b, 77, 1, 2)
-    return b
+@pytest.fixture(autouse=True)
+def producer_ids(request: pytest.FixtureRequest) -> None:
+    """The producer ids the tests send with, handed out on the broker of those that take it."""
+    if "broker" in request.fixturenames:
+        hand_out(request.getfixturevalue("broker"), 77, 1, 2)
 
 
 def recs(n: int, tag: str = "v") -> list[RecordIn]:

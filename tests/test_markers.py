@@ -23,13 +23,7 @@ from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest
 from tests.helpers.backends import idle_unbounded
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    for topic in ("m", "n", "x"):
-        create_topic(b, topic, 3)
-    return b
+pytestmark = pytest.mark.broker(topics={"m": 3, "n": 3, "x": 3})
 
 
 def driver(broker: Broker, tid: str) -> TxnDriver:

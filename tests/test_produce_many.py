@@ -17,7 +17,6 @@ from app.coordinator import machines as m
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
 from app.log import append
-from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.helpers.backends import lost_connection
 from tests.helpers.identities import hand_out
@@ -30,13 +29,13 @@ from tests.helpers.txn_driver import (
     state_of,
 )
 
+pytestmark = pytest.mark.broker(topics={"t": 3})
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 3)
-    hand_out(b, 7)
-    return b
+
+@pytest.fixture(autouse=True)
+def producer_id(broker: Broker) -> None:
+    """The idempotent producer id the tests send with (7), handed out."""
+    hand_out(broker, 7)
 
 
 def batch(partition: int, seq: int, *values: str, pid: int = 7, topic: str = "t") -> ProduceRequest:

@@ -23,7 +23,6 @@ from app.broker import Broker
 from app.broker.produce import produce as produce_handler
 from app.client import KafkaError, Message
 from app.client.producer import Producer
-from app.log.topics import create_topic
 from app.protocol import (
     AddPartitionsToTxnRequest,
     ProduceBatchesRequest,
@@ -38,11 +37,7 @@ from tests.helpers.txn_driver import TxnDriver, batchwise, partition_offsets, re
 PARTITIONS = 4
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", PARTITIONS)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": PARTITIONS})
 
 
 def stored(broker: Broker) -> dict[int, list[tuple[int, str]]]:

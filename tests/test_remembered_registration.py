@@ -20,7 +20,6 @@ import pytest
 
 from app.broker import Broker, strategy
 from app.errors import KafkaError
-from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest
 from app.storage.context import BrokerContext
 from tests.helpers.txn_driver import (
@@ -32,12 +31,7 @@ from tests.helpers.txn_driver import (
 )
 from tests.helpers.write_strategy import Ways
 
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 2)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2})
 
 
 class Taken:

@@ -23,7 +23,6 @@ from app.broker.loop import CoordinatorLoop
 from app.clock import ManualClock
 from app.coordinator.handlers import prepare_end_txn, roll_forward
 from app.errors import KafkaError
-from app.log.topics import create_topic
 from app.protocol import AddPartitionsToTxnRequest, EndTxnRequest
 from app.storage.context import BrokerContext
 from tests.helpers.txn_driver import (
@@ -38,11 +37,7 @@ from tests.helpers.write_strategy import Ways
 HANG_GUARD_S = 120  # only against a hang; nothing is asserted about how long things take
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    create_topic(b, "t", 2)
-    return b
+pytestmark = pytest.mark.broker(topics={"t": 2})
 
 
 @pytest.fixture

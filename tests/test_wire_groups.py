@@ -9,7 +9,6 @@ import time
 from typing import Any
 
 import confluent_kafka as ck
-import pytest
 from confluent_kafka.admin import AdminClient
 from kio.index import load_request_schema
 
@@ -19,12 +18,6 @@ from app.log.topics import create_topic
 from app.server.apis import APIS
 from app.server.codec import build
 from tests.helpers.wire_client import delivered, read_response, request_frame
-
-
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    return Broker.connect(db_url)
-
 
 FAST_GROUP = {
     "session.timeout.ms": 6000, "heartbeat.interval.ms": 300, "enable.auto.commit": False,

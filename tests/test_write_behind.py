@@ -11,13 +11,12 @@ from app.broker import Broker
 from app.storage.driver import WriteBehind
 
 
-@pytest.fixture
-def broker(db_url: str) -> Broker:
-    b = Broker.connect(db_url)
-    with b.engine.begin() as conn:
+@pytest.fixture(autouse=True)
+def wb(broker: Broker) -> None:
+    """The table the tests' writes go to, empty."""
+    with broker.engine.begin() as conn:
         conn.execute(text("CREATE TABLE IF NOT EXISTS wb (n int)"))
         conn.execute(text("TRUNCATE wb"))
-    return b
 
 
 @pytest.mark.parametrize("writes", [0, 1, 3])
