@@ -36,6 +36,9 @@ import org.apache.kafka.common.TopicPartition;
  *     (requireStable under read_committed) while the offsets are pending and after.
  * <li>{@code timeout TOPIC TXID}: a transaction left open past its timeout, aborted by its
  *     coordinator; what the producer is told when it commits afterwards.
+ * <li>{@code epochs TOPIC TXID}: three transactions (committed, aborted, committed) and the
+ *     producer epoch DescribeTransactions gives after each, relative to the one after
+ *     initTransactions: moved at every end on transaction version 2 (KIP-890), kept on 1.
  * </ul>
  */
 public final class Producers {
@@ -47,6 +50,7 @@ public final class Producers {
             case "transactions" -> transactions(bootstrap, args[2], args[3], args[4]);
             case "send-offsets" -> sendOffsets(bootstrap, args[2], args[3], args[4], args[5]);
             case "timeout" -> timeout(bootstrap, args[2], args[3]);
+            case "epochs" -> epochs(bootstrap, args[2], args[3]);
             default -> throw new IllegalArgumentException("unknown scenario " + args[1]);
         };
         Common.emit(result);
@@ -165,6 +169,30 @@ public final class Producers {
                 "commit_after_timeout", commit,
                 "read_committed", readAll(bootstrap, topic, true));
         }
+    }
+
+    static Map<String, Object> epochs(String bootstrap, String topic, String txid) throws Exception {
+        List<Integer> epochs = new ArrayList<>();
+        List<String> states = new ArrayList<>();
+        try (KafkaProducer<String, String> p = Common.producer(bootstrap, txid); Admin admin = Common.admin(bootstrap)) {
+            p.initTransactions();
+            int first = admin.describeTransactions(List.of(txid)).description(txid).get().producerEpoch();
+            String[][] rounds = {{"c1", "commit"}, {"a1", "abort"}, {"c2", "commit"}};
+            for (String[] round : rounds) {
+                p.beginTransaction();
+                send(p, topic, round[0]);
+                if (round[1].equals("commit")) {
+                    p.commitTransaction();
+                } else {
+                    p.abortTransaction();
+                }
+                var described = admin.describeTransactions(List.of(txid)).description(txid).get();
+                epochs.add(described.producerEpoch() - first);
+                // PrepareCommit or CompleteCommit: Kafka writes the markers after it answers.
+                states.add(described.state().toString().toLowerCase().contains("commit") ? "commit" : "abort");
+            }
+        }
+        return obj("epochs_after_each_end", epochs, "states", states, "read_committed", readAll(bootstrap, topic, true));
     }
 
     static long latest(Admin admin, TopicPartition tp, IsolationLevel isolation) throws Exception {
