@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from app.broker import Broker
 from app.broker.endpoint import (
     client_broker,
     is_connection_error,
@@ -19,10 +20,12 @@ from app.broker.endpoint import (
     raise_as_kafka,
     request_deadline,
 )
+from app.config import ClientConfig
 from app.errors import KafkaError, fail
 
 __all__ = [
     "client_broker",
+    "configured_broker",
     "is_connection_error",
     "kafka_error",
     "kafka_errors",
@@ -31,6 +34,27 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+
+
+def configured_broker(
+    cfg: ClientConfig,
+    given: Broker | None,
+    pool_size: int = 2,
+    replica_url: str | None = None,
+) -> tuple[Broker, bool]:
+    """A client's broker and whether the client owns it (closes it with itself): the one
+    ``given`` (a test's, an embedding's), or its own on ``database.url``, its connections
+    named by ``client.id`` (PostgreSQL's application_name), as its ``principal``."""
+    if given is not None:
+        return given, False
+    own = client_broker(
+        cfg.get_str("database.url"),
+        cfg.get_str("client.id"),
+        cfg.get_str("principal"),
+        pool_size=pool_size,
+        replica_url=replica_url,
+    )
+    return own, True
 
 
 def retry_connection_loss(

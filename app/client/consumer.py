@@ -17,7 +17,7 @@ from typing import Any
 from app.broker import Broker
 from app.client.args import partition_arg, partitions_arg
 from app.client.closing import ClientClosedError, Closing
-from app.client.connection import client_broker, kafka_errors, retry_connection_loss
+from app.client.connection import configured_broker, kafka_errors, retry_connection_loss
 from app.client.fetcher import Fetcher, FetchSettings, StoredOffsetPending
 from app.client.group import GroupMember, RebalanceCallback
 from app.client.message import (
@@ -59,13 +59,9 @@ class Consumer(Closing):
     ) -> None:
         self._config: ClientConfig = parse_config(CONSUMER, config)
         cfg = self._config
-        self._owns_broker = broker is None
         # database.replica.url: records fetched on that standby (KIP-392), the rest here.
-        self._broker = broker or client_broker(
-            cfg.get_str("database.url"),
-            cfg.get_str("client.id"),
-            cfg.get_str("principal"),
-            replica_url=cfg.get_str("database.replica.url"),
+        self._broker, self._owns_broker = configured_broker(
+            cfg, broker, replica_url=cfg.get_str("database.replica.url")
         )
         self._request_timeout_s = cfg.get_int("request.timeout.ms") / 1000.0
         self._retry_backoff_s = cfg.get_int("retry.backoff.ms") / 1000.0

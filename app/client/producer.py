@@ -25,7 +25,7 @@ from app.client.batching import (
     RecordAccumulator,
 )
 from app.client.closing import ClientClosedError, Closing
-from app.client.connection import client_broker, retry_connection_loss
+from app.client.connection import configured_broker, retry_connection_loss
 from app.client.delivery import DeliveryReports
 from app.client.handoff import HANDOFF_INTERVAL_S, hand_off
 from app.client.message import HeadersIn, TopicPartition, normalize_headers, to_bytes
@@ -75,15 +75,9 @@ class Producer(Closing):
     ) -> None:
         self._config: ClientConfig = parse_config(PRODUCER, config)
         cfg = self._config
-        self._owns_broker = broker is None
         lanes = min(cfg.get_int("max.in.flight.requests.per.connection"), MAX_LANES)
-        self._broker = broker or client_broker(
-            cfg.get_str("database.url"),
-            cfg.get_str("client.id"),
-            cfg.get_str("principal"),
-            # A connection per lane, and one for the caller's own requests.
-            pool_size=lanes + 1,
-        )
+        # A connection per lane, and one for the caller's own requests.
+        self._broker, self._owns_broker = configured_broker(cfg, broker, pool_size=lanes + 1)
         self.transactional_id: str | None = cfg.get_str("transactional.id")
         self._idempotent = cfg.get_bool("enable.idempotence")
         self._default_callback: DeliveryCallback | None = cfg.get_callable("on_delivery")
