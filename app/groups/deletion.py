@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from app.errors import KafkaError, KafkaException, fail
 from app.groups import sql
 from app.groups.membership import locked_group
-from app.groups.offsets import check_group_id, unreadable_partitions
+from app.groups.offsets import check_group_id, refused_whole, unreadable_partitions
 from app.protocol import (
     DeletedGroup,
     DeleteGroupsRequest,
@@ -113,8 +113,7 @@ def offset_delete(broker: BrokerContext, req: OffsetDeleteRequest) -> OffsetDele
                 conn.execute(sql.DELETE_OFFSETS, params)
         return OffsetDeleteResponse(KafkaError.NO_ERROR, {tp: refused.get(tp, 0) for tp in asked})
     except KafkaException as exc:
-        code = exc.error.code()
-        return OffsetDeleteResponse(code, dict.fromkeys(req.partitions, code), exc.error.str())
+        return OffsetDeleteResponse(*refused_whole(exc, req.partitions))
 
 
 def _refused(

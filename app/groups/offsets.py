@@ -10,6 +10,7 @@ Every commit is also an ``offset_commit_log`` event, from which the projection r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection
@@ -153,6 +154,15 @@ def first_refusal(refused: dict[TopicPartitionKey, KafkaException]) -> str | Non
     return None if not refused else refused[min(refused)].error.str()
 
 
+def refused_whole(
+    exc: KafkaException, partitions: Iterable[TopicPartitionKey]
+) -> tuple[int, dict[TopicPartitionKey, int], str]:
+    """A request refused whole, as Kafka answers it: the response's error code, every
+    partition's the same, and the message (an offset response's three fields)."""
+    code = exc.error.code()
+    return code, dict.fromkeys(partitions, code), exc.error.str()
+
+
 @retry_conflicts
 def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetCommitResponse:
     """Each partition answered on its own: the ones refused (``refused_partitions``) say
@@ -185,8 +195,7 @@ def offset_commit(broker: BrokerContext, req: OffsetCommitRequest) -> OffsetComm
             KafkaError.NO_ERROR, partition_codes(req.offsets, refused), first_refusal(refused)
         )
     except KafkaException as exc:
-        code = exc.error.code()
-        return OffsetCommitResponse(code, dict.fromkeys(req.offsets, code), exc.error.str())
+        return OffsetCommitResponse(*refused_whole(exc, req.offsets))
 
 
 def record_txn_offsets(
