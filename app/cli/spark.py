@@ -10,15 +10,27 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
+from rich.console import Console
 
 from app.cli.errors import CliError
 from app.cli.output import emit, output_option, stderr_console
 from app.storage.embedded import kip98_home
 from app.storage.engine import resolve_url
+
+
+def stages(console: Console) -> Callable[[str, str], None]:
+    """A job's progress: a line per stage as it completes, with the seconds since now."""
+    started = time.monotonic()
+
+    def progress(stage: str, message: str) -> None:
+        elapsed = time.monotonic() - started
+        console.print(f"[bold cyan]{stage:>7}[/] {message} [dim]{elapsed:.1f}s[/]", soft_wrap=True)
+
+    return progress
 
 
 @contextlib.contextmanager
@@ -78,14 +90,8 @@ def materialize(topics: tuple[str, ...], replica_url: str | None, output: str) -
         spark = build_spark_session(app_name="kip98-materialize")
         spark.sparkContext.setLogLevel("ERROR")
     console.print(f"Spark {spark.version} ready (JVM log: {log_path})", soft_wrap=True)
-    started = time.monotonic()
-
-    def progress(stage: str, message: str) -> None:
-        elapsed = time.monotonic() - started
-        console.print(f"[bold cyan]{stage:>7}[/] {message} [dim]{elapsed:.1f}s[/]", soft_wrap=True)
-
     results = run_materialization(
-        spark, url, list(topics) or None, progress=progress, replica_url=replica_url
+        spark, url, list(topics) or None, progress=stages(console), replica_url=replica_url
     )
     unknown = sorted(set(topics) - {r.topic for r in results})
     if unknown:
@@ -121,14 +127,9 @@ def compact(small_rows: int | None, output: str) -> None:
     from app.spark.compact import SMALL_ROWS
     from app.spark.compact import compact as run_compaction
 
-    console = stderr_console()
-    started = time.monotonic()
-
-    def progress(stage: str, message: str) -> None:
-        elapsed = time.monotonic() - started
-        console.print(f"[bold cyan]{stage:>7}[/] {message} [dim]{elapsed:.1f}s[/]", soft_wrap=True)
-
-    merges = run_compaction(resolve_url(), small_rows or SMALL_ROWS, progress=progress)
+    merges = run_compaction(
+        resolve_url(), small_rows or SMALL_ROWS, progress=stages(stderr_console())
+    )
     rows = [
         {
             "topic": m.topic,
