@@ -473,7 +473,34 @@ def txn_offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any
 
 
 def offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
-    offsets = _offsets(request.topics)
+    """From v10 topics travel by id (KIP-848's follow-up): a topic id no topic has answers
+    UNKNOWN_TOPIC_ID on each of its partitions and never reaches the group (nothing left:
+    the group is not asked), the others are committed by name, as Kafka 4.4 does."""
+    if request.__version__ < 10:
+        return {"topics": _committed(broker, request, _offsets(request.topics))}
+    names = topic_apis.topics_by_id(broker)
+    known = [t for t in request.topics if t.topic_id in names]
+    offsets = _offsets(known, names)
+    codes = {t["name"]: t["partitions"] for t in _committed(broker, request, offsets)}
+    answered: list[dict[str, Any]] = []
+    for t in request.topics:
+        name = names.get(t.topic_id)
+        if name is None:
+            partitions = [{"partition_index": p.partition_index,
+                           "error_code": KafkaError.UNKNOWN_TOPIC_ID} for p in t.partitions]  # fmt: skip
+        else:
+            partitions = codes.pop(name, [])
+        if partitions:
+            answered.append({"topic_id": t.topic_id, "partitions": partitions})
+    return {"topics": answered}
+
+
+def _committed(
+    broker: Broker, request: Any, offsets: dict[tuple[str, int], OffsetAndMetadata]
+) -> list[dict[str, Any]]:
+    """The group's answer to an OffsetCommit of ``offsets``, topics by name."""
+    if not offsets and request.__version__ >= 10:
+        return []
     generation = getattr(
         request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1)
     )
@@ -484,12 +511,15 @@ def offset_commit(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
             before_member_epochs=request.__version__ < 9,
         )
     )  # fmt: skip
-    return {"topics": _partition_codes(offsets, a.results, a.error_code)}
+    return _partition_codes(offsets, a.results, a.error_code)
 
 
-def _offsets(topics: Any) -> dict[tuple[str, int], OffsetAndMetadata]:
+def _offsets(
+    topics: Any, names: dict[uuid.UUID, str] | None = None
+) -> dict[tuple[str, int], OffsetAndMetadata]:
+    """The offsets of a commit's topics, by name (``names``: by topic id, from v10)."""
     return {
-        (t.name, p.partition_index): OffsetAndMetadata(
+        (t.name if names is None else names[t.topic_id], p.partition_index): OffsetAndMetadata(
             p.committed_offset, p.committed_metadata, getattr(p, "committed_leader_epoch", -1)
         )
         for t in topics
@@ -527,8 +557,8 @@ APIS: dict[int, tuple[int, int, Handler]] = {
     1:  (4, 12, fetch),
     2:  (1, 7, list_offsets),
     3:  (1, 12, metadata),
-    8:  (2, 9, offset_commit),  # v9: a KIP-848 member commits with its member epoch
-    9:  (1, 9, offset_fetch),  # v8: several groups; v9: a KIP-848 member and its epoch
+    8:  (2, 10, offset_commit),  # v9: a KIP-848 member's epoch; v10: topics by id
+    9:  (1, 10, offset_fetch),  # v8: several groups; v9: a member's epoch; v10: topic ids
     10: (0, 4, find_coordinator),
     11: (0, 9, join_group),
     12: (0, 4, heartbeat),

@@ -295,34 +295,69 @@ def offset_delete(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
 def offset_fetch(broker: Broker, node: Node, request: Any) -> dict[str, Any]:
     """Before v8 one group, its error also the response's; from v8 several, each answered
     on its own as Kafka's coordinator answers it (a group refused as a whole: its error,
-    no topics), v9's member and epoch checked against a consumer group's."""
+    no topics), v9's member and epoch checked against a consumer group's; from v10 topics
+    by id."""
     stable = getattr(request, "require_stable", False)
     if request.__version__ < 8:
-        group = _offset_fetch_group(broker, request.group_id, request.topics, stable)
+        group = _offset_fetch_group(broker, request.group_id, _asked(request.topics), stable)
         return {"topics": group["topics"], "error_code": group["error_code"]}
+    by_id = request.__version__ >= 10
+    ids = _topic_ids(broker) if by_id else {}
+    names = {i: n for n, i in ids.items()}
     groups = []
     for g in request.groups:
+        asked = _asked(g.topics, names if by_id else None)
         answer = _offset_fetch_group(
-            broker, g.group_id, g.topics, stable, getattr(g, "member_id", None),
+            broker, g.group_id, asked, stable, getattr(g, "member_id", None),
             getattr(g, "member_epoch", -1),
         )  # fmt: skip
         if answer.pop("refused"):
             answer["topics"] = []
+        elif by_id:
+            answer["topics"] = _by_topic_id(answer["topics"], g.topics, ids, names)
         groups.append(answer)
     return {"groups": groups}
+
+
+def _asked(topics: Any, names: dict[uuid.UUID, str] | None = None) -> list[tuple[str, int]] | None:
+    """The partitions a fetch asks for by name (None: all the group has); from v10 its
+    topics come by id (``names``), and an id no topic has is left out here."""
+    if topics is None:
+        return None
+    if names is None:
+        return [(t.name, p) for t in topics for p in t.partition_indexes]
+    return [(names[t.topic_id], p) for t in topics if t.topic_id in names
+            for p in t.partition_indexes]  # fmt: skip
+
+
+def _by_topic_id(
+    answered: list[dict[str, Any]],
+    asked: Any,
+    ids: dict[str, uuid.UUID],
+    names: dict[uuid.UUID, str],
+) -> list[dict[str, Any]]:
+    """An OffsetFetch v10 group's topics by id, then each asked id no topic has with
+    UNKNOWN_TOPIC_ID on its partitions, as Kafka 4.4 appends them (a topic gone since its
+    offset was committed: the zero id, as Kafka's metadata gives it)."""
+    topics = [{"topic_id": ids.get(t.pop("name"), uuid.UUID(int=0)), **t} for t in answered]
+    for t in asked or ():
+        if t.topic_id not in names:
+            topics.append({"topic_id": t.topic_id, "partitions": [
+                {"partition_index": p, "error_code": KafkaError.UNKNOWN_TOPIC_ID,
+                 "committed_offset": -1, "committed_leader_epoch": -1,
+                 "metadata": _NO_METADATA}
+                for p in t.partition_indexes]})  # fmt: skip
+    return topics
 
 
 def _offset_fetch_group(
     broker: Broker,
     group_id: str,
-    topics: Any,
+    asked: list[tuple[str, int]] | None,
     require_stable: bool,
     member_id: str | None = None,
     member_epoch: int = -1,
 ) -> dict[str, Any]:
-    asked = None
-    if topics is not None:
-        asked = [(t.name, p) for t in topics for p in t.partition_indexes]
     a = broker.handle(OffsetFetchRequest(group_id, asked, require_stable, member_id, member_epoch))
     wanted = asked if asked is not None else sorted(a.offsets)
     # Partitions' own errors (UNSTABLE_OFFSET_COMMIT) are theirs alone, as Kafka answers.
