@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -228,3 +229,103 @@ def test_an_unknown_policy_stops_serve_with_one_line(db_url: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert result.returncode != 0 and len(lines) == 1, result.stderr
     assert setting in lines[0]
+
+
+# Real clients: librdkafka's classic consumer (eager, range) and its consumer-protocol
+# consumer in one group. The consumer protocol's session and interval are the broker's.
+MIXED_ENV = {
+    "KIP98_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "6000",
+    "KIP98_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "500",
+}
+HANG_GUARD_S = 180
+
+
+@pytest.fixture
+def mixed_server(db_url: str) -> Iterator[str]:
+    with serving(db_url, env=MIXED_ENV) as address:
+        yield address
+
+
+def _client(server: str, protocol: str) -> Any:
+    import confluent_kafka as ck
+
+    config = {"bootstrap.servers": server, "group.id": "mixed", "group.protocol": protocol,
+              "client.id": protocol, "enable.auto.commit": False,
+              "auto.offset.reset": "earliest"}  # fmt: skip
+    if protocol == "classic":
+        config |= {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500,
+                   "partition.assignment.strategy": "range"}  # fmt: skip
+    c = ck.Consumer(config)
+    c.subscribe(["mixed"])
+    return c
+
+
+def _produce(server: str, keys: list[str]) -> None:
+    import confluent_kafka as ck
+
+    producer = ck.Producer({"bootstrap.servers": server})
+    for i, key in enumerate(keys):
+        producer.produce("mixed", key=key, value=b"v", partition=i % 4)
+    assert producer.flush(30) == 0
+
+
+def _consume(
+    consumers: list[Any], seen: dict[str, list[str]], until: Any, overlaps: list[Any]
+) -> None:
+    """Each consumer polls in turn, committing every record before the next poll, until
+    ``until()``; at every turn the partitions the two hold must not overlap."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not until() and time.monotonic() < deadline:
+        for c in consumers:
+            m = c.poll(0.1)
+            if m is not None and not m.error():
+                c.commit(message=m, asynchronous=False)
+                seen[m.key().decode()].append(c.memberid() or "?")
+        held = [{(tp.topic, tp.partition) for tp in c.assignment()} for c in consumers]
+        if len(held) == 2 and held[0] & held[1]:
+            overlaps.append(held)
+    assert until(), "hang guard"
+
+
+def test_a_classic_and_a_consumer_protocol_member_share_a_topic(
+    mixed_server: str, db_url: str
+) -> None:
+    """librdkafka's classic consumer alone, then a consumer-protocol consumer joins (the
+    group is upgraded online), then it leaves (downgraded): every record consumed once,
+    no partition held by both at once."""
+    broker = Broker.connect(db_url)
+    create_topic(broker, "mixed", 4)
+    first = [f"a{i}" for i in range(20)]
+    _produce(mixed_server, first)
+    seen: dict[str, list[str]] = {k: [] for k in first}
+    overlaps: list[Any] = []
+    classic = _client(mixed_server, "classic")
+    consumer = None
+    try:
+        _consume([classic], seen, lambda: sum(map(len, seen.values())) >= 4, overlaps)
+        consumer = _client(mixed_server, "consumer")
+        second = [f"b{i}" for i in range(40)]
+        seen |= {k: [] for k in second}
+        _produce(mixed_server, second)
+
+        def both_took_part() -> bool:
+            done = all(seen.values())
+            takers = {m for k in second for m in seen[k]}
+            return done and len(takers) == 2 and bool(classic.assignment())
+
+        _consume([classic, consumer], seen, both_took_part, overlaps)
+        consumer.close()
+        consumer = None
+        third = [f"c{i}" for i in range(20)]
+        seen |= {k: [] for k in third}
+        _produce(mixed_server, third)
+        _consume([classic], seen, lambda: all(seen.values()), overlaps)
+        assert {k: len(v) for k, v in seen.items() if len(v) != 1} == {}, "each once"
+        assert overlaps == [], "no partition held by two members at once"
+        assert len(classic.assignment()) == 4
+    finally:
+        classic.close()
+        if consumer is not None:
+            consumer.close()
+    kinds = events(broker, "mixed")
+    assert "converted_from_classic" in kinds and "converted_to_classic" in kinds

@@ -760,9 +760,11 @@ def check_member_epoch(
     at that very epoch (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION for a TxnOffsetCommit):
     KIP-447's fencing of a zombie; an earlier epoch only for ``partitions`` it still owns. Returns False when ``group_id`` is not a consumer group
     (the classic checks apply). A member is one until a heartbeat or the coordinator's
-    timer (``expire_sessions``) removes it."""
-    group = conn.execute(sql.CONSUMER_GROUPS, {"group_ids": [group_id]}).first()
-    if group is None:
+    timer (``expire_sessions``) removes it. The group's row is read FOR SHARE: a
+    conversion (``upgrade``, ``downgrade``) under way is waited for, so a classic
+    member's commit is never checked against the type it had before."""
+    group = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).first()
+    if group is None or group.group_type != CONSUMER:
         return False
     rows = conn.execute(sql.CONSUMER_MEMBERS, {"group_id": group_id}).all()
     if member_epoch < 0 and not rows:
