@@ -16,36 +16,9 @@ from app.broker import Broker
 from app.cli.errors import CliError
 from app.cli.output import emit, output_option
 
-# Committed offsets (the consumer_group_lag view) joined with what live members are
-# assigned, so a partition someone reads but has not committed yet still shows up.
-_DESCRIBE = text(
-    """
-    WITH lag AS (SELECT * FROM consumer_group_lag WHERE group_id = :g),
-    members AS (
-        SELECT m.member_id, m.client_id, NULL::int AS member_epoch, a ->> 0 AS topic,
-               (a ->> 1)::int AS partition
-        FROM group_members m CROSS JOIN LATERAL jsonb_array_elements(m.assignment) a
-        WHERE m.group_id = :g
-        UNION ALL
-        SELECT c.member_id, c.client_id, c.member_epoch, t.key AS topic,
-               (ps.value)::int AS partition
-        FROM consumer_group_members c
-        CROSS JOIN LATERAL jsonb_each(c.assigned) t
-        CROSS JOIN LATERAL jsonb_array_elements_text(t.value) ps
-        WHERE c.group_id = :g
-    )
-    SELECT coalesce(l.topic, mb.topic) AS topic, coalesce(l.partition, mb.partition) AS partition,
-           l.committed_offset, p.next_offset AS high_watermark, p.last_stable_offset, l.lag,
-           mb.member_id, mb.client_id, mb.member_epoch,
-           (SELECT coalesce(max(group_type), 'classic') FROM consumer_groups WHERE group_id = :g)
-               AS group_type
-    FROM lag l
-    FULL JOIN members mb ON mb.topic = l.topic AND mb.partition = l.partition
-    LEFT JOIN partitions p
-           ON p.topic = coalesce(l.topic, mb.topic) AND p.partition = coalesce(l.partition, mb.partition)
-    ORDER BY 1, 2
-    """
-)
+# The consumer_group_lag view: each partition committed or assigned to a live member,
+# with the member holding it and the group's type, classic or consumer (docs/sql.md).
+_DESCRIBE = text("SELECT * FROM consumer_group_lag WHERE group_id = :g ORDER BY topic, partition")
 _EXISTS = text(
     "SELECT EXISTS (SELECT 1 FROM consumer_groups WHERE group_id = :g) "
     "OR EXISTS (SELECT 1 FROM group_offsets WHERE group_id = :g)"

@@ -63,10 +63,11 @@ MARKERS_OF = text(
     "FROM records WHERE is_control AND producer_id = ANY(:pids) "
     'AND topic = ANY(:topics) ORDER BY "timestamp", topic, partition LIMIT :limit'
 )
+# The group's committed offsets (the view also lists partitions assigned, not committed).
 GROUP_LAG = text(
     "SELECT group_id, topic, partition, committed_offset, high_watermark, "
     "last_stable_offset, lag FROM consumer_group_lag WHERE group_id = :group_id "
-    "ORDER BY topic, partition"
+    "AND committed_offset IS NOT NULL ORDER BY topic, partition"
 )
 # The overview's series (``series``), read from the tables for the window shown.
 # Each partition with a record in the window: the records at high watermark - d for d =

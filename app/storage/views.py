@@ -1,6 +1,6 @@
 """The admin SQL views (docs/sql.md): their names and columns are a contract; their SQL lives
-here only. Migrations create them (``create_views``); metadata does not describe them,
-so the migration/metadata drift check leaves them alone.
+here only. Migrations create them (``create_views``), each at the version of its time;
+metadata does not describe them, so the migration/metadata drift check leaves them alone.
 
 ``committed_records`` applies exactly the read_committed rules of the Fetch handler:
 below the LSO, at or above the log start, no markers, no records of aborted transactions.
@@ -81,12 +81,73 @@ VIEWS: dict[str, str] = {
     """,
 }
 
+# The members a group's partition is assigned to: a classic member's synced assignment
+# ([[topic, partition], ...]) or a consumer group member's (KIP-848: {topic: [partition,
+# ...]}, owned, never two members at once); the member epoch is the consumer protocol's.
+_OWNERS = """
+    SELECT m.group_id, m.member_id, m.client_id, NULL::int AS member_epoch,
+           a ->> 0 AS topic, (a ->> 1)::int AS partition
+    FROM group_members m CROSS JOIN LATERAL jsonb_array_elements(m.assignment) a
+    UNION ALL
+    SELECT c.group_id, c.member_id, c.client_id, c.member_epoch, t.key AS topic,
+           ps.value::int AS partition
+    FROM consumer_group_members c
+    CROSS JOIN LATERAL jsonb_each(c.assigned) t
+    CROSS JOIN LATERAL jsonb_array_elements_text(t.value) ps
+"""
+
+# Later versions of a view, each created by the one migration that names it: an old
+# migration creates the version of its time (``VIEWS``), whose tables it knows.
+VERSIONS: dict[tuple[str, int], str] = {
+    # Version 2 (migration 0028): the partitions a group has committed an offset for or a
+    # live member is assigned (its offset and lag NULL until it commits), each once, with
+    # the group's type and the member holding it, classic or consumer protocol alike, as
+    # kafka-consumer-groups.sh --describe lists them.
+    ("consumer_group_lag", 2): f"""
+        SELECT g.group_id, g.topic, g.partition, g.committed_offset,
+               p.next_offset AS high_watermark, p.last_stable_offset,
+               greatest(p.next_offset - g.committed_offset, 0) AS lag, g.metadata,
+               coalesce(cg.group_type, 'classic') AS group_type,
+               o.member_id, o.client_id, o.member_epoch
+        FROM group_offsets g
+        JOIN partitions p ON p.topic = g.topic AND p.partition = g.partition
+        LEFT JOIN consumer_groups cg ON cg.group_id = g.group_id
+        LEFT JOIN LATERAL (
+            SELECT o.member_id, o.client_id, o.member_epoch FROM ({_OWNERS}) o
+            WHERE o.group_id = g.group_id AND o.topic = g.topic AND o.partition = g.partition
+            ORDER BY o.member_id LIMIT 1
+        ) o ON true
+        UNION ALL
+        SELECT * FROM (
+            SELECT DISTINCT ON (o.group_id, o.topic, o.partition)
+                   o.group_id, o.topic, o.partition, NULL::bigint AS committed_offset,
+                   p.next_offset AS high_watermark, p.last_stable_offset,
+                   NULL::bigint AS lag, NULL::bytea AS metadata,
+                   coalesce(cg.group_type, 'classic') AS group_type,
+                   o.member_id, o.client_id, o.member_epoch
+            FROM ({_OWNERS}) o
+            JOIN partitions p ON p.topic = o.topic AND p.partition = o.partition
+            LEFT JOIN consumer_groups cg ON cg.group_id = o.group_id
+            WHERE NOT EXISTS (
+                SELECT 1 FROM group_offsets g
+                WHERE g.group_id = o.group_id AND g.topic = o.topic AND g.partition = o.partition)
+            ORDER BY o.group_id, o.topic, o.partition, o.member_id
+        ) unread
+    """,
+}
+
 VIEW_NAMES = frozenset(VIEWS)
 
 
-def create_views(conn: Connection, names: list[str] | None = None) -> None:
+def create_views(conn: Connection, names: list[str] | None = None, version: int = 1) -> None:
+    """Create ``names`` (every view) at ``version``: 1 is ``VIEWS``', a later one
+    ``VERSIONS``', dropped first, since its columns may differ."""
     for name in names or list(VIEWS):
-        conn.execute(text(f"CREATE OR REPLACE VIEW {name} AS {VIEWS[name]}"))
+        if version == 1:
+            conn.execute(text(f"CREATE OR REPLACE VIEW {name} AS {VIEWS[name]}"))
+        else:
+            conn.execute(text(f"DROP VIEW IF EXISTS {name}"))
+            conn.execute(text(f"CREATE VIEW {name} AS {VERSIONS[(name, version)]}"))
 
 
 def drop_views(conn: Connection, names: list[str] | None = None) -> None:
