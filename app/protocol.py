@@ -816,6 +816,8 @@ class ConsumerGroupDescribedMember:
     assignment: dict[str, tuple[int, ...]]
     target_assignment: dict[str, tuple[int, ...]]
     state: str = "stable"
+    # KIP-848's member type: 1 a consumer-protocol member, 0 a classic one (online upgrade).
+    member_type: int = 1
 
 
 @dataclass(frozen=True)

@@ -936,7 +936,7 @@ def describe_one(conn: Connection, group_id: str, assignors_text: str) -> Consum
                 m.client_host, tuple(m.subscribed_topic_names), m.subscribed_topic_regex,
                 {t: tuple(sorted(ps)) for t, ps in m.epochs.assigned.items()},
                 {t: tuple(sorted(ps)) for t, ps in m.target.items()},
-                m.epochs.state,
+                m.epochs.state, 1 if m.classic is None else 0,
             )
             for m in members
         ),

@@ -464,7 +464,8 @@ def consumer_group_describe(broker: Broker, node: Node, request: Any) -> dict[st
              "subscribed_topic_names": list(m.subscribed_topic_names),
              "subscribed_topic_regex": m.subscribed_topic_regex,
              "assignment": assignment(m.assignment),
-             "target_assignment": assignment(m.target_assignment), "member_type": 1}
+             "target_assignment": assignment(m.target_assignment),
+             "member_type": m.member_type}
             for m in g.members
         ]  # fmt: skip
         groups.append(

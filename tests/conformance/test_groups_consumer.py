@@ -4,10 +4,14 @@ ConsumerGroupDescribe, and ListGroups' group type (docs/design.md rules 60-62)."
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from typing import Any
 
+from tests.conformance.group_calls import assignment, describe, joined, sync
+from tests.conformance.group_calls import heartbeat as classic_heartbeat
+from tests.conformance.group_calls import join as classic_join
 from tests.conformance.harness import Observation, Target, run_both, same
 from tests.conformance.raw_calls import (
     DELETE_GROUPS,
@@ -325,3 +329,79 @@ def test_an_earlier_epoch_commits_what_the_member_owned_then(
     # partition owned then only.
     assert on_kafka == [True, "NONE", "STALE_MEMBER_EPOCH", "NONE", "STALE_MEMBER_EPOCH"]
     assert on_kip98 == on_kafka
+
+
+def _assigned_partitions(data: bytes) -> set[int]:
+    """The partitions of a consumer protocol assignment (any version) of one topic."""
+    (topics,) = struct.unpack_from(">i", data, 2)
+    at, out = 6, set()
+    for _ in range(topics):
+        (size,) = struct.unpack_from(">h", data, at)
+        at += 2 + size
+        (count,) = struct.unpack_from(">i", data, at)
+        out |= set(struct.unpack_from(f">{count}i", data, at + 4))
+        at += 4 + 4 * count
+    return out
+
+
+def scenario_a_classic_group_is_converted_online_and_back(target: Target) -> Observation:
+    """KIP-848's online conversion (group.consumer.migration.policy bidirectional, both
+    brokers' default): a classic member owns a 4-partition topic; a consumer-protocol
+    member joins, and the classic member's heartbeat is answered REBALANCE_IN_PROGRESS
+    (Kafka may first finish its offloaded assignment); its rejoin is answered at once,
+    with no leader and a generation that is its new member epoch, and its SyncGroup with
+    its share; the two share the partitions; ConsumerGroupDescribe types the members;
+    the consumer-protocol member leaves and the group is classic again, rebalancing, the
+    classic member its leader at the next generation."""
+    topic = target.create_topic("cg-mig", 4)
+    group = target.name_for("cg-mig")
+    classic = joined(target, group, topics=(topic,))
+    seen: list[Any] = [error(sync(target, classic, {
+        classic.member_id: assignment(topic, 0, 1, 2, 3)}).error_code)]  # fmt: skip
+    a = str(uuid.uuid4())
+    first = _join(target, group, a, [topic])
+    seen.append([error(first.error_code), first.member_epoch > classic.generation])
+    epoch, held = first.member_epoch, _owned(first) if first.assignment is not None else []
+    told = "NONE"
+    deadline = time.monotonic() + HANG_GUARD_S
+    while told == "NONE" and time.monotonic() < deadline:
+        answer = _beat(target, group, a, epoch, topic_partitions=held)
+        epoch = answer.member_epoch
+        told = classic_heartbeat(target, classic)
+        time.sleep(0.1)
+    seen.append(told)
+    again = classic_join(target, group, classic.member_id, topics=(topic,))
+    seen.append([error(again.error_code), again.generation_id > classic.generation,
+                 again.leader, len(again.members), again.protocol_name])  # fmt: skip
+    moved = type(classic)(group, classic.member_id, again.generation_id, again.leader)
+    synced = sync(target, moved)
+    mine = _assigned_partitions(synced.assignment)
+    seen.append([error(synced.error_code), len(mine)])
+    deadline = time.monotonic() + HANG_GUARD_S
+    theirs: set[int] = set()
+    while time.monotonic() < deadline:
+        answer = _beat(target, group, a, epoch, topic_partitions=held)
+        epoch = answer.member_epoch
+        if answer.assignment is not None:
+            held = _owned(answer)
+        theirs = {p for tp in held for p in tp["partitions"]}
+        if len(theirs) + len(mine) == 4:
+            break
+        time.sleep(0.2)
+    seen.append([sorted(theirs | mine), not theirs & mine, classic_heartbeat(target, moved)])
+    described = call(target, DESCRIBE, 1, {"group_ids": [group]}).groups[0]
+    seen.append([error(described.error_code), described.group_state,
+                 sorted(m.member_type for m in described.members)])  # fmt: skip
+    left = _beat(target, group, a, -1)
+    seen.append(error(left.error_code))
+    back = describe(target, group)
+    seen.append([back.group_state, back.protocol_type, len(back.members)])
+    seen.append(classic_heartbeat(target, moved))
+    rejoined = classic_join(target, group, classic.member_id, topics=(topic,))
+    seen.append([error(rejoined.error_code), rejoined.leader == classic.member_id,
+                 rejoined.generation_id == moved.generation + 1])  # fmt: skip
+    return seen
+
+
+def test_a_classic_group_is_converted_online_and_back(targets: tuple[Target, Target]) -> None:
+    same(scenario_a_classic_group_is_converted_online_and_back, *targets)
