@@ -2,7 +2,7 @@
 member becomes a consumer group when a consumer-protocol member joins, its classic member
 answered by JoinGroup, SyncGroup and Heartbeat from the consumer group's assignment; and
 it goes back to classic when the last consumer-protocol member leaves
-(``KIP98_GROUP_CONSUMER_MIGRATION_POLICY``; docs/design.md rule 64)."""
+(``KIP98_GROUP_CONSUMER_MIGRATION_POLICY``; docs/design.md rule 66)."""
 
 from __future__ import annotations
 

@@ -310,7 +310,7 @@ def upgrade(conn: Connection, broker: BrokerContext, group_id: str, now: int) ->
     protocol (else GROUP_ID_NOT_FOUND, Kafka's words); the group epoch and every member's
     epoch become the classic generation, each member keeping its last assignment as its
     target, Stable, a classic member of the consumer group. One event holds them all, so
-    the projection can be rebuilt (docs/design.md rule 64)."""
+    the projection can be rebuilt (docs/design.md rule 66)."""
     allowed, _ = migration_policy(broker.settings.group_consumer_migration_policy)
     why = None
     classic = conn.execute(sql.SHARE_GROUP, {"group_id": group_id}).one()
