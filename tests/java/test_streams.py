@@ -14,6 +14,7 @@ the repartition topic purged by DeleteRecords.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -272,3 +273,18 @@ def test_streams_exactly_once_through_kills(
     }
     assert observed["purged"]
     assert observed["starts"] == [1 + (KILLS + 1) // 2, 1 + KILLS // 2]
+
+
+def test_streams_never_uses_the_consumer_group_protocol(java_classpath: str) -> None:
+    """Kafka Streams 4.4 takes ``group.protocol`` classic (its default) or streams
+    (KIP-1071), refuses consumer, and gives its main consumer classic even when told
+    otherwise: the Streams test above runs on the classic protocol on both brokers
+    (docs/kafka-differences.md, consumer groups)."""
+    check = Path(__file__).resolve().parent / "checks" / "StreamsGroupProtocol.java"
+    result = subprocess.run(
+        ["java", "-cp", java_classpath, str(check)], capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    said = json.loads(result.stdout.strip().splitlines()[-1])
+    assert said == {"default": "classic", "consumer": "ConfigException", "main_consumer": "classic"}
