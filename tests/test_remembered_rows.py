@@ -122,20 +122,22 @@ def test_another_process_appending_since_is_seen(broker: Broker, elsewhere: Brok
     assert partition_offsets(broker, "t", 0) == (6, 6)
 
 
-def test_a_row_written_by_a_rolled_back_transaction_decides_nothing(broker: Broker) -> None:
-    """The append that wrote the remembered row rolled back, so its batch is not in the log;
-    the client retries it. Taken for a duplicate on the remembered row, it would be
-    answered with offsets nothing holds and never written."""
+def test_a_row_written_by_a_rolled_back_transaction_is_never_remembered(broker: Broker) -> None:
+    """The rows a request wrote are remembered only once it commits (``Work.remember``):
+    an append that rolled back left the row as the last committed one did, so its batch,
+    retried, is appended, not taken for a duplicate answered with offsets nothing holds."""
     pid = new_producer(broker)
     assert answer(produce(broker, batch(pid, 0, "a"))) == (0, 0, False)
     retried = batch(pid, 1, "b")
     with broker.engine.connect() as conn:
         tx = conn.begin()
-        _, [first] = append_batches(Work(broker, conn), [retried], None)
+        work = Work(broker, conn)
+        _, [first] = append_batches(work, [retried], None)
         assert answer(first) == (0, 1, False)
+        assert work.left[("t", 0)][1].next_offset == 2  # to remember, had it committed
         tx.rollback()
     hint = remembered(broker.engine.connect(), ("t", 0))
-    assert hint is not None and hint.version.next_offset == 2  # what the rollback undid
+    assert hint is not None and hint.version.next_offset == 1  # the committed append's
     assert answer(produce(broker, retried)) == (0, 1, False)
     assert read_values(broker, "t", 0) == ["a", "b"]
     # A duplicate of a batch that is in the log is still one.

@@ -1,11 +1,13 @@
-"""A produce request's batches in its DB transaction: admitted (ACLs, rule 6), registered
-with their transaction when asked (KIP-890), appended by the log. Used by the Produce RPCs
-(``broker.produce``) and by the combined commit (``broker.commit``).
+"""A produce request's batches: admitted (ACLs, rule 6), registered with their
+transaction when asked (KIP-890), appended by the log, in the request's DB transaction
+(``append_batches``, the lock's way, also the combined commit's) or in one query string on
+the rows the process remembers (``on_remembered``). ``broker.write`` runs them.
 """
 
 from __future__ import annotations
 
-from app.broker import strategy
+from sqlalchemy import Connection
+
 from app.broker.work import Work
 from app.coordinator.guard import admitted_on_remembered, check_produce, load_for_produce
 from app.coordinator.handlers import Registration, check_registration, record_registration
@@ -17,20 +19,23 @@ from app.log.copy_records import Columns
 from app.protocol import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    ProduceBatchesRequest,
+    ProduceBatchesResponse,
     ProduceRequest,
     ProduceResponse,
     TopicPartitionKey,
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
+from app.storage.context import BrokerContext
 from app.storage.one_query import Check, Refused
 
 
-def append_batches(
-    work: Work, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest | None
-) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
-    """The batches (after registering ``add``) in ``work``'s DB transaction; each batch is
-    decided and answered on its own, a refused one writing nothing."""
+def _shapes(
+    conn: Connection, requests: list[ProduceRequest]
+) -> tuple[dict[int, ProduceResponse], dict[int, Columns]]:
+    """Each batch's columns, or its refusal for its shape (``check_request``) or for a
+    record without a key on a compacted topic."""
     responses: dict[int, ProduceResponse] = {}
     columns: dict[int, Columns] = {}
     for i, batch in enumerate(requests):
@@ -40,18 +45,36 @@ def append_batches(
             responses[i] = refusal(exc)
             continue
         # Only a batch with a record without a key asks whether its topic is compacted.
-        if None in cols.keys and is_compacted(work.conn, batch.topic):
+        if None in cols.keys and is_compacted(conn, batch.topic):
             responses[i] = keyless_refusal(batch, cols)
         else:
             columns[i] = cols
-    if work.one_query:
-        tried = None
-        if add is None and len(columns) == len(requests):
-            tried = _append_one_query(work, requests, columns)
-        on_remembered = strategy.attempted("produce", tried)
-        if on_remembered is not None:
-            return None, on_remembered
-        work.one_query = False
+    return responses, columns
+
+
+def on_remembered(
+    conn: Connection, context: BrokerContext, req: ProduceBatchesRequest
+) -> ProduceBatchesResponse | Refused | None:
+    """A produce's batches decided on their remembered partition rows and written in one
+    query string (``write``'s one-query way for a produce); None (declined) where a batch
+    is refused for its shape; ``Refused`` where a row moved. Nothing written either way."""
+    refused, columns = _shapes(conn, req.batches)
+    if refused:
+        return None
+    work = Work(context, conn)
+    appended = _append_one_query(work, req.batches, columns)
+    if appended is None or isinstance(appended, Refused):
+        return appended
+    work.remember()
+    return ProduceBatchesResponse(appended)
+
+
+def append_batches(
+    work: Work, requests: list[ProduceRequest], add: AddPartitionsToTxnRequest | None
+) -> tuple[AddPartitionsToTxnResponse | None, list[ProduceResponse]]:
+    """The batches (after registering ``add``) in ``work``'s DB transaction; each batch is
+    decided and answered on its own, a refused one writing nothing."""
+    responses, columns = _shapes(work.conn, requests)
     registered, registration = None, None
     if add is not None:
         registered, registration = _check_registration(work, add)

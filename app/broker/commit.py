@@ -23,19 +23,18 @@ markers will mark); the registration, the appends and the markers work on those 
 
 Where ``broker.strategy`` chooses it, the commit is first tried on the rows this process
 remembers, in one query string checked by their versions (``commit_remembered``, §3.11);
-the lock's way here is the fallback, and seeds what is remembered.
+the lock's way here (``decide_under_locks``, which ``broker.write`` runs) is the
+fallback, and seeds what is remembered.
 """
 
 from __future__ import annotations
 
-from app.broker import strategy
 from app.broker.commit_decision import answer, decide, ok
-from app.broker.commit_remembered import Remembering, on_remembered, remember_commit
+from app.broker.commit_remembered import Remembering
 from app.broker.work import Work
 from app.coordinator.metadata import TxnMetadata, end_retry_outcome
-from app.coordinator.txn_log import TransitionBatch, load_with_lease, txn_version
+from app.coordinator.txn_log import load_with_lease
 from app.errors import KafkaError, KafkaException
-from app.faults import crash_point
 from app.log.append import recorded_batch
 from app.log.markers import MarkerLocks, lock_for_markers
 from app.protocol import (
@@ -46,42 +45,14 @@ from app.protocol import (
 )
 from app.security import needs
 from app.security.authorizer import authorize_all
-from app.storage.context import BrokerContext
-from app.storage.driver import WriteBehind
-from app.storage.engine import retry_conflicts
 
 
-@retry_conflicts
-def produce_and_end_txn(
-    context: BrokerContext, req: ProduceBatchesRequest
-) -> ProduceBatchesResponse:
-    """Append ``req``'s batches (after registering ``req.add``) and end the transaction
-    (``req.end``), in one DB transaction; see the module docstring for what a retry and a
-    refusal do. On the rows this process remembers, in one query string
-    (``commit_remembered``), where ``broker.strategy`` chooses it and they are still those."""
-    with context.engine.connect() as conn:
-        if strategy.one_query(context, conn, req):
-            answered = strategy.attempted("commit", on_remembered(conn, context, req))
-            if answered is not None:
-                return answered
-    assert req.end is not None
-    with context.engine.begin() as conn:
-        work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind())
-        response, remembering = _commit(work, req)
-        work.send()
-        version = None if remembering is None else txn_version(conn, req.end.transactional_id)
-        crash_point("commit_request.before_commit")  # every write done, none committed
-    if remembering is not None and version is not None:
-        remember_commit(conn, version, remembering)
-    strategy.locked("commit")
-    return response
-
-
-def _commit(
+def decide_under_locks(
     work: Work, req: ProduceBatchesRequest
 ) -> tuple[ProduceBatchesResponse, Remembering | None]:
-    """The request inside its DB transaction, its rows read under their locks; and, if it
-    ended the transaction, what the process remembers of it once committed."""
+    """The commit inside ``work``'s DB transaction, its rows read under their locks, its
+    writes queued on ``work``; and, if it ended the transaction, what the process
+    remembers of it once committed."""
     end, add, conn, context = req.end, req.add, work.conn, work.context
     assert end is not None
     try:

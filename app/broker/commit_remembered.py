@@ -20,7 +20,6 @@ from app.coordinator.txn_log import (
     RememberedTxn,
     TransitionBatch,
     forget_txn,
-    remember_txn,
     remembered_txn,
     txn_matches,
     txn_version_query,
@@ -40,7 +39,6 @@ from app.log.partition_lock import (
     Remembered,
     forget,
     lock_versions_query,
-    remember,
     remembered,
     versions_match,
 )
@@ -63,17 +61,14 @@ class Remembering:
     before: dict[TopicPartitionKey, PartitionRow]
     after: dict[TopicPartitionKey, PartitionRow]
 
-
-def remember_commit(conn: Connection, xmin: str, remembering: Remembering) -> None:
-    """Remember the rows a committed commit left, ``xmin`` being its version."""
-    remember_txn(conn, xmin, Leased(remembering.left, remembering.coordinator_epoch))
-    for tp, row in remembering.after.items():
-        if remembering.before.get(tp) != row:
-            remember(conn, tp, xmin, row)
+    def written(self) -> dict[TopicPartitionKey, PartitionRow]:
+        """The partition rows the request wrote, as it left them."""
+        return {tp: row for tp, row in self.after.items() if self.before.get(tp) != row}
 
 
 @dataclass(frozen=True)
 class _Planned:
+    work: Work
     decided: Decided
     left: TxnMetadata
     hints: dict[TopicPartitionKey, Remembered]
@@ -161,7 +156,7 @@ def _plan(
     assert work.transitions is not None
     work.transitions.flush(conn, writes)
     calls = [prepared_call(conn, statement, params) for statement, params in writes.take()]
-    return _Planned(decided, left, hints, calls, work.copies, locks.rows, checked)
+    return _Planned(work, decided, left, hints, calls, work.copies, locks.rows, checked)
 
 
 def _registered(work: Work, decided: Decided, meta: TxnMetadata) -> TxnMetadata | None:
@@ -231,11 +226,10 @@ def _send(
     xmin = results[-1].get_value(0, 0)
     assert xmin is not None
     before = {tp: hint.row for tp, hint in planned.hints.items()}
-    remember_commit(
-        conn,
-        xmin.decode(),
-        Remembering(planned.left, memory.leased.coordinator_epoch, before, planned.after),
-    )
+    epoch = memory.leased.coordinator_epoch
+    written = Remembering(planned.left, epoch, before, planned.after).written()
+    planned.work.leave(xmin.decode(), Leased(planned.left, epoch), written)
+    planned.work.remember()
     return planned.decided.response
 
 

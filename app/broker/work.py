@@ -14,8 +14,17 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.coordinator.metadata import TxnMetadata
-from app.coordinator.txn_log import Persist, RememberedTxn, TransitionBatch, persist
+from app.coordinator.txn_log import (
+    Leased,
+    Persist,
+    RememberedTxn,
+    TransitionBatch,
+    persist,
+    remember_txn,
+)
 from app.log.markers import MarkerLocks
+from app.log.partition_lock import PartitionRow, remember
+from app.protocol import TopicPartitionKey
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
 
@@ -25,15 +34,14 @@ class Work:
     """``conn``: the request's one DB transaction. ``loaded``: the transactional ids' metadata
     read in it so far (FOR SHARE by a produce, FOR UPDATE by a registration or an EndTxn).
     ``locked``: the partition rows it holds locked, with the producer whose state they hold,
-    kept as its appends leave them (None while it locks as it goes). ``transitions`` and ``writes``: where its transitions and
-    its last writes are queued to be sent together before COMMIT (None: each runs at once).
-    ``one_query``: the request goes (or went) in one query string on the rows the process
-    remembers, as ``broker.strategy`` chose (docs/design.md §3.9); set False when it falls
-    back to the locks. ``copies``: where the appends
-    leave their COPY payloads instead of sending them, for a request that is decided in
-    full before anything is sent (``broker.commit_remembered``; None: sent at once).
-    ``seen``: the transactional ids' rows as this DB transaction read or left them, with
-    their versions, for the process to remember once it commits (docs/design.md §3.12).
+    kept as its appends leave them (None while it locks as it goes). ``transitions`` and
+    ``writes``: where its transitions and its last writes are queued to be sent together
+    before COMMIT (None: each runs at once). ``copies``: where the appends leave their COPY
+    payloads instead of sending them, for a request decided in full before anything is
+    sent (``broker.commit_remembered``; None: sent at once). ``seen`` and ``left``: the
+    transactional ids' rows and the partition rows as this DB transaction read or left
+    them, with their versions, which the process remembers once it commits
+    (``remember``; docs/design.md rule 32, §3.12).
     """
 
     context: BrokerContext
@@ -42,9 +50,9 @@ class Work:
     locked: MarkerLocks | None = None
     transitions: TransitionBatch | None = None
     writes: WriteBehind | None = None
-    one_query: bool = False
     copies: list[bytes] | None = None
     seen: dict[str, RememberedTxn] = field(default_factory=dict)
+    left: dict[TopicPartitionKey, tuple[str, PartitionRow]] = field(default_factory=dict)
 
     @property
     def record(self) -> Persist:
@@ -61,3 +69,20 @@ class Work:
             return self.writes.send(self.conn, read)
         assert read is None, "a read after the writes needs them queued"
         return None
+
+    def leave(
+        self, version: str, leased: Leased, rows: dict[TopicPartitionKey, PartitionRow]
+    ) -> None:
+        """What a registration or a commit written at ``version`` leaves: its id's row
+        (``leased``) and the partition rows it wrote."""
+        assert leased.meta is not None
+        self.seen[leased.meta.transactional_id] = RememberedTxn(version, leased)
+        self.left.update((tp, (version, row)) for tp, row in rows.items())
+
+    def remember(self) -> None:
+        """Once the request committed: the rows it read or left, for the process's next
+        requests to decide on. The only place the process's memory of rows is written."""
+        for memory in self.seen.values():
+            remember_txn(self.conn, memory.xmin, memory.leased)
+        for tp, (version, row) in self.left.items():
+            remember(self.conn, tp, version, row)

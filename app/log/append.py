@@ -31,7 +31,6 @@ from app.log.partition_lock import (
     forget,
     lock_partitions,
     producer_states,
-    remember,
     remembered,
 )
 from app.log.producer_ids import check_issued, issued_epochs
@@ -118,9 +117,10 @@ class Appending(Protocol):
     """The request the log appends for, as much of it as the log needs (the broker's
     ``Work`` is one): its DB transaction and broker context, the partition rows it already
     holds locked (None: the append locks them), kept as its appends leave them, where its
-    last writes are queued (None: they run at once), and where its COPY payloads are held
+    last writes are queued (None: they run at once), where its COPY payloads are held
     to be sent later with the rest of the request (``copies``; None: sent at once,
-    docs/design.md §3.11)."""
+    docs/design.md §3.11), and where the rows it wrote are left, with their versions, for
+    the process to remember once the request commits (``left``)."""
 
     @property
     def context(self) -> BrokerContext: ...
@@ -136,6 +136,9 @@ class Appending(Protocol):
 
     @property
     def copies(self) -> list[bytes] | None: ...
+
+    @property
+    def left(self) -> dict[TopicPartitionKey, tuple[str, PartitionRow]]: ...
 
 
 Admitted = dict[int, tuple[ProduceRequest, Columns]]
@@ -293,7 +296,7 @@ def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
         if locked is not None:
             locked.rows[tp] = after
         if versions is not None:
-            remember(conn, tp, versions[tp], after)
+            work.left[tp] = (versions[tp], after)
         else:  # its version is not known until the queued advance runs
             forget(conn, tp)
     return plan.responses
@@ -327,7 +330,7 @@ def append_one_query(
 ) -> dict[int, ProduceResponse] | Refused | None:
     """The batches (all on rows ``on_remembered_rows`` found) decided on their remembered
     rows (``plan_appends``) and written in one query string that commits (docs/design.md
-    §3.9): ``guard``'s read first, if any, then each partition's advance, which checks its
+    §3.9), the rows it wrote left on ``work`` to remember: ``guard``'s read first, if any, then each partition's advance, which checks its
     row is still that version, then the COPY. ``Refused`` where a row moved (nothing
     written, no DB transaction open); None, with nothing sent, where a batch is one the
     remembered row would not take as it is (a duplicate or a refusal is only ever decided
@@ -358,7 +361,7 @@ def append_one_query(
             forget(work.conn, tp)
         return written
     for tp, xmin in zip(plan.advances, written, strict=True):
-        remember(work.conn, tp, xmin, plan.after[tp])
+        work.left[tp] = (xmin, plan.after[tp])
     return plan.responses
 
 

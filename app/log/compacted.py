@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine
 
 from app.log import sql
 from app.log.topic_config import CleanupConfig
+from app.storage.driver import in_transaction
 
 # How long an engine's look at the topics stands.
 _FRESH_FOR_S = 1.0
@@ -37,7 +38,7 @@ def is_compacted(conn: Connection, topic: str) -> bool:
         found = _looked.get(engine)
     if found is not None and now - found[0] < _FRESH_FOR_S and topic in found[1]:
         return found[1][topic]
-    began = not conn.in_transaction()
+    began = not conn.in_transaction() and not in_transaction(conn)
     rows = conn.execute(sql.TOPIC_CONFIGS).all()
     if began:
         conn.rollback()

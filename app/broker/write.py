@@ -1,0 +1,128 @@
+"""One way down for every produce, registration (KIP-890's implicit add) and commit
+(docs/design.md §3.9): ``strategy.one_query`` chooses, before anything is read, whether
+the request is first tried in one query string on the rows this process remembers
+(``batches.on_remembered`` for a produce, ``commit_remembered.on_remembered`` for a
+registration or a commit). Else, or if that is refused or declined, it is written under
+the locks by this module's executor: one DB transaction that reads under the locks,
+decides (``batches.append_batches``; a commit ``commit.decide_under_locks``), sends what
+was queued, commits, and then remembers the rows it left (``Work.remember``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection
+
+from app.broker import batches, commit, commit_remembered, strategy
+from app.broker.commit_decision import answer
+from app.broker.work import Work
+from app.coordinator.txn_log import Leased, TransitionBatch, txn_version, written_txn
+from app.errors import KafkaError
+from app.faults import crash_point
+from app.protocol import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    ProduceBatchesRequest,
+    ProduceBatchesResponse,
+    ProduceResponse,
+)
+from app.storage.context import BrokerContext
+from app.storage.driver import WriteBehind
+from app.storage.engine import lazy_transaction, retry_conflicts
+from app.storage.one_query import Refused
+from app.storage.replication import unconfirmed
+
+OnRemembered = Callable[
+    [Connection, BrokerContext, ProduceBatchesRequest], ProduceBatchesResponse | Refused | None
+]
+_ON_REMEMBERED: dict[strategy.Request, OnRemembered] = {
+    "produce": batches.on_remembered,
+    "register": commit_remembered.on_remembered,
+    "commit": commit_remembered.on_remembered,
+}
+
+# The durability each weaker acks asks of the request's commit (Kafka's acks=1 waits for
+# the leader's log only; acks=0 for nothing).
+_SYNCHRONOUS_COMMIT = {
+    ACKS_LEADER: "SET LOCAL synchronous_commit TO 'local'",
+    ACKS_NONE: "SET LOCAL synchronous_commit TO 'off'",
+}
+
+
+@retry_conflicts
+def write(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesResponse:
+    """``req`` written one way or the other; a commit the standbys did not confirm
+    (rule 41) raises, as a lost connection does, for the client to retry it; a produce's
+    or a registration's batches are answered NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+    kind = strategy.request_kind(req)
+    answered: ProduceBatchesResponse | None = None
+    try:
+        with lazy_transaction(context.engine) as conn:
+            if strategy.one_query(context, conn, req):
+                answered = strategy.attempted(kind, _ON_REMEMBERED[kind](conn, context, req))
+                if answered is not None:
+                    return answered
+            work, answered = _locked(context, conn, req, kind)
+    except Exception as exc:
+        if kind == "commit" or not unconfirmed(exc):
+            raise
+        return _unconfirmed(req, answered)
+    work.remember()
+    strategy.locked(kind)
+    return answered
+
+
+def _locked(
+    context: BrokerContext, conn: Connection, req: ProduceBatchesRequest, kind: strategy.Request
+) -> tuple[Work, ProduceBatchesResponse]:
+    """The request in ``conn``'s DB transaction, its rows read under their locks; its
+    writes sent, not yet committed."""
+    if req.acks != ACKS_ALL:
+        conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
+    if kind != "commit":
+        work = Work(context, conn)
+        registered, answers = batches.append_batches(work, req.batches, req.add)
+        if req.add is not None and registered is not None and not registered.error_code:
+            # The id's row as the registration, written under its FOR UPDATE lock, left it
+            # (docs/design.md §3.12).
+            meta = work.loaded.get(req.add.transactional_id)
+            if meta is not None:
+                work.seen[meta.transactional_id] = written_txn(conn, meta)
+        return work, ProduceBatchesResponse(answers, registered)
+    assert req.end is not None
+    work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind())
+    response, ended = commit.decide_under_locks(work, req)
+    work.send()
+    if ended is not None:
+        version = txn_version(conn, req.end.transactional_id)
+        work.leave(version, Leased(ended.left, ended.coordinator_epoch), ended.written())
+    crash_point("commit_request.before_commit")  # every write done, none committed
+    return work, response
+
+
+def answered_all(req: ProduceBatchesRequest, code: int, message: str) -> ProduceBatchesResponse:
+    """Every batch (and the registration, if asked) answered ``code``."""
+    refused = ProduceResponse(code, error_message=message)
+    registered = answer(req.add, code, message)
+    return ProduceBatchesResponse([refused] * len(req.batches), registered)
+
+
+def _unconfirmed(
+    req: ProduceBatchesRequest, answered: ProduceBatchesResponse | None
+) -> ProduceBatchesResponse:
+    """The answer to a request committed on the primary whose standbys did not confirm
+    it: each batch the commit took (all of them, when it committed before its answers
+    were known: a query string that commits itself) NOT_ENOUGH_REPLICAS_AFTER_APPEND; the
+    batches it refused keep their own answers."""
+    code = KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    message = "written on the primary; the synchronous standbys did not confirm it in time"
+    if answered is None:
+        return answered_all(req, code, message)
+    after = ProduceResponse(code, error_message=message)
+    batches_ = [b if b.error_code else after for b in answered.batches]
+    registered = answered.registered
+    if registered is not None and not registered.error_code:
+        registered = answer(req.add, code, message)
+    return ProduceBatchesResponse(batches_, registered)
