@@ -329,3 +329,91 @@ def test_a_classic_and_a_consumer_protocol_member_share_a_topic(
             consumer.close()
     kinds = events(broker, "mixed")
     assert "converted_from_classic" in kinds and "converted_to_classic" in kinds
+
+
+# In process, on the test's clock: the coordinator's timers.
+
+
+def _in_process_group(b: Broker, group: str, topic: str, clock: Any) -> tuple[str, str, int]:
+    """A classic member owning the topic's 2 partitions, then a consumer-protocol member
+    joining (the upgrade): their ids and the group epoch."""
+    from app.protocol import ConsumerGroupHeartbeatRequest as Beat
+    from app.protocol import GroupProtocol, JoinGroupRequest, MemberAssignment, SyncGroupRequest
+
+    join = JoinGroupRequest(
+        group, "", [topic], 60_000, client_id="classic", protocol_type="consumer",
+        protocols=(GroupProtocol("range", subscription([topic])),), rebalance_timeout_ms=20_000,
+    )  # fmt: skip
+    joined = b.handle(join)
+    assert joined.error_code == 0 and not joined.rebalancing
+    plan = {joined.member_id: MemberAssignment(
+        assignment_bytes({topic: [0, 1]}), ((topic, 0), (topic, 1)))}  # fmt: skip
+    synced = b.handle(SyncGroupRequest(group, joined.member_id, joined.generation_id, plan))
+    assert synced.error_code == 0
+    a = str(uuid.uuid4())
+    first = b.handle(
+        Beat(group, a, 0, rebalance_timeout_ms=30_000, subscribed_topic_names=(topic,), owned={})
+    )
+    assert first.error_code == 0, first.error_message
+    return joined.member_id, a, first.member_epoch
+
+
+def _group_type(b: Broker, group: str) -> tuple[str, str]:
+    with b.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT group_type, state FROM consumer_groups WHERE group_id = :g"), {"g": group}
+        ).one()
+    return row.group_type, row.state
+
+
+def test_the_coordinators_timer_downgrades_a_group_its_last_consumer_member_left(
+    make_broker: Any, clock: Any
+) -> None:
+    """The consumer-protocol member dies (no leave): the coordinator loop's pass removes
+    it past its session and, only the classic member left, turns the group back into a
+    classic one, rebalancing (Kafka's session timer fences it the same way)."""
+    from app.broker.loop import CoordinatorLoop
+    from app.protocol import HeartbeatRequest
+
+    b = make_broker({"tm": 2}, clock=clock, transaction_log_partitions=1)
+    classic, _, epoch = _in_process_group(b, "gm", "tm", clock)
+    loop = CoordinatorLoop(b)
+    session = b.settings.group_consumer_session_timeout_ms
+    clock.advance(session // 2)
+    assert b.handle(HeartbeatRequest("gm", classic, epoch - 1)).error_code == (
+        KafkaError.REBALANCE_IN_PROGRESS
+    )
+    assert _group_type(b, "gm") == ("consumer", "Reconciling")
+    clock.advance(session // 2 + 1)
+    assert loop.run_once().expired_members == 1
+    assert _group_type(b, "gm") == ("classic", "PreparingRebalance")
+    kinds = events(b, "gm")
+    assert kinds[-2:] == ["member_expired", "converted_to_classic"]
+
+
+def test_a_classic_member_that_does_not_rejoin_in_its_rebalance_timeout_is_removed(
+    make_broker: Any, clock: Any
+) -> None:
+    """Kafka's join timer: a classic member told to rejoin that only heartbeats is
+    removed once its rebalance timeout has passed, and its partitions go to the
+    consumer-protocol member."""
+    from app.broker.loop import CoordinatorLoop
+    from app.protocol import ConsumerGroupHeartbeatRequest as Beat
+    from app.protocol import HeartbeatRequest
+
+    b = make_broker({"tj": 2}, clock=clock, transaction_log_partitions=1)
+    classic, a, epoch = _in_process_group(b, "gj", "tj", clock)
+    loop = CoordinatorLoop(b)
+    for _ in range(3):  # within its session, never past its rebalance timeout (20 s)
+        told = b.handle(HeartbeatRequest("gj", classic, epoch - 1))
+        assert told.error_code == KafkaError.REBALANCE_IN_PROGRESS
+        assert b.handle(Beat("gj", a, epoch, owned={})).error_code == 0
+        clock.advance(6_000)
+    assert loop.run_once().expired_members == 0
+    clock.advance(3_000)
+    assert loop.run_once().expired_members == 1
+    gone = b.handle(HeartbeatRequest("gj", classic, epoch - 1))
+    assert gone.error_code == KafkaError.UNKNOWN_MEMBER_ID
+    answer = b.handle(Beat("gj", a, epoch, owned={}))
+    assert answer.assignment == {"tj": (0, 1)}
+    assert "classic_member_rebalance_timed_out" in events(b, "gj")

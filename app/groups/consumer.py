@@ -393,6 +393,7 @@ class _Heartbeat:
         self.topics = {r.topic: r.num_partitions for r in conn.execute(sql.ALL_TOPIC_PARTITIONS)}
         # Set once the group went back to classic (``downgrade``): nothing more to write.
         self.downgraded = False
+        self.removed = 0  # members removed (fenced), not those a downgrade moved
 
     def created(self) -> None:
         """A group made (or taken over) by this join starts at group epoch 1, as
@@ -415,11 +416,18 @@ class _Heartbeat:
             if m.last_heartbeat_ms + own < self.now:
                 self.remove(m, "member_expired", downgrade)
             elif m.revocation_deadline_ms is not None and m.revocation_deadline_ms < self.now:
-                self.remove(m, "member_revocation_timed_out", downgrade)
+                # A classic member's deadline is also Kafka's join and sync timers'.
+                kind = (
+                    "member_revocation_timed_out"
+                    if m.classic is None
+                    else ("classic_member_rebalance_timed_out")
+                )
+                self.remove(m, kind, downgrade)
         self.finish()
 
     def remove(self, m: Member, kind: str, downgrade: bool = True) -> None:
         del self.members[m.member_id]
+        self.removed += 1
         self.conn.execute(
             sql.DELETE_CONSUMER_MEMBER, {"group_id": self.group_id, "member_id": m.member_id}
         )
@@ -910,9 +918,8 @@ def _expire_group(broker: BrokerContext, group_id: str, now: int) -> int:
             return 0
         assignors = configured_assignors(broker.settings.group_consumer_assignors)
         beat = _Heartbeat(conn, broker, group, now, assignors)
-        before = len(beat.members)
         beat.expire()
-        return before - len(beat.members)
+        return beat.removed
 
 
 def describe_one(conn: Connection, group_id: str, assignors_text: str) -> ConsumerGroupDescribed:

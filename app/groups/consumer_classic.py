@@ -9,7 +9,9 @@ names no leader, so the member syncs, and its SyncGroup brings it the partitions
 coordinator assigned it, encoded as the consumer protocol's assignment. Its Heartbeat is
 answered REBALANCE_IN_PROGRESS whenever it has to join again to move on: the group epoch
 is past its member epoch, it has partitions to revoke, or partitions it waits for are
-free. Each function returns None when the group is no longer a consumer group (a member
+free. Kafka's join and sync timers are the member's deadline (``revocation_deadline_ms``):
+told to rejoin, or joined, it must rejoin or sync within its rebalance timeout, or the
+coordinator's pass removes it. Each function returns None when the group is no longer a consumer group (a member
 timed out and the group went back to classic): the classic path then serves the request.
 """
 
@@ -191,11 +193,9 @@ def join(
         member.epochs, member.target, beat.assignment_epoch, owned,
         beat._owner_epoch(member_id),
     )  # fmt: skip
-    if member.epochs.state == UNREVOKED_PARTITIONS:
-        if before.state != UNREVOKED_PARTITIONS or member.revocation_deadline_ms is None:
-            member.revocation_deadline_ms = now + member.rebalance_timeout_ms
-    else:
-        member.revocation_deadline_ms = None
+    # Kafka's sync timer: the member must sync (and, revoking, rejoin) within its
+    # rebalance timeout, or be removed (``_Heartbeat.expire``).
+    member.revocation_deadline_ms = now + member.rebalance_timeout_ms
     _save(conn, req.group_id, member)
     if member.epochs != before:
         _event(
@@ -230,6 +230,8 @@ def sync(
             f"{member.member_id} should rejoin to catch up.",
         )
     member.last_heartbeat_ms = now
+    if member.epochs.state != UNREVOKED_PARTITIONS:
+        member.revocation_deadline_ms = None  # synced: the sync timer cancelled
     _save(conn, req.group_id, member)
     name, metadata = classic_protocols(member)[0]
     return SyncGroupResponse(
@@ -256,17 +258,22 @@ def heartbeat(
     member = _known(beat, req.member_id, req.group_instance_id)
     _check_generation(member, req.generation_id)
     member.last_heartbeat_ms = now
-    _save(conn, req.group_id, member)
     epochs = member.epochs
     released = epochs.state == UNRELEASED_PARTITIONS and not any(
         beat._owner_epoch(member.member_id)(*tp) != -1
         for tp in pairs(member.target) - pairs(epochs.assigned)
     )
-    if (
+    rejoin = (
         epochs.member_epoch < beat.assignment_epoch
         or epochs.state == UNREVOKED_PARTITIONS
         or released
-    ):
+    )
+    if rejoin and member.revocation_deadline_ms is None:
+        # Kafka's join timer: told to rejoin, the member must within its rebalance
+        # timeout, or be removed (``_Heartbeat.expire``).
+        member.revocation_deadline_ms = now + member.rebalance_timeout_ms
+    _save(conn, req.group_id, member)
+    if rejoin:
         return HeartbeatResponse(
             KafkaError.REBALANCE_IN_PROGRESS,
             f"the consumer group {req.group_id} moved on: join again",
