@@ -2,9 +2,9 @@
 orchestration, above the libraries whose rebuilds it runs in one DB transaction.
 
 The projections (producer_states, aborted_txns, the partitions' offsets, transactions,
-group offsets) are derived data: each library recomputes its own from its event table
-with the very fold its live handlers use (``log.rebuild``, ``coordinator.rebuild``,
-``groups.rebuild``).
+group offsets, KIP-848's consumer groups) are derived data: each library recomputes its
+own from its event table with the very fold its live handlers use (``log.rebuild``, ``coordinator.rebuild``,
+``groups.rebuild``, ``groups.consumer_rebuild``).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine
 
 from app.coordinator.rebuild import rebuild_transactions
+from app.groups.consumer_rebuild import rebuild_consumer_groups
 from app.groups.rebuild import rebuild_group_offsets
 from app.log.rebuild import rebuild_partition_log
 from app.settings import BrokerSettings
@@ -24,6 +25,7 @@ REBUILDERS: dict[str, Callable[[Connection, int, BrokerSettings], dict[str, int]
     "partition log": rebuild_partition_log,
     "transaction log": rebuild_transactions,
     "group offsets": rebuild_group_offsets,
+    "consumer groups": rebuild_consumer_groups,
 }
 
 

@@ -143,10 +143,34 @@ def _save(conn: Connection, group_id: str, m: Member) -> None:
     )  # fmt: skip
 
 
+def member_record(m: Member) -> dict[str, Any]:
+    """All the projection holds of a member but its last heartbeat: each event naming a
+    member carries it (``detail.member``), so ``kip98 db rebuild`` rebuilds the member
+    from the events (``groups/consumer_rebuild``)."""
+    epochs: dict[str, dict[str, int]] = {}
+    for (topic, partition), epoch in sorted(m.assignment_epochs.items()):
+        epochs.setdefault(topic, {})[str(partition)] = epoch
+    return {
+        "instance_id": m.instance_id, "rack_id": m.rack_id, "client_id": m.client_id,
+        "client_host": m.client_host, "subscribed_topic_names": m.subscribed_topic_names,
+        "subscribed_topic_regex": m.subscribed_topic_regex,
+        "server_assignor": m.server_assignor, "rebalance_timeout_ms": m.rebalance_timeout_ms,
+        "member_epoch": m.epochs.member_epoch,
+        "previous_member_epoch": m.epochs.previous_member_epoch, "state": m.epochs.state,
+        "assigned": json.loads(_stored(m.epochs.assigned)),
+        "pending_revocation": json.loads(_stored(m.epochs.pending_revocation)),
+        "target": json.loads(_stored(m.target)),
+        "revocation_deadline_ms": m.revocation_deadline_ms, "joined_ms": m.joined_ms,
+        "assignment_epochs": epochs, "classic_member": m.classic,
+    }  # fmt: skip
+
+
 def _event(
     conn: Connection, group_id: str, kind: str, group_epoch: int, now: int,
     member: Member | None = None, detail: dict[str, Any] | None = None,
 ) -> None:  # fmt: skip
+    if member is not None:
+        detail = {**(detail or {}), "member": member_record(member)}
     conn.execute(
         sql.LOG_CONSUMER_GROUP_EVENT,
         {
@@ -348,7 +372,8 @@ def upgrade(conn: Connection, broker: BrokerContext, group_id: str, now: int) ->
         conn, group_id, "converted_from_classic", epoch, now, None,
         {"generation_id": classic.generation_id,
          "members": {m.member_id: {**_member_detail(m), "classic": m.classic,
-                                   "subscribed_topic_names": m.subscribed_topic_names}
+                                   "subscribed_topic_names": m.subscribed_topic_names,
+                                   "record": member_record(m)}
                      for m in members}},
     )  # fmt: skip
 

@@ -439,3 +439,27 @@ CONSUMER_GROUP_EVENTS = text(
     "FROM consumer_group_events WHERE group_id = :group_id ORDER BY event_id"
 )
 ALL_TOPIC_PARTITIONS = text("SELECT topic, num_partitions FROM topics ORDER BY topic")
+# The consumer groups' rebuild (groups/consumer_rebuild): every group's events in order,
+# the projection as it is, and the writes that replace it.
+ALL_CONSUMER_GROUP_EVENTS = text(
+    "SELECT group_id, kind, member_id, group_epoch, detail FROM consumer_group_events "
+    "ORDER BY event_id"
+)
+LIVE_CONSUMER_GROUPS = text(
+    "SELECT group_id, generation_id, assignment_epoch, state, subscription_metadata "
+    "FROM consumer_groups WHERE group_type = 'consumer' ORDER BY group_id"
+)
+LIVE_CONSUMER_GROUP_MEMBERS = text(
+    "SELECT group_id, member_id, instance_id, rack_id, client_id, client_host, "
+    "subscribed_topic_names, subscribed_topic_regex, server_assignor, rebalance_timeout_ms, "
+    "member_epoch, previous_member_epoch, state, assigned, pending_revocation, target, "
+    "revocation_deadline_ms, joined_ms, assignment_epochs, classic_member "
+    "FROM consumer_group_members ORDER BY group_id, member_id"
+)
+LOCK_CONSUMER_PROJECTIONS = text(
+    "LOCK TABLE consumer_groups, consumer_group_members IN EXCLUSIVE MODE"
+)
+CLEAR_CONSUMER_GROUP_MEMBERS = text(
+    "DELETE FROM consumer_group_members m USING consumer_groups g "
+    "WHERE g.group_id = m.group_id AND g.group_type = 'consumer'"
+)
