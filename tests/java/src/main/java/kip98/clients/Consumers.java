@@ -6,9 +6,11 @@ import static kip98.clients.Common.send;
 import static kip98.clients.Json.obj;
 
 import java.time.Duration;
+import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.TopicPartition;
@@ -20,8 +22,9 @@ import org.apache.kafka.common.TopicPartition;
  *     what endOffsets, seekToEnd and poll give each isolation while one is open, and after
  *     it commits.
  * <li>{@code group-protocol TOPIC GROUP TXID}: two consumers of {@code group.protocol=consumer}
- *     (KIP-848) share a two-partition topic, committing after each poll; one leaves and the
- *     other ends with both partitions, each record read once.
+ *     (KIP-848) share a two-partition topic, committing after each poll and before a
+ *     partition is revoked; one leaves and the other ends with both partitions, each record
+ *     read once.
  * </ul>
  */
 public final class Consumers {
@@ -53,8 +56,8 @@ public final class Consumers {
                 p.send(new org.apache.kafka.clients.producer.ProducerRecord<>(topic, i % 2, "k" + i, "v" + i));
             }
             p.commitTransaction();
-            one.subscribe(List.of(topic));
-            two.subscribe(List.of(topic));
+            one.subscribe(List.of(topic), committingOnRevocation(one));
+            two.subscribe(List.of(topic), committingOnRevocation(two));
             long deadline = System.nanoTime() + GUARD.toNanos();
             while (read.size() < 6 || one.assignment().isEmpty() || two.assignment().isEmpty()) {
                 if (System.nanoTime() > deadline) {
@@ -87,6 +90,25 @@ public final class Consumers {
         java.util.Collections.sort(read);
         return obj("read", read, "partitions_held_by_both", List.copyOf(sharedAt),
                    "partitions_after_leave", afterLeave);
+    }
+
+    /** Commits what {@code c} has read before a partition leaves it. With no listener, the
+     * KIP-848 consumer completes a revocation in its background thread, which may fall
+     * between a poll that returned the partition's records and the commitSync after it:
+     * the partition would move uncommitted and its next owner read those records again.
+     * A listener's callback runs in poll, so the revocation waits for it. */
+    static ConsumerRebalanceListener committingOnRevocation(KafkaConsumer<String, String> c) {
+        return new ConsumerRebalanceListener() {
+            @Override
+            public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                if (!partitions.isEmpty()) {
+                    c.commitSync();
+                }
+            }
+
+            @Override
+            public void onPartitionsAssigned(Collection<TopicPartition> partitions) {}
+        };
     }
 
     static Map<String, Object> readCommitted(String bootstrap, String topic, String txid) throws Exception {
