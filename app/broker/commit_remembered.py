@@ -13,7 +13,7 @@ import psycopg
 from sqlalchemy import Connection
 
 from app.broker.commit_decision import Decided, decide
-from app.broker.work import Work
+from app.broker.work import Plan, Work
 from app.coordinator.metadata import TxnMetadata, end_retry_outcome
 from app.coordinator.txn_log import (
     Leased,
@@ -69,11 +69,9 @@ class Remembering:
 @dataclass(frozen=True)
 class _Planned:
     work: Work
-    decided: Decided
+    plan: Plan
     left: TxnMetadata
     hints: dict[TopicPartitionKey, Remembered]
-    writes: list[bytes]
-    copies: list[bytes]
     after: dict[TopicPartitionKey, PartitionRow]
     # The other producers' open transactions the markers were decided on, to be read
     # under the locks (None: they follow from the rows, ``others_first_open``).
@@ -153,10 +151,7 @@ def _plan(
     left = decided.ended if end is not None else _registered(work, decided, meta)
     if left is None or not work.copies:
         return None
-    assert work.transitions is not None
-    work.transitions.flush(conn, writes)
-    calls = [prepared_call(conn, statement, params) for statement, params in writes.take()]
-    return _Planned(work, decided, left, hints, calls, work.copies, locks.rows, checked)
+    return _Planned(work, work.plan(decided.response), left, hints, locks.rows, checked)
 
 
 def _registered(work: Work, decided: Decided, meta: TxnMetadata) -> TxnMetadata | None:
@@ -211,13 +206,15 @@ def _send(
                 "another producer's transaction opened behind this one",
             )
         )
-    statements += [*planned.writes, written_version_query(conn, tid)]
-    ends = planned.decided.response.end is not None
+    plan = planned.plan
+    statements += [prepared_call(conn, statement, params) for statement, params in plan.writes]
+    statements.append(written_version_query(conn, tid))
+    ends = plan.response.end is not None
     results = write_checked(
         conn,
         log_sql.COPY_RECORDS,
         statements,
-        planned.copies,
+        plan.copies,
         stop="commit.in_one_query" if ends else "register.in_one_query",
     )
     if isinstance(results, Refused):
@@ -230,7 +227,7 @@ def _send(
     written = Remembering(planned.left, epoch, before, planned.after).written()
     planned.work.leave(xmin.decode(), Leased(planned.left, epoch), written)
     planned.work.remember()
-    return planned.decided.response
+    return plan.response
 
 
 def _forget(conn: Connection, transactional_id: str, partitions: list[TopicPartitionKey]) -> None:

@@ -24,9 +24,22 @@ from app.coordinator.txn_log import (
 )
 from app.log.markers import MarkerLocks
 from app.log.partition_lock import PartitionRow, remember
-from app.protocol import TopicPartitionKey
+from app.protocol import ProduceBatchesResponse, TopicPartitionKey
 from app.storage.context import BrokerContext
 from app.storage.driver import WriteBehind
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A request decided in full, nothing of it written yet (docs/design.md §3.9): its
+    answer, its writes in order (each a statement and its parameters) and its COPY
+    payloads. Either executor sends it whole: under the locks (``broker.write``), or as
+    one query string checked by the versions of the rows it was decided on
+    (``broker.commit_remembered``)."""
+
+    response: ProduceBatchesResponse
+    writes: list[tuple[str, dict[str, Any]]]
+    copies: list[bytes]
 
 
 @dataclass
@@ -69,6 +82,15 @@ class Work:
             return self.writes.send(self.conn, read)
         assert read is None, "a read after the writes needs them queued"
         return None
+
+    def plan(self, response: ProduceBatchesResponse) -> Plan:
+        """What the decision queued on this work (its transitions, its writes, its COPY
+        payloads), taken off it as one value, with the answer."""
+        assert self.writes is not None and self.copies is not None, "a plan is queued"
+        if self.transitions is not None:
+            self.transitions.flush(self.conn, self.writes)
+        copies, self.copies = self.copies, []
+        return Plan(response, self.writes.take(), copies)
 
     def leave(
         self, version: str, leased: Leased, rows: dict[TopicPartitionKey, PartitionRow]

@@ -11,15 +11,17 @@ was queued, commits, and then remembers the rows it left (``Work.remember``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Connection
 
 from app.broker import batches, commit, commit_remembered, strategy
 from app.broker.commit_decision import answer
-from app.broker.work import Work
-from app.coordinator.txn_log import Leased, TransitionBatch, txn_version, written_txn
+from app.broker.work import Plan, Work
+from app.coordinator.txn_log import Leased, TransitionBatch, txn_version_read, written_txn
 from app.errors import KafkaError
 from app.faults import crash_point
+from app.log.append import copy_rows
 from app.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -92,14 +94,33 @@ def _locked(
                 work.seen[meta.transactional_id] = written_txn(conn, meta)
         return work, ProduceBatchesResponse(answers, registered)
     assert req.end is not None
-    work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind())
+    tid = req.end.transactional_id
+    work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind(), copies=[])
     response, ended = commit.decide_under_locks(work, req)
-    work.send()
+    plan = work.plan(response)
+    # The id's row's version as the writes leave it, read after them in the same round trip.
+    row = _send(conn, plan, None if ended is None else txn_version_read(tid))
     if ended is not None:
-        version = txn_version(conn, req.end.transactional_id)
-        work.leave(version, Leased(ended.left, ended.coordinator_epoch), ended.written())
+        assert row is not None
+        leased = Leased(ended.left, ended.coordinator_epoch)
+        work.leave(str(row[0]), leased, ended.written())
     crash_point("commit_request.before_commit")  # every write done, none committed
     return work, response
+
+
+def _send(
+    conn: Connection, plan: Plan, read: tuple[str, dict[str, Any]] | None
+) -> tuple[Any, ...] | None:
+    """A plan decided under the locks, sent in the DB transaction holding them: its
+    writes (pipelined) with ``read`` after them, whose first row is returned, then its
+    COPYs."""
+    writes = WriteBehind()
+    for statement, params in plan.writes:
+        writes.add(statement, params)
+    row = writes.send(conn, read)
+    if plan.copies:
+        copy_rows(conn, plan.copies)
+    return row
 
 
 def answered_all(req: ProduceBatchesRequest, code: int, message: str) -> ProduceBatchesResponse:

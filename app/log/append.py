@@ -111,6 +111,7 @@ def copy_rows(conn: Connection, payloads: list[bytes]) -> None:
     with QueryCopies(conn, sql.COPY_RECORDS, len(payloads), committed=False) as copies:
         copies.write(payloads)
         crash_point("append.in_copy")  # every COPY's data given, the last not ended
+    crash_point("append.after_copy")
 
 
 class Appending(Protocol):
@@ -288,7 +289,6 @@ def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
     payloads = plan.payloads()
     if work.copies is None:
         copy_rows(conn, payloads)
-        crash_point("append.after_copy")
     else:
         work.copies.extend(payloads)
     versions = advance_partitions(conn, plan.advance_rows(), plan.entry_rows(), work.writes)
