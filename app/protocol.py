@@ -399,11 +399,6 @@ class EndTxnRequest(Request["EndTxnResponse"]):
     # clients of the first version (EndTxn v0-4), which keep their epoch across
     # transactions; their markers then carry the epoch of the data.
     bump_epoch: bool = True
-    # Kafka's clients on transaction version 2 (EndTxn v5+): an EndTxn at the epoch the
-    # coordinator's own abort (the transaction's timeout) bumped past is a retry of that
-    # abort, as Kafka 4.4 takes it: ABORT answered OK with the current identity, COMMIT
-    # INVALID_TXN_STATE. False for the native client, fenced there as librdkafka is.
-    after_abort_is_retry: bool = False
 
 
 @dataclass(frozen=True)
@@ -681,14 +676,14 @@ class JoinGroupRequest(Request["JoinGroupResponse"]):
     # KIP-345's JoinGroup v9: a static leader restarted into a Stable group may be told to
     # skip the assignment (else it is named a follower, and syncs for its own).
     skip_assignment_supported: bool = False
+    # The partitions the member says it owns (its consumer protocol subscription, v1+):
+    # what a classic member of a consumer group still holds when it rejoins (KIP-848).
+    owned_partitions: tuple[TopicPartitionKey, ...] = ()
 
 
 @dataclass(frozen=True)
 class GroupMember:
     """A member as the classic protocol's leader sees it: its metadata for the chosen
-    # The partitions the member says it owns (its consumer protocol subscription, v1+):
-    # what a classic member of a consumer group still holds when it rejoins (KIP-848).
-    owned_partitions: tuple[TopicPartitionKey, ...] = ()
     protocol."""
 
     member_id: str
@@ -733,11 +728,6 @@ class HeartbeatResponse:
 CONSUMER_GROUP_ASSIGNORS: Final = ("uniform", "range")
 
 
-def configured_assignors(text: str) -> tuple[str, ...]:
-    """``KIP98_GROUP_CONSUMER_ASSIGNORS``, the first the default: INVALID_CONFIG for a
-    name not served, or none, so ``kip98 serve`` refuses it at start in one line."""
-    names = tuple(a.strip() for a in text.split(",") if a.strip())
-    unknown = [a for a in names if a not in CONSUMER_GROUP_ASSIGNORS]
 MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 
 
@@ -755,6 +745,11 @@ def migration_policy(text: str) -> tuple[bool, bool]:
     return policy in ("bidirectional", "upgrade"), policy in ("bidirectional", "downgrade")
 
 
+def configured_assignors(text: str) -> tuple[str, ...]:
+    """``KIP98_GROUP_CONSUMER_ASSIGNORS``, the first the default: INVALID_CONFIG for a
+    name not served, or none, so ``kip98 serve`` refuses it at start in one line."""
+    names = tuple(a.strip() for a in text.split(",") if a.strip())
+    unknown = [a for a in names if a not in CONSUMER_GROUP_ASSIGNORS]
     if unknown or not names:
         raise fail(
             KafkaError.INVALID_CONFIG,
@@ -871,14 +866,14 @@ class SyncGroupResponse:
     protocol_type: str | None = None
     protocol_name: str | None = None
     awaiting_leader: bool = False
+    # A classic member of a consumer group (KIP-848): the coordinator's ``assignment``,
+    # which the wire front end encodes as a ConsumerProtocolAssignment of this version.
+    assignment_version: int | None = None
 
 
 @dataclass(frozen=True)
 class LeaveGroupRequest(Request["LeaveGroupResponse"]):
     """A static member (KIP-345) may leave by ``group_instance_id`` with an empty
-    # A classic member of a consumer group (KIP-848): the coordinator's ``assignment``,
-    # which the wire front end encodes as a ConsumerProtocolAssignment of this version.
-    assignment_version: int | None = None
     ``member_id``; if both are given they must name the same member."""
 
     group_id: str
