@@ -161,3 +161,18 @@ def test_a_partition_leaders_add_partitions_adds_and_verifies(server: Target) ->
     assert add_partitions5(server, "nobody", pid, 0, "t", verify_only=True) == [
         "NONE", ["INVALID_PRODUCER_ID_MAPPING"],
     ]  # fmt: skip
+
+
+def test_a_partition_leaders_add_partitions_needs_cluster_action(db_url: str) -> None:
+    """With authorization on, a client not allowed ClusterAction on the cluster (here the
+    anonymous user of a PLAINTEXT listener) is refused the whole request, as Kafka refuses
+    it; nothing is added."""
+    with serving(db_url, env={"KIP98_AUTHORIZATION": "1"}) as address:
+        target = Target("kip98", address)
+        answer = add_partitions5(target, "tx", 1, 0, "t", verify_only=False)
+    assert answer == ["CLUSTER_AUTHORIZATION_FAILED", []]
+    allowed = {"KIP98_AUTHORIZATION": "1", "KIP98_SUPER_USERS": "User:ANONYMOUS"}
+    with serving(db_url, env=allowed) as address:
+        target = Target("kip98", address)
+        answer = add_partitions5(target, "tx", 1, 0, "t", verify_only=False)
+    assert answer == ["NONE", ["UNKNOWN_TOPIC_OR_PARTITION"]]  # allowed: no topic "t" here
