@@ -114,3 +114,28 @@ def test_the_projection_rebuilt_from_the_events_equals_the_live_one(
     # The group continues from the rebuilt projection.
     one.heartbeat()
     assert one.epoch == live["consumer_groups"][0][1]
+
+
+def test_a_group_upgraded_from_classic_is_rebuilt_with_its_classic_member(
+    server: str, broker: Broker
+) -> None:
+    """KIP-848's online upgrade: the conversion's one event carries each classic member's
+    record, so the consumer group it became rebuilds with them."""
+    from tests.conformance.harness import Target
+    from tests.conformance.requests import join_group
+
+    classic, _ = join_group(Target("kip98", server), "up", "a")
+    joined = Member(server, "up", ["a"])
+    joined.heartbeat()
+    with broker.engine.connect() as conn:
+        live = live_consumer_groups(conn)
+        assert compute_consumer_groups(conn) == live
+    members = [r for r in live["consumer_group_members"] if r[0] == "up"]
+    assert sorted(r[1] for r in members) == sorted([classic, joined.id])
+    assert [r[-1] is not None for r in members if r[1] == classic] == [True]  # classic_member
+    with broker.engine.begin() as conn:
+        conn.execute(text("DELETE FROM consumer_group_members"))
+    done = run_kip98("db", "rebuild")
+    assert done.returncode == 0, done.stderr
+    with broker.engine.connect() as conn:
+        assert live_consumer_groups(conn) == live
