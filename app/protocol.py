@@ -399,6 +399,11 @@ class EndTxnRequest(Request["EndTxnResponse"]):
     # clients of the first version (EndTxn v0-4), which keep their epoch across
     # transactions; their markers then carry the epoch of the data.
     bump_epoch: bool = True
+    # Kafka's clients on transaction version 2 (EndTxn v5+): an EndTxn at the epoch the
+    # coordinator's own abort (the transaction's timeout) bumped past is a retry of that
+    # abort, as Kafka 4.4 takes it: ABORT answered OK with the current identity, COMMIT
+    # INVALID_TXN_STATE. False for the native client, fenced there as librdkafka is.
+    after_abort_is_retry: bool = False
 
 
 @dataclass(frozen=True)
