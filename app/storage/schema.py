@@ -468,6 +468,10 @@ consumer_group_members = Table(
     # While it holds partitions it was asked to revoke: when its rebalance timeout ends.
     Column("revocation_deadline_ms", BigInteger),
     Column("joined_ms", BigInteger, nullable=False),
+    # NULL: a member of the consumer protocol; else a classic member of a consumer group
+    # (KIP-848's online conversion): its session timeout and the protocols its JoinGroup
+    # carried.
+    Column("classic_member", JSONB),
     PrimaryKeyConstraint("group_id", "member_id"),
     ForeignKeyConstraint(["group_id"], ["consumer_groups.group_id"], ondelete="CASCADE"),
 )
