@@ -245,6 +245,8 @@ def run_copiers(target: Target, classpath: str, workdir: Path) -> dict[str, Any]
                            f"output beyond {moved}", GUARD)  # fmt: skip
         wanted = {str(n) for n in range(expected)}
         wait_until(lambda: progressed(-1) and wanted <= set(output.values), "every record", GUARD)
+        # Each life's first line is its initTransactions (epochs_check reads it).
+        wait_until(lambda: all(c.steps() for c in copiers), "every copier initialised", GUARD)
     finally:
         for copier in copiers:
             copier.stop()
