@@ -19,8 +19,6 @@ transaction's end and again at each restart's initTransactions.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 from collections import Counter
 from functools import partial
 from pathlib import Path
@@ -31,6 +29,7 @@ import pytest
 from confluent_kafka.admin import OffsetSpec
 
 from tests.conformance.harness import Target, run_both, wait_until
+from tests.java.processes import JavaProcess
 
 PARTITIONS = 3
 COPIERS = 3
@@ -41,24 +40,10 @@ KILLS = ROUNDS - 1  # one after each round but the last
 GUARD = 300.0  # seconds: a hang guard for each wait (a dead member's session is 45 s)
 
 
-class Copier:
+class Copier(JavaProcess):
     """One Copier process; the JSON lines it prints, per life, read from its files."""
 
-    def __init__(self, classpath: str, args: list[str], log: Path) -> None:
-        self.classpath, self.args, self.log = classpath, args, log
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def out_file(self, start: int | None = None) -> Path:
-        return self.log.with_name(f"{self.log.name}-start{start or self.starts}.out")
-
-    def start(self) -> None:
-        self.starts += 1
-        command = ["java", "-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp", self.classpath,
-                   "kip98.clients.Copier", *self.args]  # fmt: skip
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.out_file().open("wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    main = "kip98.clients.Copier"
 
     def steps(self, start: int | None = None) -> list[dict[str, Any]]:
         """The steps one life printed (the current one by default)."""
@@ -68,27 +53,6 @@ class Copier:
 
     def commits(self) -> int:
         return sum(1 for step in self.steps() if step["step"] == "commit")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(60)
-
-    def stop(self) -> None:
-        """SIGTERM: the copier stops between transactions and closes its clients."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(90)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def check_alive(self) -> None:
-        assert self.process is not None
-        code = self.process.poll()
-        if code is not None:
-            tail = self.out_file().read_text(errors="replace")[-6000:]
-            raise AssertionError(f"Copier {self.args[4]} exited {code}:\n{tail}")
 
 
 def fill_round(target: Target, topic: str, txid: str, first: int) -> None:
@@ -207,7 +171,7 @@ def run_copiers(target: Target, classpath: str, workdir: Path) -> dict[str, Any]
     group, filler = target.name_for("copiers"), target.name_for("filler")
     copiers = [
         Copier(classpath, [target.bootstrap, group, source, sink, target.name_for(f"copier{i}")],
-               workdir / f"copier{i}")
+               workdir / f"copier{i}", grace=90)
         for i in range(COPIERS)
     ]  # fmt: skip
     output = Output(target, sink)

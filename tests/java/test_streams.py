@@ -15,7 +15,6 @@ the repartition topic purged by DeleteRecords.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import time
 from collections import Counter, defaultdict
@@ -28,6 +27,7 @@ import pytest
 from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from tests.conformance.harness import Target, run_both, wait_until
+from tests.java.processes import JavaProcess
 
 WORDS = [f"w{i}" for i in range(5)]
 ROUNDS = 4
@@ -37,57 +37,22 @@ PARTITIONS = 3
 GUARD = 240.0  # seconds: a hang guard for each wait, never a figure
 
 
-class Instance:
-    """One CountApp process; its INFO log (Streams' own) in ``log``."""
+class Instance(JavaProcess):
+    """One CountApp process; its INFO log (Streams' own) in a file per life."""
 
-    def __init__(self, classpath: str, args: list[str], log: Path) -> None:
-        self.classpath, self.args, self.log = classpath, args, log
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
+    main = "kip98.streams.CountApp"
 
     def log_file(self) -> Path:
         return self.log.with_name(f"{self.log.name}-start{self.starts}.log")
 
-    def start(self) -> None:
-        self.starts += 1
-        command = [
-            "java",
-            "-Xmx256m",
-            "-XX:TieredStopAtLevel=1",
+    def jvm_options(self) -> list[str]:
+        return [
             "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
             f"-Dorg.slf4j.simpleLogger.logFile={self.log_file()}",
-            "-cp",
-            self.classpath,
-            "kip98.streams.CountApp",
-            *self.args,
         ]
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_file().with_suffix(".out").open("wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(60)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(60)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def check_alive(self) -> None:
-        assert self.process is not None
-        code = self.process.poll()
-        if code is not None:
-            tail = "".join(
-                path.read_text(errors="replace")[-6000:]
-                for path in (self.log_file().with_suffix(".out"), self.log_file())
-                if path.exists()
-            )
-            raise AssertionError(f"CountApp {self.args[1]} exited {code}:\n{tail}")
+    def logs(self) -> list[Path]:
+        return [self.out_file(), self.log_file()]
 
 
 class Output:
