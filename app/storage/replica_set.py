@@ -107,11 +107,38 @@ class NodeStatus:
 def max_standbys() -> int:
     """How many standbys this host can run beside the primary: bounded by the walsenders
     each node allows and by the memory available."""
-    try:
-        pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
+    available = available_memory()
+    if available is None:
         return MAX_STANDBYS
-    return max(0, min(MAX_STANDBYS, pages // _NODE_MEMORY_BYTES - 1))
+    return max(0, min(MAX_STANDBYS, available // _NODE_MEMORY_BYTES - 1))
+
+
+def available_memory() -> int | None:
+    """The bytes the kernel can give new processes without swapping: Linux's
+    MemAvailable, which counts the page cache it would drop (the free pages alone leave
+    it out, and a host that has just read or written much looks full); elsewhere the free
+    pages; None if neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            found = mem_available(meminfo.read())
+        if found is not None:
+            return found
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def mem_available(meminfo: str) -> int | None:
+    """MemAvailable from the text of /proc/meminfo, in bytes (None if it has none)."""
+    for line in meminfo.splitlines():
+        name, _, value = line.partition(":")
+        if name == "MemAvailable":
+            number, *unit = value.split()
+            return int(number) * (1024 if unit == ["kB"] else 1)
+    return None
 
 
 def check_request(standbys: int, min_insync: int | None) -> int:

@@ -107,6 +107,10 @@ def scenario_aborted_transaction_index(target: Target) -> Any:
     committing.open(topic, ["c1"])  # offset 1
     assert aborting.produce(topic, ["x2"]).error_code.value == 0  # offset 2
     assert error_name(aborting.end(commit=False)) == "NONE"  # marker at 3
+    # Kafka writes a transaction's markers after EndTxn answers: the next end waits for
+    # the abort's marker, so that the markers' order is the ends' on both brokers.
+    wait_until(lambda: list_offsets(target, topic, LATEST, READ_UNCOMMITTED).offset == 4,
+               "the abort marker")  # fmt: skip
     assert error_name(committing.end(commit=True)) == "NONE"  # marker at 4
     wait_until(lambda: list_offsets(target, topic, LATEST, READ_COMMITTED).offset == 5,
                "both transactions ended")  # fmt: skip
