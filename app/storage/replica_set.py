@@ -113,13 +113,13 @@ def max_standbys() -> int:
     return max(0, min(MAX_STANDBYS, available // _NODE_MEMORY_BYTES - 1))
 
 
-def available_memory() -> int | None:
+def available_memory(meminfo_path: str = "/proc/meminfo") -> int | None:
     """The bytes the kernel can give new processes without swapping: Linux's
     MemAvailable, which counts the page cache it would drop (the free pages alone leave
     it out, and a host that has just read or written much looks full); elsewhere the free
     pages; None if neither is known."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
+        with open(meminfo_path, encoding="ascii") as meminfo:
             found = mem_available(meminfo.read())
         if found is not None:
             return found
