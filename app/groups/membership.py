@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
@@ -492,18 +492,38 @@ def _replace_static_member(
     return replace(joined, leader_id=old.member_id, members=[])
 
 
+Req = TypeVar("Req", HeartbeatRequest, SyncGroupRequest, LeaveGroupRequest)
+Resp = TypeVar("Resp", HeartbeatResponse, SyncGroupResponse, LeaveGroupResponse)
+
+
+def _before_classic(
+    conn: Connection,
+    broker: BrokerContext,
+    req: Req,
+    now: int,
+    serve: Callable[[Connection, BrokerContext, Req, int], Resp | None],
+    refused: Callable[[int, str], Resp],
+) -> Resp | None:
+    """What a Heartbeat, SyncGroup or LeaveGroup is answered before the classic group's
+    own rules: its ACL refusal, or, for a classic member of a consumer group (KIP-848),
+    ``serve``'s answer (a refusal of it in ``refused``'s shape); None for a classic group."""
+    if denied := refusal_for(conn, broker, needs.group_membership(req.group_id)):
+        return refused(denied.error.code(), denied.error.str())
+    try:
+        return serve(conn, broker, req, now)
+    except KafkaException as exc:
+        return refused(exc.error.code(), exc.error.str())
+
+
 @retry_conflicts
 def heartbeat(broker: BrokerContext, req: HeartbeatRequest) -> HeartbeatResponse:
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
-        if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
-            return HeartbeatResponse(refused.error.code(), refused.error.str())
-        try:
-            answer = consumer_classic.heartbeat(conn, broker, req, now)
-        except KafkaException as exc:
-            return HeartbeatResponse(exc.error.code(), exc.error.str())
+        answer = _before_classic(
+            conn, broker, req, now, consumer_classic.heartbeat, HeartbeatResponse
+        )
         if answer is not None:
-            return answer  # a classic member of a consumer group (KIP-848)
+            return answer
         group = _lock_group(conn, req.group_id)
         members = _members(conn, req.group_id)
         if fenced := static_member_refusal(members, req.member_id, req.group_instance_id):
@@ -538,14 +558,12 @@ def sync_group(broker: BrokerContext, req: SyncGroupRequest) -> SyncGroupRespons
     carries it)."""
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
-        if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
-            return SyncGroupResponse(refused.error.code(), error_message=refused.error.str())
-        try:
-            synced = consumer_classic.sync(conn, broker, req, now)
-        except KafkaException as exc:
-            return SyncGroupResponse(exc.error.code(), error_message=exc.error.str())
+        synced = _before_classic(
+            conn, broker, req, now, consumer_classic.sync,
+            lambda code, message: SyncGroupResponse(code, error_message=message),
+        )  # fmt: skip
         if synced is not None:
-            return synced  # a classic member of a consumer group (KIP-848)
+            return synced
         group = _expire(conn, _lock_group(conn, req.group_id), now)
         members = {mem.member_id: mem for mem in _members(conn, req.group_id)}
         member = members.get(req.member_id)
@@ -604,14 +622,9 @@ def _store_plan(
 def leave_group(broker: BrokerContext, req: LeaveGroupRequest) -> LeaveGroupResponse:
     now = broker.clock.now_ms()
     with broker.engine.begin() as conn:
-        if refused := refusal_for(conn, broker, needs.group_membership(req.group_id)):
-            return LeaveGroupResponse(refused.error.code(), refused.error.str())
-        try:
-            left = consumer_classic.leave(conn, broker, req, now)
-        except KafkaException as exc:
-            return LeaveGroupResponse(exc.error.code(), exc.error.str())
+        left = _before_classic(conn, broker, req, now, consumer_classic.leave, LeaveGroupResponse)
         if left is not None:
-            return left  # a classic member of a consumer group (KIP-848)
+            return left
         group = _lock_group(conn, req.group_id)
         member_id = req.member_id
         if req.group_instance_id is not None:
