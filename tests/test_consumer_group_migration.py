@@ -407,16 +407,41 @@ def test_the_coordinators_timer_downgrades_a_group_its_last_consumer_member_left
     classic, _, epoch = _in_process_group(b, "gm", "tm", clock)
     loop = CoordinatorLoop(b)
     session = b.settings.group_consumer_session_timeout_ms
-    clock.advance(session // 2)
+    # The classic member beats late enough that its rebalance timeout (20 s) is still
+    # running when the consumer-protocol member's session (45 s) ends.
+    clock.advance(session - 10_000)
     assert b.handle(HeartbeatRequest("gm", classic, epoch - 1)).error_code == (
         KafkaError.REBALANCE_IN_PROGRESS
     )
     assert _group_type(b, "gm") == ("consumer", "Reconciling")
-    clock.advance(session // 2 + 1)
+    clock.advance(10_001)
     assert loop.run_once().expired_members == 1
     assert _group_type(b, "gm") == ("classic", "PreparingRebalance")
     kinds = events(b, "gm")
     assert kinds[-2:] == ["member_expired", "converted_to_classic"]
+
+
+def test_the_coordinators_timers_fire_in_deadline_order(make_broker: Any, clock: Any) -> None:
+    """Both members past a deadline in one pass: the classic member's rebalance timeout
+    (22.5 + 20 s) ended before the consumer-protocol member's session (45 s), so it is
+    removed first and the group is never handed to it as a classic group; whatever order
+    the member ids sort in (they are random), the outcome is the same."""
+    from app.broker.loop import CoordinatorLoop
+    from app.protocol import HeartbeatRequest
+
+    b = make_broker({"to": 2}, clock=clock, transaction_log_partitions=1)
+    for round_ in range(4):
+        group = f"go{round_}"
+        classic, _, epoch = _in_process_group(b, group, "to", clock)
+        session = b.settings.group_consumer_session_timeout_ms
+        clock.advance(session // 2)
+        told = b.handle(HeartbeatRequest(group, classic, epoch - 1))
+        assert told.error_code == KafkaError.REBALANCE_IN_PROGRESS
+        clock.advance(session // 2 + 1)
+        assert CoordinatorLoop(b).run_once().expired_members == 2
+        kinds = events(b, group)
+        assert "converted_to_classic" not in kinds
+        assert kinds[-2:] == ["classic_member_rebalance_timed_out", "member_expired"]
 
 
 def test_a_classic_member_that_does_not_rejoin_in_its_rebalance_timeout_is_removed(

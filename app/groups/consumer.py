@@ -434,11 +434,21 @@ class _Heartbeat:
         epoch; the last consumer-protocol member fenced may turn the group back into a
         classic one (``downgrade``; not while a heartbeat is about to act on it)."""
         session = self.broker.settings.group_consumer_session_timeout_ms
-        for m in list(self.members.values()):
+
+        def session_end(m: Member) -> int:
+            own = session if m.classic is None else m.classic["session_timeout_ms"]
+            return int(m.last_heartbeat_ms + own)
+
+        def first_deadline(m: Member) -> int:
+            ends = [session_end(m), m.revocation_deadline_ms]
+            return min(e for e in ends if e is not None)
+
+        # In the order the timers would have fired: which member goes first decides
+        # whether the group is left with classic members only (and so downgraded).
+        for m in sorted(self.members.values(), key=lambda m: (first_deadline(m), m.member_id)):
             if self.downgraded:
                 break
-            own = session if m.classic is None else m.classic["session_timeout_ms"]
-            if m.last_heartbeat_ms + own < self.now:
+            if session_end(m) < self.now:
                 self.remove(m, "member_expired", downgrade)
             elif m.revocation_deadline_ms is not None and m.revocation_deadline_ms < self.now:
                 # A classic member's deadline is also Kafka's join and sync timers'.
