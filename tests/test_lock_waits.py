@@ -17,14 +17,13 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
-from app.broker.batches import append_batches
 from app.broker.produce import produce
-from app.broker.work import Work
+from app.broker.write import under_locks
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError, KafkaException
 from app.log.inspect import abort_hanging
 from app.log.markers import Marker, write_txn_markers
-from app.protocol import CONTROL_COMMIT, InitProducerIdRequest
+from app.protocol import CONTROL_COMMIT, InitProducerIdRequest, ProduceBatchesRequest
 from tests.helpers.backends import idle_unbounded
 from tests.helpers.batches import produce_batch
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, produce_many, read_values
@@ -81,7 +80,7 @@ def test_a_retry_waiting_for_its_original_is_a_duplicate(broker: Broker, path: s
     retried = produce_batch("b", producer_id=pid, sequence=1)
 
     def original(conn: object) -> None:
-        _, [first] = append_batches(Work(broker, conn), [retried], None)  # type: ignore[arg-type]
+        [first] = under_locks(broker, conn, ProduceBatchesRequest([retried]))[1].batches  # type: ignore[arg-type]
         assert (first.error_code, first.base_offset, first.duplicate) == (0, 1, False)
 
     def retry() -> object:
@@ -109,7 +108,7 @@ def test_a_retry_that_opened_the_transaction_stays_aborted(broker: Broker) -> No
     [retried] = d.requests(("t", 0, "x"))
 
     def original(conn: object) -> None:
-        _, [first] = append_batches(Work(broker, conn), [retried], None)  # type: ignore[arg-type]
+        [first] = under_locks(broker, conn, ProduceBatchesRequest([retried]))[1].batches  # type: ignore[arg-type]
         assert (first.error_code, first.base_offset, first.duplicate) == (0, 2, False)
 
     answer = run_behind_lock(broker, original, lambda: produce(broker, retried))
@@ -143,7 +142,9 @@ def test_abort_hanging_racing_the_commit_writes_no_abort(broker: Broker, then: s
         )  # fmt: skip
         assert write_txn_markers(conn, [("t", 0)], marker)  # type: ignore[arg-type]
         if then == "committed and reopened":
-            _, [opened] = append_batches(Work(broker, conn), d.requests(("t", 0, "n")), None)  # type: ignore[arg-type]
+            [opened] = under_locks(broker, conn, ProduceBatchesRequest(d.requests(("t", 0, "n"))))[
+                1
+            ].batches  # type: ignore[arg-type]
             assert (opened.error_code, opened.base_offset) == (0, 2)
 
     outcome = run_behind_lock(broker, commit, lambda: abort_hanging(broker, "t", 0, 0))

@@ -12,14 +12,13 @@ import pytest
 from sqlalchemy import text
 
 from app.broker import Broker
-from app.broker.batches import append_batches
-from app.broker.work import Work
+from app.broker.write import under_locks
 from app.coordinator import machines as m
 from app.coordinator.handlers import prepare_end_txn, roll_forward
 from app.errors import KafkaError, KafkaException
 from app.log.markers import Marker, write_txn_markers
 from app.log.topics import create_topic, delete_topic
-from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest
+from app.protocol import CONTROL_ABORT, CONTROL_COMMIT, EndTxnRequest, ProduceBatchesRequest
 from tests.helpers.backends import idle_unbounded
 from tests.helpers.txn_driver import TxnDriver, partition_offsets, read_values, state_of
 
@@ -267,7 +266,9 @@ def test_markers_see_a_transaction_opened_while_they_waited(
 
     with broker.engine.connect() as conn:
         held = conn.begin()
-        _, [appended] = append_batches(Work(broker, conn), other.requests(("race", 0, "o")), None)
+        [appended] = under_locks(
+            broker, conn, ProduceBatchesRequest(other.requests(("race", 0, "o")))
+        )[1].batches
         assert (appended.error_code, appended.base_offset) == (0, 1)
         ender = threading.Thread(target=end)
         ender.start()

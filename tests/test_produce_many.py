@@ -10,13 +10,12 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from app.broker import Broker
+from app.broker import Broker, write
 from app.broker.produce import produce
 from app.client import KafkaException, Producer
 from app.coordinator import machines as m
 from app.coordinator.rebuild import compute_transactions, live_transactions
 from app.errors import KafkaError
-from app.log import append
 from app.protocol import AddPartitionsToTxnRequest, ProduceBatchesRequest, ProduceRequest, RecordIn
 from tests.helpers.backends import lost_connection
 from tests.helpers.identities import hand_out
@@ -206,7 +205,7 @@ def test_a_failed_request_registers_nothing(
     def broken_copy(*_: Any) -> None:
         raise RuntimeError("COPY failed")
 
-    monkeypatch.setattr(append, "copy_rows", broken_copy)
+    monkeypatch.setattr(write, "copy_rows", broken_copy)  # the executor's COPY
     with pytest.raises(RuntimeError):
         produce_registering(broker, [txn_request(d, 0, "x")], registering(d, 0))
     assert state_of(broker, "atomic") == m.EMPTY

@@ -20,9 +20,8 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from app.broker import Broker, strategy
-from app.broker.batches import append_batches
 from app.broker.produce import produce, produce_batches
-from app.broker.work import Work
+from app.broker.write import under_locks
 from app.coordinator.producer_id import init_producer_id
 from app.errors import KafkaError
 from app.log.partition_lock import remembered
@@ -131,8 +130,8 @@ def test_a_row_written_by_a_rolled_back_transaction_is_never_remembered(broker: 
     retried = batch(pid, 1, "b")
     with broker.engine.connect() as conn:
         tx = conn.begin()
-        work = Work(broker, conn)
-        _, [first] = append_batches(work, [retried], None)
+        work, answered = under_locks(broker, conn, ProduceBatchesRequest([retried]))
+        [first] = answered.batches
         assert answer(first) == (0, 1, False)
         assert work.left[("t", 0)][1].next_offset == 2  # to remember, had it committed
         tx.rollback()
@@ -155,7 +154,7 @@ def test_a_batch_after_a_rolled_back_one_is_out_of_order(broker: Broker) -> None
     first, second = batch(pid, 1, "b", "c"), batch(pid, 3, "d")
     with broker.engine.connect() as conn:
         tx = conn.begin()
-        _, [lost] = append_batches(Work(broker, conn), [first], None)
+        [lost] = under_locks(broker, conn, ProduceBatchesRequest([first]))[1].batches
         assert answer(lost) == (0, 1, False)
         tx.rollback()
     refused = produce(broker, second)
@@ -362,7 +361,7 @@ def test_remembered_rows_against_a_model(
             if kind == "rolled back":
                 with broker.engine.connect() as conn:
                     tx = conn.begin()
-                    _, [lost] = append_batches(Work(broker, conn), [req], None)
+                    [lost] = under_locks(broker, conn, ProduceBatchesRequest([req]))[1].batches
                     assert answer(lost) == (0, len(log), False)
                     tx.rollback()
                 pending = req
@@ -493,7 +492,7 @@ def test_requests_over_several_remembered_rows_against_a_model(
             if kind == "rolled back":
                 with broker.engine.connect() as conn:
                     tx = conn.begin()
-                    _, lost = append_batches(Work(broker, conn), req.batches, None)
+                    lost = under_locks(broker, conn, req)[1].batches
                     assert [answer(r) for r in lost] == expected(req)
                     tx.rollback()
                 pending = req

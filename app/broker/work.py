@@ -51,10 +51,11 @@ class Work:
     ``writes``: where its transitions and its last writes are queued to be sent together
     before COMMIT (None: each runs at once). ``copies``: where the appends leave their COPY
     payloads instead of sending them, for a request decided in full before anything is
-    sent (``broker.commit_remembered``; None: sent at once). ``seen`` and ``left``: the
-    transactional ids' rows and the partition rows as this DB transaction read or left
-    them, with their versions, which the process remembers once it commits
-    (``remember``; docs/design.md rule 32, §3.12).
+    sent (``broker.commit_remembered``; None: sent at once). ``appended``: the partition
+    rows the appends under the locks left, their versions known once the writes are sent.
+    ``seen`` and ``left``: the transactional ids' rows and the partition rows as this DB
+    transaction read or left them, with their versions, which the process remembers once
+    it commits (``remember``; docs/design.md rule 32, §3.12).
     """
 
     context: BrokerContext
@@ -64,6 +65,7 @@ class Work:
     transitions: TransitionBatch | None = None
     writes: WriteBehind | None = None
     copies: list[bytes] | None = None
+    appended: dict[TopicPartitionKey, PartitionRow] = field(default_factory=dict)
     seen: dict[str, RememberedTxn] = field(default_factory=dict)
     left: dict[TopicPartitionKey, tuple[str, PartitionRow]] = field(default_factory=dict)
 

@@ -18,10 +18,17 @@ from sqlalchemy import Connection
 from app.broker import batches, commit, commit_remembered, strategy
 from app.broker.commit_decision import answer
 from app.broker.work import Plan, Work
-from app.coordinator.txn_log import Leased, TransitionBatch, txn_version_read, written_txn
+from app.coordinator.txn_log import (
+    Leased,
+    RememberedTxn,
+    TransitionBatch,
+    txn_lease_read,
+    txn_version_read,
+)
 from app.errors import KafkaError
 from app.faults import crash_point
 from app.log.append import copy_rows
+from app.log.partition_lock import versions_read
 from app.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -66,7 +73,7 @@ def write(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesR
                 answered = strategy.attempted(kind, _ON_REMEMBERED[kind](conn, context, req))
                 if answered is not None:
                     return answered
-            work, answered = _locked(context, conn, req, kind)
+            work, answered = under_locks(context, conn, req)
     except Exception as exc:
         if kind == "commit" or not unconfirmed(exc):
             raise
@@ -76,51 +83,62 @@ def write(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesR
     return answered
 
 
-def _locked(
-    context: BrokerContext, conn: Connection, req: ProduceBatchesRequest, kind: strategy.Request
+def under_locks(
+    context: BrokerContext, conn: Connection, req: ProduceBatchesRequest
 ) -> tuple[Work, ProduceBatchesResponse]:
-    """The request in ``conn``'s DB transaction, its rows read under their locks; its
-    writes sent, not yet committed."""
+    """The lock's executor: the request in ``conn``'s DB transaction, its rows read under
+    their locks, decided into one ``Plan`` (nothing written yet), the plan sent with the
+    reads of the versions it leaves its rows at; not yet committed (the caller commits,
+    then ``Work.remember``)."""
     if req.acks != ACKS_ALL:
         conn.exec_driver_sql(_SYNCHRONOUS_COMMIT[req.acks])
-    if kind != "commit":
-        work = Work(context, conn)
-        registered, answers = batches.append_batches(work, req.batches, req.add)
-        if req.add is not None and registered is not None and not registered.error_code:
-            # The id's row as the registration, written under its FOR UPDATE lock, left it
-            # (docs/design.md §3.12).
-            meta = work.loaded.get(req.add.transactional_id)
-            if meta is not None:
-                work.seen[meta.transactional_id] = written_txn(conn, meta)
-        return work, ProduceBatchesResponse(answers, registered)
-    assert req.end is not None
-    tid = req.end.transactional_id
     work = Work(context, conn, transitions=TransitionBatch(), writes=WriteBehind(), copies=[])
-    response, ended = commit.decide_under_locks(work, req)
-    plan = work.plan(response)
-    # The id's row's version as the writes leave it, read after them in the same round trip.
-    row = _send(conn, plan, None if ended is None else txn_version_read(tid))
-    if ended is not None:
-        assert row is not None
-        leased = Leased(ended.left, ended.coordinator_epoch)
-        work.leave(str(row[0]), leased, ended.written())
-    crash_point("commit_request.before_commit")  # every write done, none committed
-    return work, response
+    if strategy.request_kind(req) == "commit":
+        assert req.end is not None
+        response, ended = commit.decide_under_locks(work, req)
+        plan = work.plan(response)
+        if ended is None:
+            _send(conn, plan, [])
+        else:
+            [[(version,)]] = _send(conn, plan, [txn_version_read(req.end.transactional_id)])
+            work.leave(str(version), Leased(ended.left, ended.coordinator_epoch), ended.written())
+        crash_point("commit_request.before_commit")  # every write done, none committed
+        return work, response
+    registered, answers = batches.append_batches(work, req.batches, req.add)
+    plan = work.plan(ProduceBatchesResponse(answers, registered))
+    reads = [versions_read(work.appended)] if work.appended else []
+    # The id's row as a registration leaves it (written under its FOR UPDATE lock,
+    # docs/design.md §3.12).
+    meta = None
+    if req.add is not None and registered is not None and not registered.error_code:
+        meta = work.loaded.get(req.add.transactional_id)
+    if meta is not None:
+        reads.append(txn_lease_read(meta.transactional_id))
+    found = _send(conn, plan, reads)
+    if work.appended:
+        versions = {(t, p): str(v) for t, p, v in found[0]}
+        work.left.update((tp, (versions[tp], row)) for tp, row in work.appended.items())
+    if meta is not None:
+        [(version, lease_epoch)] = found[-1]
+        work.seen[meta.transactional_id] = RememberedTxn(
+            str(version), Leased(meta, int(lease_epoch))
+        )
+    return work, plan.response
 
 
 def _send(
-    conn: Connection, plan: Plan, read: tuple[str, dict[str, Any]] | None
-) -> tuple[Any, ...] | None:
+    conn: Connection, plan: Plan, reads: list[tuple[str, dict[str, Any]]]
+) -> list[list[tuple[Any, ...]]]:
     """A plan decided under the locks, sent in the DB transaction holding them: its
-    writes (pipelined) with ``read`` after them, whose first row is returned, then its
+    writes pipelined with ``reads`` after them (each one's rows returned), then its
     COPYs."""
     writes = WriteBehind()
     for statement, params in plan.writes:
         writes.add(statement, params)
-    row = writes.send(conn, read)
+    found = writes.send_reading(conn, reads)
     if plan.copies:
         copy_rows(conn, plan.copies)
-    return row
+    return found
 
 
 def answered_all(req: ProduceBatchesRequest, code: int, message: str) -> ProduceBatchesResponse:

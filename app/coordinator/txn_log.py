@@ -104,13 +104,6 @@ def versioned(row: Any) -> RememberedTxn:
     return RememberedTxn(row.version, Leased(metadata_from_row(row), int(row.lease_epoch)))
 
 
-def written_txn(conn: Connection, meta: TxnMetadata) -> RememberedTxn:
-    """The row of ``meta``'s id as this DB transaction, which has written it (it holds
-    ``meta``), leaves it: to remember once committed."""
-    row = conn.execute(sql.TXN_VERSION_AND_LEASE, {"tid": meta.transactional_id}).one()
-    return RememberedTxn(row.version, Leased(meta, int(row.lease_epoch)))
-
-
 def share_version_query(conn: Connection, transactional_id: str) -> bytes:
     """TXN_VERSION_FOR_SHARE as a statement of a query string: takes the id's row as a
     transactional produce does (§3.4), for ``version_matches``."""
@@ -141,6 +134,13 @@ def written_version_query(conn: Connection, transactional_id: str) -> bytes:
     """TXN_VERSION as a statement of a query string that writes the row: its result's
     only value is the version the row is left at."""
     return prepared_call(conn, sql.TXN_VERSION, {"tid": transactional_id})
+
+
+def txn_lease_read(transactional_id: str) -> tuple[str, dict[str, Any]]:
+    """TXN_VERSION_AND_LEASE as a read to run after a DB transaction's queued writes
+    (``WriteBehind.send_reading``): the version they leave the row at, and its lease's
+    epoch."""
+    return driver_sql(sql.TXN_VERSION_AND_LEASE), {"tid": transactional_id}
 
 
 def txn_version_read(transactional_id: str) -> tuple[str, dict[str, Any]]:

@@ -117,11 +117,12 @@ def copy_rows(conn: Connection, payloads: list[bytes]) -> None:
 class Appending(Protocol):
     """The request the log appends for, as much of it as the log needs (the broker's
     ``Work`` is one): its DB transaction and broker context, the partition rows it already
-    holds locked (None: the append locks them), kept as its appends leave them, where its
-    last writes are queued (None: they run at once), where its COPY payloads are held
-    to be sent later with the rest of the request (``copies``; None: sent at once,
-    docs/design.md §3.11), and where the rows it wrote are left, with their versions, for
-    the process to remember once the request commits (``left``)."""
+    holds locked (None: the append locks them), kept as its appends leave them; where the
+    append under the locks queues its writes and its COPY payloads for the request's
+    executor to send (``writes``, ``copies``) and the rows it advanced, whose versions are
+    known once they are sent (``appended``); and where the one-query append leaves the
+    rows it wrote with their versions, for the process to remember once the request
+    commits (``left``)."""
 
     @property
     def context(self) -> BrokerContext: ...
@@ -137,6 +138,9 @@ class Appending(Protocol):
 
     @property
     def copies(self) -> list[bytes] | None: ...
+
+    @property
+    def appended(self) -> dict[TopicPartitionKey, PartitionRow]: ...
 
     @property
     def left(self) -> dict[TopicPartitionKey, tuple[str, PartitionRow]]: ...
@@ -257,11 +261,13 @@ def _states(
 
 
 def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
-    """Append the batches the broker admitted (by request index, in partition order) in
+    """Decide the batches the broker admitted (by request index, in partition order) in
     ``work``'s DB transaction, under the partitions' locks (the lock's way, docs/design.md
-    §3.9): one lock statement (none if ``work`` holds them locked already), the decision
-    (``plan_appends``), one COPY, one advance. Several batches for one partition are
-    decided one after the other on the row the one before left."""
+    §3.9): one lock statement (none if ``work`` holds them locked already), the reads the
+    decision needs, the decision (``plan_appends``); its COPY payloads and its one advance
+    are queued on ``work`` for the executor to send with the rest of the request. Several
+    batches for one partition are decided one after the other on the row the one before
+    left."""
     if not admitted:
         return {}
     conn, locked = work.conn, work.locked
@@ -286,19 +292,13 @@ def append(work: Appending, admitted: Admitted) -> dict[int, ProduceResponse]:
     plan = plan_appends(work.context, admitted, rows, owners, others, issued)
     if not plan.written:
         return plan.responses
-    payloads = plan.payloads()
-    if work.copies is None:
-        copy_rows(conn, payloads)
-    else:
-        work.copies.extend(payloads)
-    versions = advance_partitions(conn, plan.advance_rows(), plan.entry_rows(), work.writes)
+    assert work.writes is not None and work.copies is not None, "the append's writes are queued"
+    work.copies.extend(plan.payloads())
+    advance_partitions(work.writes, plan.advance_rows(), plan.entry_rows())
     for tp, after in plan.after.items():
         if locked is not None:
             locked.rows[tp] = after
-        if versions is not None:
-            work.left[tp] = (versions[tp], after)
-        else:  # its version is not known until the queued advance runs
-            forget(conn, tp)
+        work.appended[tp] = after  # remembered, with its version, once the request commits
     return plan.responses
 
 

@@ -26,7 +26,7 @@ batch spends beside its COPY and COMMIT). The memory is only ever a hint.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from psycopg import pq
@@ -222,15 +222,13 @@ def producer_states(
 
 
 def advance_partitions(
-    conn: Connection,
+    writes: WriteBehind,
     advances: Sequence[tuple[str, int, int, int]],
     entries: Sequence[tuple[str, int, ProducerEntry]],
-    writes: WriteBehind | None = None,
-) -> dict[TopicPartitionKey, str] | None:
-    """Advance several partitions in one statement: ``advances`` are
-    (topic, partition, next_offset, last_stable_offset); ``entries`` the producer states
-    to write, by partition. Returns each partition row's new version; given ``writes``,
-    the statement is queued there instead (None)."""
+) -> None:
+    """Queue on ``writes`` the advance of several partitions in one statement: ``advances``
+    are (topic, partition, next_offset, last_stable_offset); ``entries`` the producer
+    states to write, by partition (``versions_read`` gives the rows' versions after it)."""
     params = {
         "topics": [a[0] for a in advances],
         "partitions": [a[1] for a in advances],
@@ -238,13 +236,19 @@ def advance_partitions(
         "lsos": [a[3] for a in advances],
         **_state_params(entries),
     }
-    if writes is not None:
-        sets: list[Hashable] = [partition_key(t, p) for t, p, _, _ in advances]
-        sets += [producer_key(t, p, e.producer_id) for t, p, e in entries]
-        writes.add(sql.ADVANCE_PARTITIONS, params, sets)
-        return None
-    with driver_connection(conn).cursor() as cur:
-        return {(t, p): xmin for t, p, xmin in cur.execute(sql.ADVANCE_PARTITIONS, params)}
+    sets: list[Hashable] = [partition_key(t, p) for t, p, _, _ in advances]
+    sets += [producer_key(t, p, e.producer_id) for t, p, e in entries]
+    writes.add(sql.ADVANCE_PARTITIONS, params, sets)
+
+
+def versions_read(partitions: Iterable[TopicPartitionKey]) -> tuple[str, dict[str, Any]]:
+    """PARTITION_VERSIONS as a read to run after a DB transaction's queued writes
+    (``WriteBehind.send_reading``): each row's (topic, partition, version)."""
+    tps = sorted(partitions)
+    return sql.PARTITION_VERSIONS, {
+        "topics": [t for t, _ in tps],
+        "partitions": [p for _, p in tps],
+    }
 
 
 # A partition's advance on its remembered row: (topic, partition, next_offset, lso), the

@@ -119,6 +119,15 @@ LOCK_PARTITION_VERSIONS = """
     FOR UPDATE OF p
 """
 
+# The partition rows' versions as the DB transaction's queued writes leave them, read
+# after them in the same round trip (``broker.write``), for the process to remember once
+# it commits (rule 32).
+PARTITION_VERSIONS = """
+    SELECT p.topic, p.partition, CAST(p.xmin AS text)
+    FROM unnest(CAST(%(topics)s AS text[]), CAST(%(partitions)s AS int[])) AS u(topic, partition)
+    JOIN partitions p ON p.topic = u.topic AND p.partition = u.partition
+"""
+
 # The state of the producer named for each partition, read once their locks are held.
 PRODUCER_STATES = f"""
     SELECT s.topic, s.partition, {_PRODUCER_STATE_COLUMNS}

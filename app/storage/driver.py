@@ -26,7 +26,8 @@ answered at once: one more round trip for a pipeline, the price of the bound.
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from psycopg import Connection as PgConnection
@@ -108,24 +109,32 @@ class WriteBehind:
         """Run the queued writes, in order; errors raise here, before COMMIT. ``read``: a
         statement run after them in the same round trip, whose first row is returned
         (e.g. a row's version as the writes leave it)."""
+        found = self.send_reading(conn, [] if read is None else [read])
+        return found[0][0] if found and found[0] else None
+
+    def send_reading(
+        self, conn: Connection, reads: Sequence[tuple[str, dict[str, Any]]]
+    ) -> list[list[tuple[Any, ...]]]:
+        """``send``, with several ``reads`` after the writes in the same round trip: each
+        one's rows, in order."""
         queued, self._queued = self._queued, []
-        if not queued and read is None:
-            return None
+        if not queued and not reads:
+            return []
         raw = driver_connection(conn)
-        if len(queued) + (read is not None) == 1:
+        if len(queued) + len(reads) == 1:
             with raw.cursor() as cur:
                 for statement, params, _ in queued:
                     cur.execute(statement, params)
-                if read is not None:
-                    return cur.execute(*read).fetchone()
-            return None
-        with raw.pipeline() as pipeline, raw.cursor() as cur, raw.cursor() as reading:
+                return [cur.execute(*read).fetchall() for read in reads]
+        with raw.pipeline() as pipeline, ExitStack() as cursors:
+            cur = cursors.enter_context(raw.cursor())
             for statement, params, _ in queued:
                 cur.execute(statement, params)
-            if read is not None:
+            readers = [cursors.enter_context(raw.cursor()) for _ in reads]
+            for reading, read in zip(readers, reads, strict=True):
                 reading.execute(*read)
             pipeline.sync()  # the Sync before the wait (see above)
-            return reading.fetchone() if read is not None else None
+            return [reading.fetchall() for reading in readers]
 
 
 def execute_or_queue(
