@@ -3,9 +3,10 @@
 the request is first tried in one query string on the rows this process remembers
 (``batches.on_remembered`` for a produce, ``commit_remembered.on_remembered`` for a
 registration or a commit). Else, or if that is refused or declined, it is written under
-the locks by this module's executor: one DB transaction that reads under the locks,
-decides (``batches.append_batches``; a commit ``commit.decide_under_locks``), sends what
-was queued, commits, and then remembers the rows it left (``Work.remember``).
+the locks by this module's executor (``under_locks``): one DB transaction that reads under
+the locks, decides the whole request into one ``Plan`` (``batches.append_batches``; a
+commit ``commit.decide_under_locks``), sends it, commits, and then remembers the rows it
+left (``Work.remember``).
 """
 
 from __future__ import annotations
