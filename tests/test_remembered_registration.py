@@ -19,8 +19,9 @@ import logging
 import pytest
 
 from app.broker import Broker, strategy
+from app.coordinator.handlers import end_txn
 from app.errors import KafkaError
-from app.protocol import AddPartitionsToTxnRequest
+from app.protocol import AddPartitionsToTxnRequest, EndTxnRequest
 from app.storage.context import BrokerContext
 from tests.helpers.txn_driver import (
     TxnDriver,
@@ -100,6 +101,48 @@ def test_a_transactions_first_request_and_its_commit_go_in_one_query(
     assert taken.refusals == []
     assert read_values(broker, "t", 0) == ["a", "c", "e", "f"]
     assert read_values(broker, "t", 1) == ["b", "d", "g"]
+    for p in (0, 1):
+        high_watermark, lso = partition_offsets(broker, "t", p)
+        assert lso == high_watermark  # nothing open
+
+
+def test_a_registration_that_adds_nothing_leaves_its_rows_at_their_own_version(
+    broker: Broker, taken: Taken
+) -> None:
+    """Kafka 4's producers (transaction version 2) register with every batch: a request
+    whose partitions are all in the transaction already leaves the id's row as it was,
+    while its appends write the partition rows. They are remembered at the version that
+    wrote them, so the id's next requests go in one query string too, none refused."""
+    d = TxnDriver(broker, "tx")
+    committed_twice(d)
+    for value in ("e", "f", "g", "h"):
+        register_and_send(d, broker, ("t", 0, value), ("t", 1, value.upper()))
+    assert taken.register.sent == (4, 0)
+    assert taken.refusals == []
+    assert d.end(commit=True) == 0
+    assert read_values(broker, "t", 0) == ["a", "c", "e", "f", "g", "h"]
+    assert read_values(broker, "t", 1) == ["b", "d", "E", "F", "G", "H"]
+
+
+def test_a_registration_remembered_as_done_is_proved_by_the_ids_row(
+    broker: Broker, db_url: str, taken: Taken
+) -> None:
+    """A request whose partitions the remembered row holds goes without its registration,
+    behind the check that the id's row is still that version. Here another process ended
+    the transaction meanwhile: the check refuses (nothing written), and under the locks
+    the request registers its partition in a new transaction, so its batch is in one."""
+    d = TxnDriver(broker, "tx")
+    committed_twice(d)
+    register_and_send(d, broker, ("t", 0, "e"))
+    # Another process: an engine of its own, so a memory of its own.
+    sep = "&" if "?" in db_url else "?"
+    other = Broker.connect(f"{db_url}{sep}application_name=other")
+    ended = end_txn(other, EndTxnRequest("tx", d.producer_id, d.producer_epoch, True, False))
+    assert ended.error_code == 0
+    register_and_send(d, broker, ("t", 0, "f"))
+    assert taken.refusals == ["the transactional id's row moved"]
+    assert d.end(commit=True) == 0
+    assert read_values(broker, "t", 0) == ["a", "c", "e", "f"]
     for p in (0, 1):
         high_watermark, lso = partition_offsets(broker, "t", p)
         assert lso == high_watermark  # nothing open

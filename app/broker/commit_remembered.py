@@ -41,6 +41,8 @@ from app.log.partition_lock import (
     lock_versions_query,
     remembered,
     versions_match,
+    written_versions,
+    written_versions_query,
 )
 from app.protocol import ProduceBatchesRequest, ProduceBatchesResponse, TopicPartitionKey
 from app.storage.context import BrokerContext
@@ -210,6 +212,13 @@ def _send(
     statements += [prepared_call(conn, statement, params) for statement, params in plan.writes]
     statements.append(written_version_query(conn, tid))
     ends = plan.response.end is not None
+    before = {tp: hint.row for tp, hint in planned.hints.items()}
+    epoch = memory.leased.coordinator_epoch
+    written = Remembering(planned.left, epoch, before, planned.after).written()
+    if not ends and written:
+        # A registration that adds no partition leaves the id's row as it was: the rows
+        # it wrote are at a version of their own.
+        statements.append(written_versions_query(conn, written))
     results = write_checked(
         conn,
         log_sql.COPY_RECORDS,
@@ -220,12 +229,13 @@ def _send(
     if isinstance(results, Refused):
         _forget(conn, tid, touched)
         return results
+    if not ends and written:
+        versions = written_versions(results[-1])
+        planned.work.left.update((tp, (versions[tp], row)) for tp, row in written.items())
+        results = results[:-1]
     xmin = results[-1].get_value(0, 0)
     assert xmin is not None
-    before = {tp: hint.row for tp, hint in planned.hints.items()}
-    epoch = memory.leased.coordinator_epoch
-    written = Remembering(planned.left, epoch, before, planned.after).written()
-    planned.work.leave(xmin.decode(), Leased(planned.left, epoch), written)
+    planned.work.leave(xmin.decode(), Leased(planned.left, epoch), {} if not ends else written)
     planned.work.remember()
     return plan.response
 

@@ -12,6 +12,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal, TypeVar
 
 from sqlalchemy import Connection
@@ -61,6 +62,33 @@ def request_kind(req: ProduceBatchesRequest) -> Request:
     if req.end is not None:
         return "commit"
     return "register" if req.add is not None else "produce"
+
+
+def registered_already(
+    conn: Connection, req: ProduceBatchesRequest
+) -> ProduceBatchesRequest | None:
+    """``req`` without its registration where that registers nothing: its id's remembered
+    row holds every partition in the ongoing transaction of the same identity, and admits
+    every batch (``guard.admitted_on_remembered``). Kafka's partition leader likewise asks
+    the coordinator to add a partition only until its producer's transaction is open on
+    it (KIP-890); Kafka 4's producers register with every batch. Written as a
+    transactional produce, whose query string checks the id's row is still that version
+    (docs/design.md §3.12): the check proves the partitions registered. Else None."""
+    add = req.add
+    if add is None or req.end is not None:
+        return None
+    memory = admitted_on_remembered(conn, add.transactional_id, req.batches)
+    meta = None if memory is None else memory.leased.meta
+    if meta is None or (add.producer_id, add.producer_epoch) != (
+        meta.producer_id,
+        meta.producer_epoch,
+    ):
+        return None
+    if not set(add.partitions) <= set(meta.partitions):
+        return None
+    if any(b.transactional_id != add.transactional_id for b in req.batches):
+        return None
+    return replace(req, add=None)
 
 
 def one_query(context: BrokerContext, conn: Connection, req: ProduceBatchesRequest) -> bool:

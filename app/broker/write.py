@@ -2,7 +2,8 @@
 (docs/design.md §3.9): ``strategy.one_query`` chooses, before anything is read, whether
 the request is first tried in one query string on the rows this process remembers
 (``batches.on_remembered`` for a produce, ``commit_remembered.on_remembered`` for a
-registration or a commit). Else, or if that is refused or declined, it is written under
+registration or a commit; a registration of partitions the transaction holds already is
+tried as a produce, ``strategy.registered_already``). Else, or if that is refused or declined, it is written under
 the locks by this module's executor (``under_locks``): one DB transaction that reads under
 the locks, decides the whole request into one ``Plan`` (``batches.append_batches``; a
 commit ``commit.decide_under_locks``), sends it, commits, and then remembers the rows it
@@ -70,9 +71,14 @@ def write(context: BrokerContext, req: ProduceBatchesRequest) -> ProduceBatchesR
     answered: ProduceBatchesResponse | None = None
     try:
         with lazy_transaction(context.engine) as conn:
-            if strategy.one_query(context, conn, req):
-                answered = strategy.attempted(kind, _ON_REMEMBERED[kind](conn, context, req))
+            tried = strategy.registered_already(conn, req) or req
+            if strategy.one_query(context, conn, tried):
+                attempt = _ON_REMEMBERED[strategy.request_kind(tried)](conn, context, tried)
+                answered = strategy.attempted(kind, attempt)
                 if answered is not None:
+                    if tried is not req:  # registered already: the registration's answer
+                        registered = answer(req.add, KafkaError.NO_ERROR)
+                        return ProduceBatchesResponse(answered.batches, registered)
                     return answered
             work, answered = under_locks(context, conn, req)
     except Exception as exc:

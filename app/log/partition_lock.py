@@ -155,6 +155,23 @@ def lock_versions_query(conn: Connection, partitions: Sequence[TopicPartitionKey
     return prepared_call(conn, sql.LOCK_PARTITION_VERSIONS, params)
 
 
+def written_versions_query(conn: Connection, partitions: Iterable[TopicPartitionKey]) -> bytes:
+    """PARTITION_VERSIONS (``versions_read``) as a statement of a query string that writes
+    the rows: its result's rows, read by ``written_versions``, are the versions they are
+    left at."""
+    return prepared_call(conn, *versions_read(partitions))
+
+
+def written_versions(result: pq.abc.PGresult) -> dict[TopicPartitionKey, str]:
+    """Each partition's version in ``written_versions_query``'s result."""
+    found = {}
+    for i in range(result.ntuples):
+        topic, partition, xmin = (result.get_value(i, c) for c in range(3))
+        assert topic is not None and partition is not None and xmin is not None
+        found[(topic.decode(), int(partition))] = xmin.decode()
+    return found
+
+
 def versions_match(result: pq.abc.PGresult, expected: dict[TopicPartitionKey, RowVersion]) -> bool:
     """Whether the rows ``lock_versions_query`` locked are every one of ``expected`` and
     each still that version."""
