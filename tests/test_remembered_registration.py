@@ -106,13 +106,18 @@ def test_a_transactions_first_request_and_its_commit_go_in_one_query(
         assert lso == high_watermark  # nothing open
 
 
+@pytest.mark.parametrize("as_produce", [True, False], ids=["as_a_produce", "as_a_registration"])
 def test_a_registration_that_adds_nothing_leaves_its_rows_at_their_own_version(
-    broker: Broker, taken: Taken
+    broker: Broker, taken: Taken, monkeypatch: pytest.MonkeyPatch, as_produce: bool
 ) -> None:
     """Kafka 4's producers (transaction version 2) register with every batch: a request
     whose partitions are all in the transaction already leaves the id's row as it was,
-    while its appends write the partition rows. They are remembered at the version that
-    wrote them, so the id's next requests go in one query string too, none refused."""
+    while its appends write the partition rows. Sent as a transactional produce
+    (``strategy.registered_already``) or, where that is not chosen, as a registration,
+    its rows are remembered at the version that wrote them, so the id's next requests go
+    in one query string too, none refused."""
+    if not as_produce:
+        monkeypatch.setattr(strategy, "registered_already", lambda conn, req: None)
     d = TxnDriver(broker, "tx")
     committed_twice(d)
     for value in ("e", "f", "g", "h"):

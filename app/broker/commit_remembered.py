@@ -215,9 +215,11 @@ def _send(
     before = {tp: hint.row for tp, hint in planned.hints.items()}
     epoch = memory.leased.coordinator_epoch
     written = Remembering(planned.left, epoch, before, planned.after).written()
-    if not ends and written:
-        # A registration that adds no partition leaves the id's row as it was: the rows
-        # it wrote are at a version of their own.
+    # A registration that adds no partition leaves the id's row as it was: the rows it
+    # wrote are at a version of their own, read after them. (Else every row it wrote is at
+    # the id's row's new version.)
+    own_versions = bool(written) and planned.left == memory.leased.meta
+    if own_versions:
         statements.append(written_versions_query(conn, written))
     results = write_checked(
         conn,
@@ -229,13 +231,13 @@ def _send(
     if isinstance(results, Refused):
         _forget(conn, tid, touched)
         return results
-    if not ends and written:
+    if own_versions:
         versions = written_versions(results[-1])
         planned.work.left.update((tp, (versions[tp], row)) for tp, row in written.items())
-        results = results[:-1]
+        results, written = results[:-1], {}
     xmin = results[-1].get_value(0, 0)
     assert xmin is not None
-    planned.work.leave(xmin.decode(), Leased(planned.left, epoch), {} if not ends else written)
+    planned.work.leave(xmin.decode(), Leased(planned.left, epoch), written)
     planned.work.remember()
     return plan.response
 
